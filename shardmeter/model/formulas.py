@@ -1,0 +1,201 @@
+"""Closed-form formulas of the model, elementwise on numpy arrays or scalars.
+
+Each function is a formula from the literature, named in its docstring. All
+take and return numpy-broadcastable values, so one call scores a whole batch
+of candidate plans. Units: bytes, FLOPs, seconds, bytes/s.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "layer_flops_per_token",
+    "model_flops_per_token",
+    "params_per_layer",
+    "model_params",
+    "activation_bytes_per_layer",
+    "gemm_time",
+    "ring_collective_time",
+    "hierarchical_collective_time",
+    "group_span",
+    "pipeline_bubble_fraction",
+    "KERNEL_OVERHEAD_S",
+]
+
+#: Fixed cost of one GPU kernel (launch + ramp), seconds. Measured on an H200
+#: (benchmarks/results/h200-2026-11-30): GEMMs too small to fill the GPU take
+#: 6-8 us whatever their size; 5 us is the floor we charge per kernel.
+KERNEL_OVERHEAD_S = 5e-6
+
+
+def layer_flops_per_token(h, q_dim, kv_dim, ffn, swiglu, seq, experts_per_token=1, experts=1):
+    """Forward FLOPs of one transformer layer per token, split in parts.
+
+    Returns ``(dense, attention)``: the dense matrix multiplies (QKV,
+    attention output projection, MLP, router) and the attention score terms
+    (QK^T and attention-over-values, full non-causal count ``4 s q_dim``).
+
+    Narayanan et al. 2021 (arXiv 2104.04473), Appendix / Eq. 3: per layer and
+    token the forward pass costs ``24 h^2 + 4 s h`` for MHA with a 4h GELU MLP;
+    here generalised to GQA (``kv_dim < q_dim``), SwiGLU (three MLP matrices)
+    and top-k MoE routing, as in Megatron-LM's ``num_floating_point_operations``.
+    """
+    mlp_mats = np.where(swiglu, 3.0, 2.0)
+    qkv = 2.0 * h * (q_dim + 2.0 * kv_dim)
+    proj = 2.0 * q_dim * h
+    mlp = 2.0 * h * ffn * mlp_mats * experts_per_token
+    router = np.where(np.asarray(experts) > 1, 2.0 * h * experts, 0.0)
+    att = 4.0 * seq * q_dim
+    return qkv + proj + mlp + router, att
+
+
+def model_flops_per_token(layers, h, q_dim, kv_dim, ffn, swiglu, vocab, seq, experts_per_token=1, experts=1):
+    """Model FLOPs per trained token (forward + backward = 3 x forward, no recompute).
+
+    ``3 * (L * (dense + 4 s q_dim) + 2 h V)``; for MHA with a 4h MLP this is
+    Narayanan et al. 2021's ``72 l h^2 (1 + s/(6h) + V/(12 l h))`` per token
+    and equals the PaLM (Chowdhery et al. 2022, App. B) ``6N + 12 L H Q T``
+    convention (attention scores counted in full, not halved for causality).
+    """
+    dense, att = layer_flops_per_token(h, q_dim, kv_dim, ffn, swiglu, seq, experts_per_token, experts)
+    return 3.0 * (layers * (dense + att) + 2.0 * h * vocab)
+
+
+def params_per_layer(h, q_dim, kv_dim, ffn, swiglu, experts=1):
+    """Parameters of one layer: attention ``h(q + 2kv) + q h``, MLP ``(2 or 3) h ffn`` per
+    expert, two LayerNorms ``4h`` (scale and bias), router ``h E`` when MoE."""
+    mlp_mats = np.where(swiglu, 3.0, 2.0)
+    att = h * (q_dim + 2.0 * kv_dim) + q_dim * h
+    mlp = mlp_mats * h * ffn * experts
+    router = np.where(np.asarray(experts) > 1, h * experts, 0.0)
+    return att + mlp + router + 4.0 * h
+
+
+def model_params(layers, h, q_dim, kv_dim, ffn, swiglu, vocab, tied, experts=1):
+    """All parameters: layers + input embedding ``V h`` + output head ``V h`` unless tied."""
+    emb = vocab * h * np.where(tied, 1.0, 2.0)
+    return layers * params_per_layer(h, q_dim, kv_dim, ffn, swiglu, experts) + emb + 2.0 * h
+
+
+def activation_bytes_per_layer(s, b, h, heads, q_dim, kv_dim, ffn, swiglu, tp, sp, recompute, materialized,
+                               experts_per_token=1, s_kv=None):
+    """Activation memory of one layer for one micro-batch (bytes, 16-bit activations).
+
+    Korthikanti et al. 2022 (arXiv 2205.05198), Sec. 4, Table 2, generalised to
+    GQA and SwiGLU term by term (for MHA with a 4h GELU MLP it reduces exactly
+    to the paper's formulas):
+
+    * no parallelism: ``s b h (34 + 5 a s / h)``;
+    * tensor parallel ``t``: ``s b h (10 + 24/t + 5 a s/(h t))``;
+    * + sequence parallel: ``s b h / t (34 + 5 a s / h)``;
+    * selective recompute (or fused/flash attention) drops the ``5 a s^2 b``
+      score/softmax/dropout storage;
+    * full recompute stores only the layer input ``2 s b h`` (``/t`` with SP).
+
+    ``recompute`` is 0 (none), 1 (selective) or 2 (full); ``s`` is the
+    sequence length held by this GPU (``seq/cp``), ``s_kv`` the keys each
+    query attends to (default ``s``).
+    """
+    s_kv = s if s_kv is None else s_kv
+    sbh = s * b * h
+    tp = np.asarray(tp, dtype=float)
+    repl = 10.0 * sbh  # LayerNorm inputs 4, QKV input 2, out-proj/MLP dropout masks 2, MLP input 2
+    att = s * b * (4.0 * q_dim + 4.0 * kv_dim)  # Q, K (4), V (2), out-proj input (2) -> 8 s b h for MHA
+    mlp = s * b * ffn * np.where(swiglu, 6.0, 4.0) * experts_per_token
+    score = 5.0 * heads * s * s_kv * b  # softmax out (2) + dropout mask (1) + dropout out (2)
+    score = np.where(materialized & (np.asarray(recompute) == 0), score, 0.0)
+    full_store = np.where(sp, 2.0 * sbh / tp, 2.0 * sbh)
+    per_layer = np.where(sp, repl / tp, repl) + (att + mlp + score) / tp
+    return np.where(np.asarray(recompute) == 2, full_store, per_layer), per_layer
+
+
+def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_el=2.0, count=1.0):
+    """Time of ``count`` GEMMs ``[m,k] @ [k,n]`` (seconds).
+
+    A roofline with wave quantisation (NVIDIA, "Matrix Multiplication
+    Background User's Guide": a GEMM runs in waves of output tiles over the
+    SMs, so a partly filled last wave wastes the rest): the better of two
+    tile shapes (128x256 and 128x128, the CUTLASS/cuBLAS classes) is taken,
+    the compute time at ``efficiency`` of the peak (the large-GEMM ceiling,
+    MAMF) is compared with the HBM time of reading both inputs and writing
+    the output, and a fixed kernel overhead is added.
+    """
+    m = np.asarray(m, dtype=float)
+    n = np.asarray(n, dtype=float)
+    k = np.asarray(k, dtype=float)
+    flops = 2.0 * m * n * k
+    sms = np.asarray(sm_count, dtype=float)
+    best = None
+    for tm, tn in ((128.0, 256.0), (128.0, 128.0)):
+        tiles = np.ceil(m / tm) * np.ceil(n / tn)
+        waves = np.ceil(tiles / np.maximum(sms, 1.0))
+        q = np.where(sms > 0, tiles / np.maximum(waves * sms, 1.0), 1.0)
+        best = q if best is None else np.maximum(best, q)
+    t_flop = flops / (peak_flops * efficiency * best)
+    t_mem = bytes_per_el * (m * k + k * n + m * n) / hbm_bytes_s
+    return count * (np.maximum(t_flop, t_mem) + KERNEL_OVERHEAD_S)
+
+
+def group_span(size, stride, gpus_per_node):
+    """Members per node ``k`` and nodes spanned ``n`` of a process group.
+
+    Ranks are laid out Megatron-style (tensor, context, data, pipeline from the
+    innermost); a group of ``size`` ranks ``stride`` apart keeps
+    ``k = clip(gpus_per_node / stride, 1, size)`` members in each node.
+    """
+    size = np.asarray(size, dtype=float)
+    per_node = np.floor(gpus_per_node / np.maximum(stride, 1.0))
+    k = np.clip(per_node, 1.0, size)
+    nodes = np.ceil(size / k)
+    return k, nodes
+
+
+def ring_collective_time(nbytes, n, bw, lat, steps_factor=1.0):
+    """Ring all-gather / reduce-scatter of ``nbytes`` (total) over ``n`` ranks.
+
+    Thakur, Rabenseifner and Gropp 2005: ``(n-1) alpha + (n-1)/n * S beta``
+    (all-reduce = 2x). ``bw`` is the achieved per-rank bandwidth in bytes/s,
+    ``lat`` the per-step latency in seconds.
+    """
+    n = np.asarray(n, dtype=float)
+    frac = np.where(n > 1, (n - 1.0) / np.maximum(n, 1.0), 0.0)
+    return steps_factor * (np.maximum(n - 1.0, 0.0) * lat + frac * nbytes / bw)
+
+
+def hierarchical_collective_time(kind, nbytes, size, stride, gpus_per_node, bw_intra, lat_intra, bw_inter,
+                                 lat_inter):
+    """A collective over a group that may span nodes (two-level alpha-beta).
+
+    NCCL's hierarchical algorithms, as analysed in ml-engineering's network
+    chapter and the scaling-book (Sec. "GPUs"): with ``k`` members per node
+    and ``n`` nodes, an all-gather or reduce-scatter of ``S`` bytes moves
+    ``(k-1)/k S`` over the scale-up link and ``(n-1)/n S/k`` over each GPU's
+    share of the NICs; latency is paid per ring step on each level. An
+    all-reduce costs twice that. ``kind`` is ``"ag"``, ``"rs"`` or ``"ar"``;
+    ``"a2a"`` (all-to-all) moves ``(k-1)/size S`` inside the node and
+    ``(size-k)/size S`` across, concurrently.
+    """
+    k, nodes = group_span(size, stride, gpus_per_node)
+    if kind == "a2a":
+        size = np.asarray(size, dtype=float)
+        intra = (k - 1.0) / np.maximum(size, 1.0) * nbytes / bw_intra + (k - 1.0) * lat_intra
+        inter = np.where(nodes > 1, (size - k) / np.maximum(size, 1.0) * nbytes / bw_inter
+                         + (nodes - 1.0) * lat_inter, 0.0)
+        return np.maximum(intra, inter)
+    t = ring_collective_time(nbytes, k, bw_intra, lat_intra) + np.where(
+        nodes > 1, ring_collective_time(nbytes / k, nodes, bw_inter, lat_inter), 0.0
+    )
+    return 2.0 * t if kind == "ar" else t
+
+
+def pipeline_bubble_fraction(pp, microbatches, virtual_stages, over_virtual, bubble_fraction=1.0):
+    """Idle pipeline time in units of one micro-batch's (forward + backward) stage time.
+
+    Narayanan et al. 2021, Sec. 2.2: GPipe and 1F1B idle ``(p-1)`` micro-batch
+    slots per step (bubble fraction ``(p-1)/m`` of the ideal time); the
+    interleaved schedule with ``v`` model chunks per GPU ``(p-1)/v``.
+    """
+    pp = np.asarray(pp, dtype=float)
+    v = np.where(over_virtual, virtual_stages, 1.0)
+    return bubble_fraction * (pp - 1.0) / v

@@ -1,0 +1,416 @@
+"""One optimizer step of a batch of plans, vectorised over plans and islands.
+
+:func:`evaluate` takes a mapping of input arrays (see :data:`INPUTS`), each
+broadcastable to shape ``(N, I)`` (N candidate plans, I islands), and returns
+output arrays: step time and its breakdown, memory, throughput, feasibility
+(a bit mask of :data:`REASONS`). No Python loop runs per plan.
+
+The composition (per island, per pipeline stage; Narayanan et al. 2021):
+
+``step = m (t_f + t_b + exposed TP/CP/EP/FSDP comm) + bubble (t_f + t_b + ...)
++ pipeline p2p + exposed data-parallel comm + optimizer``, then islands are
+combined by the sync strategy (global all-reduce every step, or DiLoCo's
+outer all-reduce every ``inner_steps`` steps).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .formulas import (
+    KERNEL_OVERHEAD_S,
+    activation_bytes_per_layer,
+    gemm_time,
+    hierarchical_collective_time,
+    layer_flops_per_token,
+    model_flops_per_token,
+    model_params,
+    params_per_layer,
+    pipeline_bubble_fraction,
+    ring_collective_time,
+)
+
+__all__ = ["evaluate", "INPUTS", "REASONS", "BREAKDOWN_TERMS", "reason_messages"]
+
+#: Input arrays of :func:`evaluate` (all broadcast to (N, I)).
+INPUTS = (
+    # model
+    "L", "h", "heads", "kv_heads", "q_dim", "kv_dim", "ffn", "swiglu", "V", "s", "tied", "E", "k_top",
+    "causal",
+    # training
+    "gbs", "mbs", "recompute", "materialized", "w_bytes", "peak", "peak16", "fp8",
+    # hardware
+    "mem", "hbm", "gemm_eff", "hbm_eff", "sms",
+    # topology (achieved bandwidth in bytes/s per GPU, latency in s)
+    "gpn", "nodes", "bw0", "lat0", "bw1", "lat1",
+    # parallelism
+    "tp", "pp", "dp", "cp", "ep", "sp", "v", "sched_all", "over_v", "bubble_frac",
+    "sh_opt", "sh_grad", "sh_param", "sh_node", "gather_layer", "tp_ovl", "dp_ovl",
+    # multi-island
+    "wan_bw", "wan_lat", "local_steps", "H", "bits", "F", "ovl_steps", "outer_bytes",
+)
+
+#: Infeasibility reasons: bit -> (scenario key, message template).
+REASONS = {
+    1: ("parallelism.tp", "tp ({tp}) must divide model.heads ({heads})"),
+    2: ("parallelism.cp", "cp ({cp}) must divide model.seq_len ({s})"),
+    4: ("parallelism.ep", "ep ({ep}) must divide model.experts ({E}) and dp x cp ({dpcp})"),
+    8: ("parallelism", "tp x pp x cp x dp = {used} exceeds the island's {gpus} GPUs"),
+    16: ("training.global_batch", "the island's share of global_batch ({bi}) is not a multiple of "
+                                  "micro_batch x dp ({mbs_dp})"),
+    32: ("training.micro_batch", "needs {mem_gb:.1f} GB per GPU, more than the {cap_gb:.1f} GB the GPU has"),
+    64: ("training.precision", "the GPU has no tensor-core rate for this precision"),
+    128: ("parallelism.virtual_stages", "interleaved schedule needs pp >= 2, layers >= pp x virtual_stages "
+                                        "and micro-batches ({m}) divisible by pp ({pp})"),
+    256: ("parallelism.pp", "pp x virtual_stages ({pv}) exceeds model.layers ({L})"),
+}
+
+#: Names of the breakdown terms, in report order.
+BREAKDOWN_TERMS = ("compute", "memory_ops", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm",
+                   "optimizer", "island_sync", "idle")
+
+#: Memory the framework holds besides tensors (CUDA context, NCCL buffers,
+#: cuBLAS workspaces), bytes; and the allocator's fragmentation allowance.
+RESERVED_BYTES = 1.0e9
+FRAGMENTATION = 0.05
+
+#: Bytes moved per parameter by the Adam update (read fp32 grad 4, master
+#: weight, m and v 3 x (4 + 4), write 16-bit weight 2): a memory-bound kernel.
+ADAM_BYTES_PER_PARAM = 30.0
+
+#: Fraction of FlashAttention's throughput relative to a large GEMM (Dao 2023,
+#: FlashAttention-2: forward ~73 % and backward ~63 % of A100 peak, against
+#: ~87 % for cuBLAS GEMMs); backward executes 2.5x the forward FLOPs.
+FLASH_RELATIVE_EFFICIENCY = 0.80
+FLASH_BWD_FACTOR = 2.5
+
+#: Gradient bucket (Megatron-LM DDP default 40M elements; PyTorch DDP 25 MB)
+#: whose reduction cannot hide under backward: the last one.
+LAST_BUCKET_BYTES = 25e6
+
+
+def _f(x):
+    return np.asarray(x, dtype=float)
+
+
+def evaluate(inp) -> dict[str, np.ndarray]:
+    """Score every plan in the batch. See the module docstring."""
+    g = {k: np.asarray(inp[k]) for k in INPUTS}
+    L, h, heads, kvh = _f(g["L"]), _f(g["h"]), _f(g["heads"]), _f(g["kv_heads"])
+    q_dim, kv_dim, ffn, V, s = _f(g["q_dim"]), _f(g["kv_dim"]), _f(g["ffn"]), _f(g["V"]), _f(g["s"])
+    swiglu, tied, causal = g["swiglu"].astype(bool), g["tied"].astype(bool), g["causal"].astype(bool)
+    E, ktop = _f(g["E"]), _f(g["k_top"])
+    gbs, mbs, rec = _f(g["gbs"]), _f(g["mbs"]), _f(g["recompute"])
+    mat = g["materialized"].astype(bool)
+    wb, peak, peak16 = _f(g["w_bytes"]), _f(g["peak"]), _f(g["peak16"])
+    mem_cap, hbm = _f(g["mem"]), _f(g["hbm"]) * _f(g["hbm_eff"])
+    eff, sms = _f(g["gemm_eff"]), _f(g["sms"])
+    gpn, nodes = _f(g["gpn"]), _f(g["nodes"])
+    bw0, lat0, bw1, lat1 = _f(g["bw0"]), _f(g["lat0"]), _f(g["bw1"]), _f(g["lat1"])
+    tp, pp, dp, cp, ep = _f(g["tp"]), _f(g["pp"]), _f(g["dp"]), _f(g["cp"]), _f(g["ep"])
+    sp = g["sp"].astype(bool)
+    v = np.maximum(_f(g["v"]), 1.0)
+    sched_all, over_v = g["sched_all"].astype(bool), g["over_v"].astype(bool)
+    sh_opt, sh_grad, sh_param = g["sh_opt"].astype(bool), g["sh_grad"].astype(bool), g["sh_param"].astype(bool)
+    sh_node, gather_layer = g["sh_node"].astype(bool), g["gather_layer"].astype(bool)
+    tp_ovl, dp_ovl = g["tp_ovl"].astype(bool), g["dp_ovl"].astype(bool)
+    moe = E > 1
+    v = np.where(pp > 1, v, 1.0)
+
+    # ---- batch split and micro-batches ---------------------------------------------------------
+    n_isl = np.broadcast_shapes(*(np.shape(x) for x in g.values()))[-1] if g["dp"].ndim else 1
+    dp_total = np.sum(np.broadcast_to(dp, np.broadcast_shapes(dp.shape, gbs.shape, (1, n_isl))), axis=-1,
+                      keepdims=True)
+    b_isl = gbs * dp / dp_total  # sequences per step on this island (proportional to its replicas)
+    m = b_isl / (dp * mbs)  # micro-batches per pipeline per step
+    m_int = np.maximum(np.floor(m + 1e-9), 1.0)
+
+    # ---- feasibility ----------------------------------------------------------------------------
+    gpus = nodes * gpn
+    reasons = np.zeros(np.broadcast_shapes(*(np.shape(x) for x in (tp, pp, dp, gbs, heads, nodes))), dtype=np.int64)
+    reasons |= np.where(np.mod(heads, tp) != 0, 1, 0)
+    reasons |= np.where(np.mod(s, cp) != 0, 2, 0)
+    reasons |= np.where(moe & ((np.mod(E, ep) != 0) | (np.mod(dp * cp, ep) != 0)) | (~moe & (ep > 1)), 4, 0)
+    reasons |= np.where(tp * pp * cp * dp > gpus, 8, 0)
+    reasons |= np.where(np.abs(m - np.round(m)) > 1e-9, 16, 0) | np.where(m < 1 - 1e-9, 16, 0)
+    reasons |= np.where(peak <= 0, 64, 0)
+    reasons |= np.where(over_v & (v > 1) & ((pp < 2) | (np.mod(m_int, pp) != 0)), 128, 0)
+    reasons |= np.where(pp * v > L, 256, 0)
+    peak = np.where(peak > 0, peak, 1.0)
+    peak16 = np.where(peak16 > 0, peak16, peak)
+
+    # ---- shapes on one GPU ----------------------------------------------------------------------
+    s_loc = s / cp  # sequence held by one context-parallel rank
+    T = mbs * s_loc  # tokens of one micro-batch on one GPU
+    Ls = np.ceil(L / (pp * v)) * v  # layers of the largest stage (unequal splits allowed)
+    q_t, kv_t = q_dim / tp, np.maximum(kv_dim / tp, kv_dim / np.maximum(kvh, 1.0))  # KV heads replicate past kv_heads
+    ffn_t = ffn / tp
+    mlp_up = np.where(swiglu, 2.0, 1.0) * ffn_t
+    act_b = 2.0  # 16-bit activations
+
+    # ---- compute time per layer per micro-batch (forward) ---------------------------------------
+    # Dense GEMMs (fp8 where the precision says so; attention stays 16-bit).
+    qkv_n = q_t + 2.0 * kv_t
+    el = np.where(_f(g["fp8"]) > 0, 1.0, 2.0)
+    t_qkv = gemm_time(T, qkv_n, h, peak, eff, hbm, sms, el)
+    t_proj = gemm_time(T, h, q_t, peak, eff, hbm, sms, el)
+    e_loc = np.where(moe, E / ep, 1.0)  # experts on this GPU
+    m_exp = np.where(moe, T * ktop * ep / E, T)  # tokens per local expert
+    t_mlp = gemm_time(m_exp, mlp_up, h, peak, eff, hbm, sms, el, count=e_loc) + gemm_time(
+        m_exp, h, ffn_t, peak, eff, hbm, sms, el, count=e_loc)
+    t_router = np.where(moe, gemm_time(T, E, h, peak16, eff, hbm, sms), 0.0)
+    t_dense_f = t_qkv + t_proj + t_mlp + t_router
+    # Attention core: flash (causal blocks skipped) or materialised scores.
+    heads_t = heads / tp
+    att_flops = 4.0 * T * s * q_t  # full count; keys span the whole sequence (ring attention for cp > 1)
+    causal_frac = np.where(causal, 0.5, 1.0)
+    t_flash_f = att_flops * causal_frac / (peak16 * eff * FLASH_RELATIVE_EFFICIENCY) + 2 * KERNEL_OVERHEAD_S
+    score_el = heads_t * T * s  # score matrix elements of this GPU
+    t_mat_f = gemm_time(s_loc, s, q_dim / heads, peak16, eff, hbm, sms, count=2.0 * heads_t * mbs) + \
+        9.0 * score_el / hbm
+    t_att_f = np.where(mat, t_mat_f, t_flash_f)
+    t_att_b = np.where(mat, 2.0 * t_mat_f, FLASH_BWD_FACTOR * t_flash_f)
+    # Memory-bound elementwise ops (LayerNorms, bias-dropout-add, activation), bytes per token:
+    # 2 LN (4h each), 2 dropout+residual (7h each), activation (4 ffn GELU / 6 ffn SwiGLU).
+    repl_bytes = 22.0 * h * np.where(sp, 1.0 / tp, 1.0)
+    act_bytes = np.where(swiglu, 6.0, 4.0) * ffn_t * np.where(moe, ktop, 1.0)
+    t_elem_f = T * (repl_bytes + act_bytes) / hbm + 6 * KERNEL_OVERHEAD_S
+    # Output head (last stage): logits GEMM and a fp32 vocab-parallel cross-entropy.
+    t_head_f = gemm_time(T, V / tp, h, peak16, eff, hbm, sms) + T * (V / tp) * 12.0 / hbm
+    t_head = 3.0 * t_head_f  # forward + backward
+
+    # Per micro-batch, per stage (largest stage, which also carries the head).
+    comp_f = Ls * (t_dense_f + t_att_f)
+    comp_b = Ls * (2.0 * t_dense_f + t_att_b)
+    recomp = np.where(rec == 2, comp_f, np.where(rec == 1, Ls * t_att_f, 0.0))
+    elem_f = Ls * t_elem_f
+    elem = 3.0 * elem_f + np.where(rec == 2, elem_f, 0.0)
+    t_compute_mb = comp_f + comp_b + recomp + t_head
+    t_elem_mb = elem
+
+    # ---- tensor-parallel communication per micro-batch -----------------------------------------
+    act_msg = T * h * act_b  # one activation tensor of the micro-batch
+    t_tp_one = hierarchical_collective_time("ar", act_msg, tp, 1.0, gpn, bw0, lat0, bw1, lat1)
+    n_tp = 4.0 + np.where(rec == 2, 2.0, 0.0)  # 2 fwd + 2 bwd all-reduces (or AG+RS pairs), + recompute fwd
+    tp_total = np.where(tp > 1, Ls * n_tp * t_tp_one, 0.0)
+    tp_hidden = np.where(tp_ovl, np.minimum(tp_total, 0.5 * Ls * 3.0 * t_dense_f), 0.0)
+    tp_exposed = tp_total - tp_hidden
+
+    # ---- context parallel (ring attention): K,V chunks around the ring, overlapped with attention ---
+    kv_msg = 2.0 * T * kv_t * act_b
+    k_cp, nodes_cp = _span(cp, tp, gpn)
+    bw_cp = np.where(nodes_cp > 1, bw1, bw0)
+    lat_cp = np.where(nodes_cp > 1, lat1, lat0)
+    cp_f = (cp - 1.0) * (kv_msg / bw_cp + lat_cp)
+    cp_total = np.where(cp > 1, Ls * (cp_f + 2.0 * cp_f + np.where(rec >= 1, cp_f, 0.0)), 0.0)
+    cp_window = Ls * (t_att_f + t_att_b + np.where(rec >= 1, t_att_f, 0.0))
+    cp_exposed = np.maximum(0.0, cp_total - cp_window)
+    cp_hidden = cp_total - cp_exposed
+
+    # ---- expert parallel all-to-all (dispatch + combine, forward and backward) -----------------------
+    a2a_msg = T * ktop * h * act_b
+    t_a2a = hierarchical_collective_time("a2a", a2a_msg, ep, tp * cp, gpn, bw0, lat0, bw1, lat1)
+    ep_exposed = np.where(moe & (ep > 1), Ls * (4.0 + np.where(rec == 2, 2.0, 0.0)) * t_a2a, 0.0)
+
+    # ---- parameters and sharded state on one GPU -------------------------------------------------
+    p_layer_dense = params_per_layer(h, q_dim, kv_dim, ffn, swiglu, 1.0) - np.where(swiglu, 3.0, 2.0) * h * ffn
+    p_layer_exp = np.where(swiglu, 3.0, 2.0) * h * ffn * np.where(moe, E / ep, 1.0)
+    p_layer = (p_layer_dense + p_layer_exp) / tp
+    emb = V * h / tp
+    p_gpu = Ls * p_layer + emb * (1.0 + np.where((pp == 1) & ~tied, 1.0, 0.0))
+    p_total = model_params(L, h, q_dim, kv_dim, ffn, swiglu, V, tied, E)
+    dpcp = dp * cp
+    shard_n = np.where(sh_node, np.clip(np.floor(gpn / (tp * cp)), 1.0, dp) * cp, dpcp)
+    shard_n = np.maximum(shard_n, 1.0)
+    grad_b = np.where(wb > 2, 4.0, 2.0)
+    opt_bytes_pp = np.where(wb > 2, 8.0, 12.0)  # fp32 training has no separate master copy
+
+    # ---- data-parallel / sharding communication --------------------------------------------------
+    grad_msg = p_gpu * grad_b
+    param_msg = p_gpu * np.where(wb > 2, 4.0, 2.0)
+    t_ar_dp = hierarchical_collective_time("ar", grad_msg, dpcp, tp, gpn, bw0, lat0, bw1, lat1)
+    t_ag_dp = hierarchical_collective_time("ag", param_msg, dpcp, tp, gpn, bw0, lat0, bw1, lat1)
+    t_rs_dp = hierarchical_collective_time("rs", grad_msg, dpcp, tp, gpn, bw0, lat0, bw1, lat1)
+    # ZeRO-3 / FSDP: per micro-batch AG (fwd) + AG (bwd) + RS (grads) over the shard group, prefetched.
+    t_ag_sh = hierarchical_collective_time("ag", param_msg, shard_n, tp, gpn, bw0, lat0, bw1, lat1)
+    t_rs_sh = hierarchical_collective_time("rs", grad_msg, shard_n, tp, gpn, bw0, lat0, bw1, lat1)
+    fsdp_mb = np.where(gather_layer & (shard_n > 1), 2.0 * t_ag_sh + t_rs_sh, 0.0)
+    fsdp_window = t_compute_mb + t_elem_mb
+    fsdp_exposed_mb = np.where(fsdp_mb > 0, np.maximum(0.0, fsdp_mb - fsdp_window) + fsdp_mb / (3.0 * Ls), 0.0)
+    fsdp_hidden_mb = fsdp_mb - fsdp_exposed_mb
+    # HSDP replicas across nodes: one all-reduce of the gradient shard per step.
+    repl_n = dpcp / shard_n
+    t_hsdp = np.where(gather_layer & (repl_n > 1), hierarchical_collective_time(
+        "ar", grad_msg / shard_n, repl_n, tp * shard_n, gpn, bw0, lat0, bw1, lat1), 0.0)
+    # Per-step gradient synchronisation (DDP / ZeRO-1/2), bucketed and overlapped with the last backward.
+    dp_step = np.where(gather_layer, t_hsdp, np.where(sh_opt, t_rs_dp + t_ag_dp, t_ar_dp))
+    dp_step = np.where(dpcp > 1, dp_step, 0.0)
+    window = np.where(dp_ovl, comp_b / np.maximum(m_int, 1.0) * np.where(pp > 1, 1.0, 1.0) + 0.0, 0.0)
+    window = np.where(dp_ovl, (comp_b + recomp) * 1.0, 0.0)  # backward of the last micro-batch
+    last_bucket = np.where(dp_step > 0, np.minimum(dp_step, ring_collective_time(
+        LAST_BUCKET_BYTES, dpcp, np.minimum(bw0, bw1), lat1, 2.0)), 0.0)
+    dp_exposed = np.where(dp_ovl, np.maximum(dp_step - window, last_bucket), dp_step)
+    dp_hidden = dp_step - dp_exposed
+
+    # ---- pipeline -----------------------------------------------------------------------------------
+    p2p_bytes = act_msg / np.where(sp, tp, tp)  # Megatron scatter-gather optimisation splits over TP
+    _, pp_nodes = _span(pp, tp * cp * dp, gpn)
+    bw_pp = np.where(pp_nodes > 1, bw1, bw0)
+    lat_pp = np.where(pp_nodes > 1, lat1, lat0)
+    t_p2p = p2p_bytes / bw_pp + lat_pp
+    pp_comm = np.where(pp > 1, 2.0 * (v * m_int + pp - 1.0) * t_p2p, 0.0)
+
+    t_mb = t_compute_mb + t_elem_mb + tp_exposed + cp_exposed + ep_exposed + fsdp_exposed_mb
+    inflight_bub = pipeline_bubble_fraction(pp, m_int, v, over_v, _f(g["bubble_frac"]))
+    bubble = inflight_bub * t_mb
+
+    # ---- optimizer (memory-bound Adam over this GPU's optimizer shard) -----------------------------
+    opt_shard = np.where(sh_opt, shard_n, 1.0)
+    t_opt = p_gpu / opt_shard * ADAM_BYTES_PER_PARAM / hbm + 10 * KERNEL_OVERHEAD_S
+
+    # ---- island step (before cross-island sync) -------------------------------------------------------
+    terms = {
+        "compute": m_int * t_compute_mb,
+        "memory_ops": m_int * t_elem_mb + 0.0,
+        "tp_comm": m_int * tp_exposed,
+        "cp_comm": m_int * cp_exposed,
+        "ep_comm": m_int * ep_exposed,
+        "pp_comm": pp_comm,
+        "pp_bubble": bubble,
+        "dp_comm": dp_exposed + m_int * fsdp_exposed_mb,
+        "optimizer": t_opt,
+    }
+    island_step = sum(terms.values())
+
+    # ---- memory of the busiest GPU ------------------------------------------------------------------
+    w_mem = p_gpu * wb / np.where(sh_param, shard_n, 1.0) + np.where(sh_param, 2.0 * p_layer * wb, 0.0)
+    g_mem = p_gpu * grad_b / np.where(sh_grad, shard_n, 1.0)
+    o_mem = p_gpu * opt_bytes_pp / np.where(sh_opt, shard_n, 1.0)
+    o_mem = o_mem + p_gpu * _f(g["outer_bytes"]) / np.where(sh_param, shard_n, 1.0)
+    act_stored, act_full = activation_bytes_per_layer(s_loc, mbs, h, heads, q_dim, kv_dim, ffn, swiglu, tp, sp,
+                                                      rec, mat, np.where(moe, ktop, 1.0), s_kv=s)
+    inflight = np.where(sched_all, m_int, np.minimum(m_int, pp))
+    layers_held = np.where(sched_all, Ls * inflight,
+                           (Ls / v) * v * np.minimum(m_int, pp) / pp * pp * np.where(
+                               over_v & (v > 1), 1.0 + (pp - 1.0) / (pp * v), 1.0))
+    layers_held = np.where(sched_all, layers_held, np.minimum(layers_held, Ls * m_int))
+    act_first = act_stored * layers_held + np.where(rec == 2, act_full, 0.0)
+    logits = T * V / tp * 4.0 * 2.0  # fp32 logits and their gradient
+    act_first = act_first + np.where(pp == 1, logits, 0.0)
+    act_last = act_stored * Ls + np.where(rec == 2, act_full, 0.0) + logits
+    act_mem = np.maximum(act_first, np.where(pp > 1, act_last, 0.0))
+    mem_used = (w_mem + g_mem + o_mem + act_mem) * (1.0 + FRAGMENTATION) + RESERVED_BYTES
+    reasons |= np.where(mem_used > mem_cap, 32, 0)
+
+    # ---- FLOPs ----------------------------------------------------------------------------------
+    mf_tok = model_flops_per_token(L, h, q_dim, kv_dim, ffn, swiglu, V, s, ktop, E)
+    dense_l, att_l = layer_flops_per_token(h, q_dim, kv_dim, ffn, swiglu, s, ktop, E)
+    hw_tok = mf_tok + L * np.where(rec == 2, dense_l + att_l, np.where(rec == 1, att_l, 0.0))
+
+    # ---- combine islands --------------------------------------------------------------------------
+    feasible_isl = reasons == 0
+    feasible = np.all(feasible_isl, axis=-1, keepdims=True)
+    slow = np.max(np.where(feasible_isl, island_step, 0.0), axis=-1, keepdims=True)
+    local = _f(g["local_steps"]) > 0
+    multi = n_isl > 1
+    wan_bw, wan_lat = _f(g["wan_bw"]), _f(g["wan_lat"])
+    # Bytes each island sends over its uplink in a ring across I islands: 2 (I-1)/I x payload.
+    ring_frac = 2.0 * (n_isl - 1.0) / max(n_isl, 1)
+    grad_model_bytes = p_total * grad_b
+    t_wan_ar = ring_frac * grad_model_bytes / wan_bw + 2.0 * (n_isl - 1.0) * wan_lat
+    H = np.maximum(_f(g["H"]), 1.0)
+    F = np.maximum(_f(g["F"]), 1.0)
+    ovl = _f(g["ovl_steps"])
+    ovl = np.where(ovl < 0, np.where(F > 1, 1.0, 0.0), ovl)
+    payload = p_total * _f(g["bits"]) / 8.0
+    t_frag = ring_frac * payload / F / wan_bw + 2.0 * (n_isl - 1.0) * wan_lat
+    outer_round = F * np.maximum(0.0, t_frag - ovl * slow)
+    outer_hidden_round = F * t_frag - outer_round
+    # all-reduce sync: the WAN all-reduce overlaps with the backward like any bucketed gradient reduction.
+    ar_window = np.max(np.where(dp_ovl, comp_b + recomp, 0.0), axis=-1, keepdims=True)
+    sync_ar = np.maximum(0.0, t_wan_ar - ar_window)
+    sync = np.where(multi, np.where(local, outer_round / H, sync_ar), 0.0)
+    sync_hidden = np.where(multi, np.where(local, outer_hidden_round / H, t_wan_ar - sync_ar), 0.0)
+    step = slow + sync
+    idle = slow - island_step  # waiting for the slowest island
+    egress_bytes_step = np.where(multi, np.where(local, F * ring_frac * payload / F / H,
+                                                  ring_frac * grad_model_bytes), 0.0) / 2.0 * 2.0
+
+    # Breakdown of the global step = the slowest island's terms + idle (0 for it) + sync.
+    slow_idx = np.argmax(np.where(feasible_isl, island_step, -1.0), axis=-1)[..., None]
+    bd = {k: np.take_along_axis(np.broadcast_to(val, island_step.shape), slow_idx, axis=-1)
+          for k, val in terms.items()}
+    bd["island_sync"] = np.broadcast_to(sync, slow.shape)
+    bd["idle"] = np.zeros_like(slow)
+    overlapped = {
+        "tp_comm": np.take_along_axis(np.broadcast_to(m_int * tp_hidden, island_step.shape), slow_idx, -1),
+        "cp_comm": np.take_along_axis(np.broadcast_to(m_int * cp_hidden, island_step.shape), slow_idx, -1),
+        "dp_comm": np.take_along_axis(np.broadcast_to(dp_hidden + m_int * fsdp_hidden_mb, island_step.shape),
+                                      slow_idx, -1),
+        "island_sync": np.broadcast_to(sync_hidden, slow.shape),
+    }
+
+    isl_gpus = tp * pp * cp * dp
+    total_gpus = np.sum(np.broadcast_to(isl_gpus, island_step.shape), axis=-1, keepdims=True)
+    tokens_step = gbs * s
+    tps = tokens_step / step
+    tps_isl = b_isl * s / step
+    tps_gpu = tps / total_gpus
+    model_tf = tps_gpu * mf_tok / 1e12
+    hw_tf = tps_gpu * hw_tok / 1e12
+    peak_isl = peak  # dense peak at the training precision, per island
+    gpu_peak_mean = np.sum(np.broadcast_to(peak_isl * isl_gpus, island_step.shape), axis=-1,
+                           keepdims=True) / total_gpus
+    mfu = model_tf * 1e12 / gpu_peak_mean
+    hfu = hw_tf * 1e12 / gpu_peak_mean
+    cu = (step - sync - 0.0) / step
+    cu_isl = (island_step) / step
+
+    return {
+        "feasible": feasible[..., 0],
+        "feasible_island": feasible_isl,
+        "reasons": reasons,
+        "step_time_s": step[..., 0],
+        "island_step_s": np.broadcast_to(island_step, reasons.shape),
+        "island_idle_s": np.broadcast_to(idle, reasons.shape),
+        "island_util": np.broadcast_to(cu_isl, reasons.shape),
+        "breakdown": {k: np.asarray(val)[..., 0] for k, val in bd.items()},
+        "overlapped": {k: np.asarray(val)[..., 0] for k, val in overlapped.items()},
+        "tokens_per_s": np.broadcast_to(tps, slow.shape)[..., 0],
+        "tokens_per_s_per_gpu": np.broadcast_to(tps_gpu, slow.shape)[..., 0],
+        "island_tokens_per_s": np.broadcast_to(tps_isl, reasons.shape),
+        "model_tflops_per_gpu": np.broadcast_to(model_tf, slow.shape)[..., 0],
+        "hardware_tflops_per_gpu": np.broadcast_to(hw_tf, slow.shape)[..., 0],
+        "mfu": np.broadcast_to(mfu, slow.shape)[..., 0],
+        "hfu": np.broadcast_to(hfu, slow.shape)[..., 0],
+        "compute_utilization": np.broadcast_to(cu, slow.shape)[..., 0],
+        "memory_per_gpu_gb": np.max(np.broadcast_to(mem_used, reasons.shape), axis=-1) / 1e9,
+        "island_memory_gb": np.broadcast_to(mem_used, reasons.shape) / 1e9,
+        "island_gpus": np.broadcast_to(isl_gpus, reasons.shape),
+        "island_batch": np.broadcast_to(b_isl, reasons.shape),
+        "gpus": np.broadcast_to(total_gpus, slow.shape)[..., 0],
+        "egress_bytes_per_step": np.broadcast_to(egress_bytes_step, slow.shape)[..., 0],
+        "model_flops_per_token": np.broadcast_to(mf_tok, slow.shape)[..., 0],
+        "params": np.broadcast_to(p_total, slow.shape)[..., 0],
+        "micro_batches": np.broadcast_to(m_int, reasons.shape),
+        # details for reason messages
+        "_mem_cap_gb": np.broadcast_to(mem_cap, reasons.shape) / 1e9,
+    }
+
+
+def _span(size, stride, gpn):
+    from .formulas import group_span
+
+    return group_span(size, stride, gpn)
+
+
+def reason_messages(bits: int, values: dict) -> list[tuple[str, str]]:
+    """(key, message) for each reason bit set, formatted with ``values``."""
+    out = []
+    for bit, (key, tmpl) in REASONS.items():
+        if bits & bit:
+            try:
+                out.append((key, tmpl.format(**values)))
+            except (KeyError, ValueError, IndexError):
+                out.append((key, tmpl))
+    return out

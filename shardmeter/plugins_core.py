@@ -1,0 +1,238 @@
+"""Plugin manager factory and the registry of parts.
+
+The core never imports a bundled plugin module: bundled plugins register
+through the ``shardmeter`` entry-point group exactly as a third party's do.
+Only when the distribution's metadata is missing (running from a source tree
+that was never installed) does the manager fall back to the dotted names in
+:data:`BUNDLED`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import os
+import sys
+from typing import Iterable
+
+import attrs
+import pluggy
+
+from . import hookspecs
+from .errors import PluginError, ScenarioError
+from .records import PART_KINDS
+
+__all__ = ["make_plugin_manager", "Registry", "Provided", "BUNDLED", "get_registry"]
+
+ENTRY_POINT_GROUP = "shardmeter"
+
+#: Fallback used only when no ``shardmeter`` distribution metadata is found.
+BUNDLED = (
+    "shardmeter.plugins.hardware",
+    "shardmeter.plugins.interconnects",
+    "shardmeter.plugins.costs",
+    "shardmeter.strategies.builtin",
+)
+
+
+def _warn(msg: str) -> None:
+    print(f"shardmeter: warning: {msg}", file=sys.stderr)
+
+
+def _strict() -> bool:
+    return os.environ.get("SHARDMETER_STRICT_PLUGINS", "").strip() not in ("", "0", "false", "no")
+
+
+def _disabled() -> set[str]:
+    raw = os.environ.get("SHARDMETER_DISABLE_PLUGINS", "")
+    return {x.strip() for x in raw.split(",") if x.strip()}
+
+
+def _entry_points():
+    try:
+        return list(md.entry_points(group=ENTRY_POINT_GROUP))
+    except TypeError:  # pragma: no cover - Python < 3.10 API
+        return list(md.entry_points().get(ENTRY_POINT_GROUP, []))
+
+
+def make_plugin_manager(
+    *, entry_points: bool = True, plugins: Iterable[object] = (), bundled: bool | None = None
+) -> pluggy.PluginManager:
+    """Build a fresh plugin manager.
+
+    :param entry_points: load plugins from the ``shardmeter`` entry-point group,
+        one at a time: one that fails to import is named in a one-line warning
+        on stderr and skipped (fatal with ``SHARDMETER_STRICT_PLUGINS=1``);
+        names listed in ``SHARDMETER_DISABLE_PLUGINS=a,b`` are not loaded.
+    :param plugins: extra plugin objects (modules or instances) to register,
+        e.g. from tests or an application that composes its own parts.
+    :param bundled: force loading the bundled plugins by dotted name; by
+        default they are loaded that way only when entry points do not
+        provide them (an uninstalled source tree).
+    """
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    disabled = _disabled()
+    dists: dict[str, str] = {}
+    found_core = False
+    if entry_points:
+        for ep in _entry_points():
+            dist = getattr(ep, "dist", None)
+            dist_label = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
+            if dist is not None and dist.name.lower().replace("_", "-") == "shardmeter":
+                found_core = True
+            if ep.name in disabled:
+                continue
+            if pm.get_plugin(ep.name) is not None:
+                continue
+            try:
+                obj = ep.load()
+                pm.register(obj, name=ep.name)
+            except Exception as exc:  # noqa: BLE001 - isolate third-party failures
+                msg = (
+                    f"Error loading ShardMeter plugin '{ep.name}' from {dist_label}: "
+                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                )
+                if _strict():
+                    raise PluginError(msg) from exc
+                _warn(msg)
+                continue
+            dists[ep.name] = dist_label
+    if bundled or (bundled is None and not found_core):
+        for dotted in BUNDLED:
+            short = dotted.rsplit(".", 1)[-1]
+            if short in disabled or pm.get_plugin(dotted) is not None:
+                continue
+            mod = importlib.import_module(dotted)
+            if pm.is_registered(mod):
+                continue
+            pm.register(mod, name=dotted)
+            dists[dotted] = "shardmeter (source tree)"
+    for obj in plugins:
+        name = getattr(obj, "__name__", None) or f"{type(obj).__name__}-{id(obj)}"
+        pm.register(obj, name=name)
+        dists.setdefault(name, "registered in code")
+    pm.check_pending()
+    pm._shardmeter_dists = dists  # type: ignore[attr-defined]
+    return pm
+
+
+@attrs.frozen
+class Provided:
+    """A registered part and who provided it."""
+
+    record: object
+    plugin: str
+    distribution: str
+
+
+class Registry:
+    """Every registered part, by kind and name.
+
+    Built from a plugin manager by calling each contribution hook once. A name
+    provided twice within one kind raises :class:`PluginError` naming every
+    provider. Use :meth:`override` to replace a part explicitly in code.
+    """
+
+    def __init__(self, entries: dict[str, dict[str, Provided]]):
+        self._entries = {k: dict(v) for k, v in entries.items()}
+        for k in PART_KINDS:
+            self._entries.setdefault(k, {})
+
+    @classmethod
+    def from_plugin_manager(cls, pm: pluggy.PluginManager) -> "Registry":
+        dists = getattr(pm, "_shardmeter_dists", {})
+        entries: dict[str, dict[str, list[Provided]]] = {k: {} for k in PART_KINDS}
+        hooks = sorted({hook for _, hook in PART_KINDS.values()})
+        for hook_name in hooks:
+            caller = getattr(pm.hook, hook_name)
+            for impl in caller.get_hookimpls():
+                plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
+                dist = dists.get(plugin_name, "unknown distribution")
+                try:
+                    items = impl.function()
+                    items = list(items) if items is not None else []
+                except Exception as exc:  # noqa: BLE001
+                    msg = (
+                        f"ShardMeter plugin '{plugin_name}' ({dist}) failed in {hook_name}: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                    if _strict():
+                        raise PluginError(msg) from exc
+                    _warn(msg)
+                    continue
+                for item in items:
+                    kind = next(
+                        (
+                            k
+                            for k, (cls_, h) in PART_KINDS.items()
+                            if h == hook_name and type(item) is cls_
+                        ),
+                        None,
+                    )
+                    if kind is None:
+                        msg = (
+                            f"ShardMeter plugin '{plugin_name}' ({dist}) returned "
+                            f"{type(item).__name__} from {hook_name}, which expects "
+                            + " or ".join(c.__name__ for k, (c, h) in PART_KINDS.items() if h == hook_name)
+                        )
+                        if _strict():
+                            raise PluginError(msg)
+                        _warn(msg)
+                        continue
+                    entries[kind].setdefault(item.name, []).append(Provided(item, plugin_name, dist))
+        final: dict[str, dict[str, Provided]] = {}
+        for kind, names in entries.items():
+            final[kind] = {}
+            for name, provs in names.items():
+                if len(provs) > 1:
+                    who = "; ".join(f"plugin '{p.plugin}' from {p.distribution}" for p in provs)
+                    raise PluginError(f"duplicate {kind} name '{name}' provided by {who}")
+                final[kind][name] = provs[0]
+        return cls(final)
+
+    def kinds(self) -> tuple[str, ...]:
+        return tuple(self._entries)
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self._entries[kind])
+
+    def provided(self, kind: str, name: str) -> Provided:
+        return self._entries[kind][name]
+
+    def get(self, kind: str, name: str, *, path: str = "", file: str | None = None):
+        """The record called ``name`` of ``kind``; unknown names raise a
+        :class:`ScenarioError` that names ``path`` and suggests close matches."""
+        try:
+            return self._entries[kind][name].record
+        except KeyError:
+            raise ScenarioError(
+                f"unknown {kind} '{name}'" + _suggest(name, self._entries[kind]), path=path, file=file
+            ) from None
+
+    def items(self, kind: str):
+        return [(n, p) for n, p in sorted(self._entries[kind].items())]
+
+    def override(self, kind: str, record, *, plugin: str = "override") -> "Registry":
+        """A copy of this registry with ``record`` replacing (or adding) a part."""
+        entries = {k: dict(v) for k, v in self._entries.items()}
+        entries[kind][record.name] = Provided(record, plugin, "registered in code")
+        return Registry(entries)
+
+
+def _suggest(name: str, options) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(name), list(options), n=3, cutoff=0.5)
+    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+
+
+_DEFAULT: Registry | None = None
+
+
+def get_registry(*, refresh: bool = False) -> Registry:
+    """The process-wide registry built from the installed plugins (cached)."""
+    global _DEFAULT
+    if _DEFAULT is None or refresh:
+        _DEFAULT = Registry.from_plugin_manager(make_plugin_manager())
+    return _DEFAULT

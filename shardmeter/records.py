@@ -1,0 +1,292 @@
+"""Frozen attrs records that plugins contribute: hardware, links, strategies, cost sources.
+
+Units live in the field names (see CONTRIBUTING.md, "Units"):
+
+* ``memory_gb`` decimal gigabytes (1e9 bytes), ``memory_bandwidth_gb_s`` and
+  ``bandwidth_gb_s`` decimal GB/s, **one direction**;
+* ``peak_tflops`` dense (not 2:4-sparse) TFLOP/s per precision;
+* ``latency_us`` microseconds; prices in US dollars.
+
+Every record carries a ``name`` (unique per kind) and a free-text ``source``
+citing where its figures come from.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import attrs
+
+__all__ = [
+    "HardwareProfile",
+    "Interconnect",
+    "CostSource",
+    "ShardingStrategy",
+    "PipelineSchedule",
+    "SyncStrategy",
+    "PRECISIONS",
+    "PART_KINDS",
+]
+
+#: Training precisions a scenario may name.
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+
+def _positive(inst, attribute, value):
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{attribute.name}: expected a number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{attribute.name}: expected a finite number > 0, got {value!r}")
+
+
+def _nonneg(inst, attribute, value):
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{attribute.name}: expected a number, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{attribute.name}: expected a finite number >= 0, got {value!r}")
+
+
+def _fraction(inst, attribute, value):
+    if value is None:
+        return
+    _positive(inst, attribute, value)
+    if value > 1.0:
+        raise ValueError(f"{attribute.name}: expected a fraction in (0, 1], got {value!r}")
+
+
+def _name(inst, attribute, value):
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{attribute.name}: expected a non-empty string, got {value!r}")
+
+
+def _peaks(inst, attribute, value):
+    if not isinstance(value, Mapping) or not value:
+        raise ValueError("peak_tflops: expected a non-empty table of precision = TFLOP/s")
+    for k, v in value.items():
+        if k not in PRECISIONS:
+            raise ValueError(f"peak_tflops.{k}: unknown precision (expected one of {', '.join(PRECISIONS)})")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise ValueError(f"peak_tflops.{k}: expected a finite number > 0, got {v!r}")
+
+
+def _freeze_map(value):
+    return dict(value) if value is not None else {}
+
+
+@attrs.frozen(kw_only=True)
+class HardwareProfile:
+    """One accelerator type.
+
+    Required: ``name``, ``memory_gb``, ``memory_bandwidth_gb_s``, ``peak_tflops``.
+
+    Defaults of the optional fields:
+
+    * ``matmul_efficiency`` = 0.80: achievable fraction of the dense peak for a
+      large, well-shaped GEMM (the "MAMF" of ml-engineering's
+      ``compute/accelerator`` table: A100 SXM 86.9 %, H100 80.3 %, B200 77.6 %).
+    * ``hbm_efficiency`` = 0.90: achievable fraction of HBM bandwidth for
+      streaming kernels (scaling-book measures ~94 % on H100).
+    * ``sm_count`` = 0 (unknown): streaming multiprocessors, used for GEMM
+      wave quantisation; 0 disables that term.
+    * ``tile_m`` x ``tile_n`` = 128 x 128: the GEMM output tile one SM computes
+      per wave (CUTLASS/cuBLAS default class for the generation).
+    * ``gpus_per_node`` = 8, ``intra_node`` / ``inter_node`` / ``nics_per_node``:
+      the platform's usual links (used when a scenario leaves them out).
+    * ``tdp_w``: board power for the ``owned`` cost source's energy term.
+    """
+
+    name: str = attrs.field(validator=_name)
+    memory_gb: float = attrs.field(validator=_positive)
+    memory_bandwidth_gb_s: float = attrs.field(validator=_positive)
+    peak_tflops: Mapping[str, float] = attrs.field(converter=_freeze_map, validator=_peaks)
+    vendor: str = ""
+    matmul_efficiency: float = attrs.field(default=0.80, validator=_fraction)
+    hbm_efficiency: float = attrs.field(default=0.90, validator=_fraction)
+    sm_count: int = attrs.field(default=0, validator=_nonneg)
+    tile_m: int = attrs.field(default=128, validator=_positive)
+    tile_n: int = attrs.field(default=128, validator=_positive)
+    tdp_w: float | None = attrs.field(default=None, validator=_positive)
+    gpus_per_node: int = attrs.field(default=8, validator=_positive)
+    intra_node: str | None = None
+    inter_node: str | None = None
+    nics_per_node: int | None = attrs.field(default=None, validator=_positive)
+    source: str = ""
+
+    def peak(self, precision: str) -> float:
+        """Dense peak TFLOP/s for a training precision.
+
+        ``fp8`` falls back to ``bf16``/``fp16`` on parts without FP8 units and
+        ``bf16`` falls back to ``fp16`` (V100 has no BF16); ``tf32`` falls back
+        to ``fp32``. Returns 0.0 when nothing applies (the plan is infeasible).
+        """
+        order = {
+            "fp8": ("fp8", "bf16", "fp16"),
+            "bf16": ("bf16", "fp16"),
+            "fp16": ("fp16", "bf16"),
+            "tf32": ("tf32", "fp32"),
+            "fp32": ("fp32",),
+        }[precision]
+        for p in order:
+            if p in self.peak_tflops:
+                return float(self.peak_tflops[p])
+        return 0.0
+
+
+@attrs.frozen(kw_only=True)
+class Interconnect:
+    """One link technology at one level of the topology.
+
+    Required: ``name``, ``bandwidth_gb_s`` (one direction), ``latency_us``.
+
+    ``bandwidth_gb_s`` is per GPU for scale-up fabrics (``kind = "scale-up"``:
+    NVLink, xGMI, PCIe), per NIC for scale-out networks (``kind = "network"``;
+    a node's GPUs share ``nics_per_node`` NICs), and per island uplink for
+    wide-area links (``kind = "wan"``). ``latency_us`` is the latency of one
+    step of a collective algorithm on this link (NCCL's ``hwLat``, or the
+    one-way WAN latency).
+
+    * ``efficiency`` = 0.80: achievable fraction of ``bandwidth_gb_s`` for
+      large collectives (nccl-tests busbw / wire rate: A100 NVLink 78 %, H200
+      ring 82 %, NDR 46-48 of 50 GB/s).
+    * ``egress_usd_per_gb`` = 0: price of data leaving a site over this link.
+    """
+
+    name: str = attrs.field(validator=_name)
+    bandwidth_gb_s: float = attrs.field(validator=_positive)
+    latency_us: float = attrs.field(validator=_nonneg)
+    kind: str = attrs.field(default="network", validator=attrs.validators.in_(("scale-up", "network", "wan")))
+    efficiency: float = attrs.field(default=0.80, validator=_fraction)
+    egress_usd_per_gb: float = attrs.field(default=0.0, validator=_nonneg)
+    source: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class CostSource:
+    """A price for GPU time, and for traffic leaving an island.
+
+    The GPU-hour price is the sum of three parts, any of which may be zero:
+
+    * rent: ``usd_per_gpu_hour`` (one price for every GPU) or ``gpu_prices``
+      (per GPU name; ``usd_per_gpu_hour`` wins when both are set);
+    * ownership: ``purchase_usd`` (per GPU name) over ``lifetime_years``
+      (8766 hours a year);
+    * energy: ``tdp_w`` x ``utilization`` x ``pue`` x ``usd_per_kwh``.
+
+    ``egress_usd_per_gb`` prices bytes an island sends to other islands.
+    ``date`` says when the prices were read.
+    """
+
+    name: str = attrs.field(validator=_name)
+    usd_per_gpu_hour: float | None = attrs.field(default=None, validator=_nonneg)
+    gpu_prices: Mapping[str, float] = attrs.field(factory=dict, converter=_freeze_map)
+    purchase_usd: Mapping[str, float] = attrs.field(factory=dict, converter=_freeze_map)
+    lifetime_years: float = attrs.field(default=4.0, validator=_positive)
+    usd_per_kwh: float = attrs.field(default=0.0, validator=_nonneg)
+    pue: float = attrs.field(default=1.0, validator=_positive)
+    utilization: float = attrs.field(default=0.8, validator=_nonneg)
+    egress_usd_per_gb: float = attrs.field(default=0.0, validator=_nonneg)
+    date: str = ""
+    source: str = ""
+
+    def gpu_hour_usd(self, gpu: HardwareProfile) -> float:
+        """US dollars per GPU-hour for ``gpu`` (rent + amortised purchase + energy).
+
+        Returns ``nan`` when this source has no price for the GPU at all.
+        """
+        rent = self.usd_per_gpu_hour if self.usd_per_gpu_hour is not None else self.gpu_prices.get(gpu.name)
+        buy = self.purchase_usd.get(gpu.name)
+        own = buy / (self.lifetime_years * 8766.0) if buy is not None else None
+        energy = 0.0
+        if self.usd_per_kwh and gpu.tdp_w:
+            energy = gpu.tdp_w / 1000.0 * self.utilization * self.pue * self.usd_per_kwh
+        if rent is None and own is None:
+            return float("nan") if not energy else energy
+        return (rent or 0.0) + (own or 0.0) + energy
+
+
+def _options(value):
+    return dict(value) if value is not None else {}
+
+
+@attrs.frozen(kw_only=True)
+class ShardingStrategy:
+    """How model state is partitioned over the data-parallel group (ZeRO / FSDP).
+
+    The model reads these declarative fields (vectorised over candidate plans):
+
+    * ``shard_optimizer`` / ``shard_gradients`` / ``shard_parameters``: which of
+      the ZeRO stages' states are divided by the sharding group (Rajbhandari et
+      al. 2020, ZeRO-1/2/3).
+    * ``shard_group``: ``"dp"`` (the whole data-parallel group) or ``"node"``
+      (HSDP: shard inside a node, replicate across nodes).
+    * ``gather_per_layer``: parameters are all-gathered per layer in forward
+      and again in backward (ZeRO-3 / FSDP), else once per step (ZeRO-1/2).
+    * ``options``: extra ``[parallelism]`` keys this strategy reads, with defaults.
+    """
+
+    name: str = attrs.field(validator=_name)
+    shard_optimizer: bool = False
+    shard_gradients: bool = False
+    shard_parameters: bool = False
+    shard_group: str = attrs.field(default="dp", validator=attrs.validators.in_(("dp", "node")))
+    gather_per_layer: bool = False
+    options: Mapping[str, object] = attrs.field(factory=dict, converter=_options)
+    description: str = ""
+    source: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class PipelineSchedule:
+    """A pipeline-parallel schedule (Narayanan et al. 2021, Sec. 2.2).
+
+    * ``bubble_over_virtual``: the bubble (p-1)(t_f+t_b) is divided by the
+      number of virtual stages v (interleaved 1F1B).
+    * ``in_flight``: micro-batches whose activations the first stage holds:
+      ``"pipeline"`` (min(m, p), 1F1B) or ``"all"`` (m, GPipe).
+    * ``bubble_fraction``: multiplier on the classic bubble (1 for GPipe/1F1B;
+      a zero-bubble schedule would set less).
+    """
+
+    name: str = attrs.field(validator=_name)
+    bubble_over_virtual: bool = False
+    in_flight: str = attrs.field(default="pipeline", validator=attrs.validators.in_(("pipeline", "all")))
+    bubble_fraction: float = attrs.field(default=1.0, validator=_nonneg)
+    options: Mapping[str, object] = attrs.field(factory=dict, converter=_options)
+    description: str = ""
+    source: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class SyncStrategy:
+    """How islands synchronise (only with two islands or more).
+
+    * ``local_steps``: ``False`` = one global data-parallel all-reduce every
+      step (``allreduce``); ``True`` = DiLoCo: ``inner_steps`` local steps,
+      then an outer all-reduce of pseudo-gradients at ``compression_bits``.
+    * ``outer_state_bytes_per_param``: memory of the outer optimizer (DiLoCo:
+      fp32 Nesterov momentum + fp32 copy of the weights = 8).
+    * ``options``: the ``[sync]`` keys it reads, with their defaults.
+    """
+
+    name: str = attrs.field(validator=_name)
+    local_steps: bool = False
+    outer_state_bytes_per_param: float = attrs.field(default=0.0, validator=_nonneg)
+    options: Mapping[str, object] = attrs.field(factory=dict, converter=_options)
+    description: str = ""
+    source: str = ""
+
+
+#: Part kinds: registry namespace -> (record class, hook that contributes it).
+PART_KINDS = {
+    "hardware": (HardwareProfile, "shardmeter_hardware_profiles"),
+    "interconnect": (Interconnect, "shardmeter_interconnect_models"),
+    "sharding": (ShardingStrategy, "shardmeter_sharding_strategies"),
+    "schedule": (PipelineSchedule, "shardmeter_sharding_strategies"),
+    "sync": (SyncStrategy, "shardmeter_sharding_strategies"),
+    "cost": (CostSource, "shardmeter_cost_sources"),
+}

@@ -1,0 +1,103 @@
+"""Bundled strategies: ZeRO/FSDP sharding, pipeline schedules, island sync.
+
+Registered through the ``shardmeter`` entry-point group like any third-party
+plugin. Each record is declarative; the core model reads its fields.
+"""
+
+from __future__ import annotations
+
+import shardmeter
+
+_ZERO = "Rajbhandari et al. 2020, ZeRO (arXiv 1910.02054), Sec. 5"
+
+
+@shardmeter.hookimpl
+def shardmeter_sharding_strategies():
+    # -- sharding over the data-parallel group --------------------------------
+    yield shardmeter.ShardingStrategy(
+        name="none",
+        description="Plain data parallelism: every replica keeps full weights, gradients and optimizer state; "
+        "gradients all-reduced once per step (bucketed, overlapped with backward).",
+        source="PyTorch DDP / Megatron-LM DDP",
+    )
+    yield shardmeter.ShardingStrategy(
+        name="zero1",
+        shard_optimizer=True,
+        description="ZeRO-1 / Megatron distributed optimizer: optimizer states sharded; gradients "
+        "reduce-scattered, updated parameters all-gathered after the step.",
+        source=_ZERO,
+    )
+    yield shardmeter.ShardingStrategy(
+        name="zero2",
+        shard_optimizer=True,
+        shard_gradients=True,
+        description="ZeRO-2: optimizer states and gradients sharded.",
+        source=_ZERO,
+    )
+    yield shardmeter.ShardingStrategy(
+        name="zero3",
+        shard_optimizer=True,
+        shard_gradients=True,
+        shard_parameters=True,
+        gather_per_layer=True,
+        description="ZeRO-3: parameters too; all-gathered per layer in forward and backward (prefetched), "
+        "gradients reduce-scattered per layer.",
+        source=_ZERO,
+    )
+    yield shardmeter.ShardingStrategy(
+        name="fsdp",
+        shard_optimizer=True,
+        shard_gradients=True,
+        shard_parameters=True,
+        gather_per_layer=True,
+        description="PyTorch FSDP FULL_SHARD (same traffic as ZeRO-3).",
+        source="Zhao et al. 2023, PyTorch FSDP (arXiv 2304.11277)",
+    )
+    yield shardmeter.ShardingStrategy(
+        name="hsdp",
+        shard_optimizer=True,
+        shard_gradients=True,
+        shard_parameters=True,
+        gather_per_layer=True,
+        shard_group="node",
+        description="FSDP HYBRID_SHARD: full sharding inside a node, replicas across nodes "
+        "(gradients all-reduced across nodes once per step).",
+        source="Zhao et al. 2023, PyTorch FSDP (arXiv 2304.11277), Sec. 3.2.2",
+    )
+    # -- pipeline schedules ----------------------------------------------------
+    yield shardmeter.PipelineSchedule(
+        name="gpipe",
+        in_flight="all",
+        description="GPipe (all-forward all-backward): bubble (p-1)/m, holds all m micro-batches.",
+        source="Huang et al. 2019 (GPipe); Narayanan et al. 2021, Sec. 2.2.1",
+    )
+    yield shardmeter.PipelineSchedule(
+        name="1f1b",
+        description="PipeDream-Flush 1F1B: bubble (p-1)/m, at most p micro-batches in flight.",
+        source="Narayanan et al. 2021, Sec. 2.2.1",
+    )
+    yield shardmeter.PipelineSchedule(
+        name="interleaved",
+        bubble_over_virtual=True,
+        description="Interleaved 1F1B with v model chunks per GPU: bubble (p-1)/(v m), v times the p2p traffic.",
+        source="Narayanan et al. 2021, Sec. 2.2.2",
+    )
+    # -- island synchronisation ------------------------------------------------
+    yield shardmeter.SyncStrategy(
+        name="allreduce",
+        description="One global data-parallel group across islands: gradients all-reduced every step, "
+        "hierarchically (inside each island, then across the WAN).",
+        source="Thakur, Rabenseifner and Gropp 2005; NCCL hierarchical rings",
+    )
+    yield shardmeter.SyncStrategy(
+        name="diloco",
+        local_steps=True,
+        outer_state_bytes_per_param=8.0,
+        options={"inner_steps": 500, "compression_bits": 16, "fragments": 1, "overlap_steps": -1},
+        description="DiLoCo: inner_steps local AdamW steps, then an outer all-reduce of pseudo-gradients at "
+        "compression_bits per element (Nesterov outer optimizer: fp32 momentum + fp32 weight copy). "
+        "fragments > 1 is Streaming DiLoCo: fragments synchronised in turn, each overlapped with "
+        "overlap_steps inner steps (default: 0 for fragments = 1, blocking; 1 otherwise).",
+        source="Douillard et al. 2023 (arXiv 2311.08105); Streaming DiLoCo, Douillard et al. 2025 "
+        "(arXiv 2501.18512)",
+    )
