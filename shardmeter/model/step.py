@@ -245,8 +245,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     # Per-step gradient synchronisation (DDP / ZeRO-1/2), bucketed and overlapped with the last backward.
     dp_step = np.where(gather_layer, t_hsdp, np.where(sh_opt, t_rs_dp + t_ag_dp, t_ar_dp))
     dp_step = np.where(dpcp > 1, dp_step, 0.0)
-    window = np.where(dp_ovl, comp_b / np.maximum(m_int, 1.0) * np.where(pp > 1, 1.0, 1.0) + 0.0, 0.0)
-    window = np.where(dp_ovl, (comp_b + recomp) * 1.0, 0.0)  # backward of the last micro-batch
+    window = np.where(dp_ovl, comp_b + recomp, 0.0)  # backward (and recompute) of the last micro-batch
     last_bucket = np.where(dp_step > 0, np.minimum(dp_step, ring_collective_time(
         LAST_BUCKET_BYTES, dpcp, np.minimum(bw0, bw1), lat1, 2.0)), 0.0)
     dp_exposed = np.where(dp_ovl, np.maximum(dp_step - window, last_bucket), dp_step)
@@ -331,10 +330,14 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     sync_ar = np.maximum(0.0, t_wan_ar - ar_window)
     sync = np.where(multi, np.where(local, outer_round / H, sync_ar), 0.0)
     sync_hidden = np.where(multi, np.where(local, outer_hidden_round / H, t_wan_ar - sync_ar), 0.0)
+    sync = np.max(np.broadcast_to(sync, np.broadcast_shapes(sync.shape, slow.shape)), axis=-1, keepdims=True)
+    sync_hidden = np.max(np.broadcast_to(sync_hidden, np.broadcast_shapes(sync_hidden.shape, slow.shape)),
+                         axis=-1, keepdims=True)
     step = slow + sync
     idle = slow - island_step  # waiting for the slowest island
-    egress_bytes_step = np.where(multi, np.where(local, F * ring_frac * payload / F / H,
-                                                  ring_frac * grad_model_bytes), 0.0) / 2.0 * 2.0
+    # Bytes each island sends over its uplink per (inner) step.
+    egress_bytes_step = np.where(multi, np.where(local, ring_frac * payload / H, ring_frac * grad_model_bytes), 0.0)
+    egress_bytes_step = np.max(np.broadcast_to(egress_bytes_step, reasons.shape), axis=-1)
 
     # Breakdown of the global step = the slowest island's terms + idle (0 for it) + sync.
     slow_idx = np.argmax(np.where(feasible_isl, island_step, -1.0), axis=-1)[..., None]
@@ -352,7 +355,8 @@ def evaluate(inp) -> dict[str, np.ndarray]:
 
     isl_gpus = tp * pp * cp * dp
     total_gpus = np.sum(np.broadcast_to(isl_gpus, island_step.shape), axis=-1, keepdims=True)
-    tokens_step = gbs * s
+    tokens_step = _first(gbs * s, reasons.shape)
+    mf_tok, hw_tok, p_total = (_first(x, reasons.shape) for x in (mf_tok, hw_tok, p_total))
     tps = tokens_step / step
     tps_isl = b_isl * s / step
     tps_gpu = tps / total_gpus
@@ -389,13 +393,18 @@ def evaluate(inp) -> dict[str, np.ndarray]:
         "island_gpus": np.broadcast_to(isl_gpus, reasons.shape),
         "island_batch": np.broadcast_to(b_isl, reasons.shape),
         "gpus": np.broadcast_to(total_gpus, slow.shape)[..., 0],
-        "egress_bytes_per_step": np.broadcast_to(egress_bytes_step, slow.shape)[..., 0],
+        "egress_bytes_per_step": egress_bytes_step,
         "model_flops_per_token": np.broadcast_to(mf_tok, slow.shape)[..., 0],
         "params": np.broadcast_to(p_total, slow.shape)[..., 0],
         "micro_batches": np.broadcast_to(m_int, reasons.shape),
         # details for reason messages
         "_mem_cap_gb": np.broadcast_to(mem_cap, reasons.shape) / 1e9,
     }
+
+
+def _first(x, shape):
+    """Column 0 of a per-island array whose value is global (same on every island)."""
+    return np.broadcast_to(x, shape)[..., :1]
 
 
 def _span(size, stride, gpn):
