@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .islands import island_sync
 from .formulas import (
     KERNEL_OVERHEAD_S,
     activation_bytes_per_layer,
@@ -310,34 +311,12 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     feasible_isl = reasons == 0
     feasible = np.all(feasible_isl, axis=-1, keepdims=True)
     slow = np.max(np.where(feasible_isl, island_step, 0.0), axis=-1, keepdims=True)
-    local = _f(g["local_steps"]) > 0
-    multi = n_isl > 1
-    wan_bw, wan_lat = _f(g["wan_bw"]), _f(g["wan_lat"])
-    # Bytes each island sends over its uplink in a ring across I islands: 2 (I-1)/I x payload.
-    ring_frac = 2.0 * (n_isl - 1.0) / max(n_isl, 1)
-    grad_model_bytes = p_total * grad_b
-    t_wan_ar = ring_frac * grad_model_bytes / wan_bw + 2.0 * (n_isl - 1.0) * wan_lat
-    H = np.maximum(_f(g["H"]), 1.0)
-    F = np.maximum(_f(g["F"]), 1.0)
-    ovl = _f(g["ovl_steps"])
-    ovl = np.where(ovl < 0, np.where(F > 1, 1.0, 0.0), ovl)
-    payload = p_total * _f(g["bits"]) / 8.0
-    t_frag = ring_frac * payload / F / wan_bw + 2.0 * (n_isl - 1.0) * wan_lat
-    outer_round = F * np.maximum(0.0, t_frag - ovl * slow)
-    outer_hidden_round = F * t_frag - outer_round
-    # all-reduce sync: the WAN all-reduce overlaps with the backward like any bucketed gradient reduction.
     ar_window = np.max(np.where(dp_ovl, comp_b + recomp, 0.0), axis=-1, keepdims=True)
-    sync_ar = np.maximum(0.0, t_wan_ar - ar_window)
-    sync = np.where(multi, np.where(local, outer_round / H, sync_ar), 0.0)
-    sync_hidden = np.where(multi, np.where(local, outer_hidden_round / H, t_wan_ar - sync_ar), 0.0)
-    sync = np.max(np.broadcast_to(sync, np.broadcast_shapes(sync.shape, slow.shape)), axis=-1, keepdims=True)
-    sync_hidden = np.max(np.broadcast_to(sync_hidden, np.broadcast_shapes(sync_hidden.shape, slow.shape)),
-                         axis=-1, keepdims=True)
+    sync, sync_hidden, egress_bytes_step = island_sync(
+        n_isl, slow, p_total, grad_b, _f(g["wan_bw"]), _f(g["wan_lat"]), _f(g["local_steps"]) > 0, _f(g["H"]),
+        _f(g["F"]), _f(g["ovl_steps"]), _f(g["bits"]), ar_window, reasons.shape)
     step = slow + sync
     idle = slow - island_step  # waiting for the slowest island
-    # Bytes each island sends over its uplink per (inner) step.
-    egress_bytes_step = np.where(multi, np.where(local, ring_frac * payload / H, ring_frac * grad_model_bytes), 0.0)
-    egress_bytes_step = np.max(np.broadcast_to(egress_bytes_step, reasons.shape), axis=-1)
 
     # Breakdown of the global step = the slowest island's terms + idle (0 for it) + sync.
     slow_idx = np.argmax(np.where(feasible_isl, island_step, -1.0), axis=-1)[..., None]
