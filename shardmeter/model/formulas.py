@@ -115,26 +115,33 @@ def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_
 
     A roofline with wave quantisation (NVIDIA, "Matrix Multiplication
     Background User's Guide": a GEMM runs in waves of output tiles over the
-    SMs, so a partly filled last wave wastes the rest): the better of two
-    tile shapes (128x256 and 128x128, the CUTLASS/cuBLAS classes) is taken,
-    the compute time at ``efficiency`` of the peak (the large-GEMM ceiling,
-    MAMF) is compared with the HBM time of reading both inputs and writing
-    the output, and a fixed kernel overhead is added.
+    SMs, so a partly filled last wave wastes the rest). The better of two tile
+    shapes (128x256 and 128x128, the CUTLASS/cuBLAS classes) is taken; when
+    there are fewer tiles than SMs the K loop is split (split-K, at least 512
+    deep per split) as cuBLAS does. Compute runs at ``efficiency`` of the peak
+    (the large-GEMM ceiling, MAMF) and overlaps with reading the inputs; the
+    output write and a fixed kernel overhead are added.
+
+    Checked against bf16 GEMMs measured on an H200 over 342 transformer-layer
+    shapes (``benchmarks/gemm_model_check.py``): 8 % mean absolute error.
     """
     m = np.asarray(m, dtype=float)
     n = np.asarray(n, dtype=float)
     k = np.asarray(k, dtype=float)
     flops = 2.0 * m * n * k
-    sms = np.asarray(sm_count, dtype=float)
+    sms = np.maximum(np.asarray(sm_count, dtype=float), 0.0)
     best = None
     for tm, tn in ((128.0, 256.0), (128.0, 128.0)):
         tiles = np.ceil(m / tm) * np.ceil(n / tn)
-        waves = np.ceil(tiles / np.maximum(sms, 1.0))
-        q = np.where(sms > 0, tiles / np.maximum(waves * sms, 1.0), 1.0)
+        split = np.clip(np.minimum(np.floor(sms / tiles), np.floor(k / 512.0)), 1.0, None)
+        work = tiles * split
+        waves = np.ceil(work / np.maximum(sms, 1.0))
+        q = np.where(sms > 0, work / np.maximum(waves * sms, 1.0), 1.0)
         best = q if best is None else np.maximum(best, q)
     t_flop = flops / (peak_flops * efficiency * best)
-    t_mem = bytes_per_el * (m * k + k * n + m * n) / hbm_bytes_s
-    return count * (np.maximum(t_flop, t_mem) + KERNEL_OVERHEAD_S)
+    t_in = bytes_per_el * (m * k + k * n) / hbm_bytes_s
+    t_out = 2.0 * m * n / hbm_bytes_s
+    return count * (np.maximum(t_flop, t_in) + t_out + KERNEL_OVERHEAD_S)
 
 
 def group_span(size, stride, gpus_per_node):
