@@ -190,14 +190,15 @@ class Estimator:
                 "L": m.layers, "h": m.hidden, "heads": m.heads, "kv_heads": m.n_kv_heads,
                 "q_dim": m.heads * m.d_head, "kv_dim": m.n_kv_heads * m.d_head, "ffn": m.d_ffn,
                 "swiglu": m.ffn == "swiglu", "V": m.vocab, "s": m.seq_len, "tied": m.tied_embeddings,
-                "E": m.experts, "k_top": m.experts_per_token, "causal": m.causal,
+                "E": m.experts, "k_top": m.experts_per_token, "causal": m.causal, "dropout": m.dropout,
                 "gbs": t.global_batch, "mbs": t.micro_batch, "recompute": _RECOMPUTE[t.recompute],
                 "materialized": t.attention == "materialized", "w_bytes": 4.0 if t.precision in ("fp32", "tf32")
                 else 2.0, "peak": gpu.peak(t.precision) * 1e12,
                 "peak16": gpu.peak("bf16" if t.precision in ("fp8", "bf16") else t.precision) * 1e12,
                 "fp8": t.precision == "fp8" and "fp8" in gpu.peak_tflops,
                 "mem": gpu.memory_gb * 1e9, "hbm": gpu.memory_bandwidth_gb_s * 1e9,
-                "gemm_eff": gpu.matmul_efficiency, "hbm_eff": gpu.hbm_efficiency, "sms": gpu.sm_count,
+                "gemm_eff": (gpu.matmul_efficiency_fp8 or gpu.matmul_efficiency) if t.precision == "fp8"
+                else gpu.matmul_efficiency, "att_eff": gpu.attention_efficiency, "hbm_eff": gpu.hbm_efficiency, "sms": gpu.sm_count,
                 "gpn": isl.gpus_per_node, "nodes": isl.nodes,
                 "bw0": isl.intra.bandwidth_gb_s * 1e9 * isl.intra.efficiency,
                 "lat0": isl.intra.latency_us * 1e-6,

@@ -89,6 +89,12 @@ class HardwareProfile:
     * ``matmul_efficiency`` = 0.80: achievable fraction of the dense peak for a
       large, well-shaped GEMM (the "MAMF" of ml-engineering's
       ``compute/accelerator`` table: A100 SXM 86.9 %, H100 80.3 %, B200 77.6 %).
+    * ``matmul_efficiency_fp8`` = None: the same for FP8 GEMMs (ml-engineering's
+      MAMF table: H100 70.9 %, H200 73.4 %, B200 76.3 %); None = ``matmul_efficiency``.
+    * ``attention_efficiency`` = 0.55: achieved fraction of the 16-bit dense
+      peak by fused (flash) attention, forward and backward (Dao 2023,
+      FlashAttention-2: 50-73 % on A100; ~35-40 % for FA2 on H100, Shah et al.
+      2024, FlashAttention-3: up to 75 % on H100).
     * ``hbm_efficiency`` = 0.90: achievable fraction of HBM bandwidth for
       streaming kernels (scaling-book measures ~94 % on H100).
     * ``sm_count`` = 0 (unknown): streaming multiprocessors, used for GEMM
@@ -106,6 +112,8 @@ class HardwareProfile:
     peak_tflops: Mapping[str, float] = attrs.field(converter=_freeze_map, validator=_peaks)
     vendor: str = ""
     matmul_efficiency: float = attrs.field(default=0.80, validator=_fraction)
+    matmul_efficiency_fp8: float | None = attrs.field(default=None, validator=_fraction)
+    attention_efficiency: float = attrs.field(default=0.55, validator=_fraction)
     hbm_efficiency: float = attrs.field(default=0.90, validator=_fraction)
     sm_count: int = attrs.field(default=0, validator=_nonneg)
     tile_m: int = attrs.field(default=128, validator=_positive)
@@ -193,19 +201,40 @@ class CostSource:
     date: str = ""
     source: str = ""
 
+    def prices_hardware(self) -> bool:
+        """Whether this source prices GPU time (rent or purchase) at all; a source
+        that does not is *energy-only by design* (or egress-only)."""
+        return self.usd_per_gpu_hour is not None or bool(self.gpu_prices) or bool(self.purchase_usd)
+
     def gpu_hour_usd(self, gpu: HardwareProfile) -> float:
         """US dollars per GPU-hour for ``gpu`` (rent + amortised purchase + energy).
 
-        Returns ``nan`` when this source has no price for the GPU at all.
+        Returns ``nan`` (cost unknown; the report's ``cost_usd`` is then null)
+        when any part that applies is unknown:
+
+        * the source prices GPU time (:meth:`prices_hardware`) but has neither a
+          rent nor a purchase price for this GPU -- it is never priced at energy
+          only by accident;
+        * the source charges energy (``usd_per_kwh > 0``) but the GPU has no
+          ``tdp_w``;
+        * the source prices nothing for GPU time at all (no rent, no purchase,
+          no energy).
+
+        A source with no rent or purchase prices but ``usd_per_kwh > 0`` is
+        energy-only by design and returns the energy term alone.
         """
         rent = self.usd_per_gpu_hour if self.usd_per_gpu_hour is not None else self.gpu_prices.get(gpu.name)
         buy = self.purchase_usd.get(gpu.name)
         own = buy / (self.lifetime_years * 8766.0) if buy is not None else None
+        if rent is None and own is None and self.prices_hardware():
+            return float("nan")
         energy = 0.0
-        if self.usd_per_kwh and gpu.tdp_w:
+        if self.usd_per_kwh:
+            if not gpu.tdp_w:
+                return float("nan")
             energy = gpu.tdp_w / 1000.0 * self.utilization * self.pue * self.usd_per_kwh
-        if rent is None and own is None:
-            return float("nan") if not energy else energy
+        elif rent is None and own is None:
+            return float("nan")
         return (rent or 0.0) + (own or 0.0) + energy
 
 

@@ -83,7 +83,9 @@ def _bounded(inst, attribute, value):
 class ModelSpec:
     """``[model]``: the transformer. Defaults: ``kv_heads = heads``,
     ``head_dim = hidden / heads``, ``ffn_hidden = 4 * hidden``, ``ffn = "gelu"``,
-    untied embeddings, dense (``experts = 1``), causal attention."""
+    untied embeddings, dense (``experts = 1``), causal attention, no dropout
+    (``dropout = true`` stores Megatron-style dropout masks, as in Korthikanti
+    et al. 2022's activation formulas)."""
 
     preset: str | None = None
     layers: int = attrs.field(validator=[_count, _bounded])
@@ -99,6 +101,7 @@ class ModelSpec:
     experts: int = attrs.field(default=1, validator=[_count, _bounded])
     experts_per_token: int = attrs.field(default=1, validator=[_count, _bounded])
     causal: bool = True
+    dropout: bool = False
 
     @property
     def n_kv_heads(self) -> int:

@@ -79,7 +79,7 @@ def model_params(layers, h, q_dim, kv_dim, ffn, swiglu, vocab, tied, experts=1):
 
 
 def activation_bytes_per_layer(s, b, h, heads, q_dim, kv_dim, ffn, swiglu, tp, sp, recompute, materialized,
-                               experts_per_token=1, s_kv=None):
+                               experts_per_token=1, s_kv=None, dropout=True):
     """Activation memory of one layer for one micro-batch (bytes, 16-bit activations).
 
     Korthikanti et al. 2022 (arXiv 2205.05198), Sec. 4, Table 2, generalised to
@@ -95,15 +95,21 @@ def activation_bytes_per_layer(s, b, h, heads, q_dim, kv_dim, ffn, swiglu, tp, s
 
     ``recompute`` is 0 (none), 1 (selective) or 2 (full); ``s`` is the
     sequence length held by this GPU (``seq/cp``), ``s_kv`` the keys each
-    query attends to (default ``s``).
+    query attends to (default ``s``). ``dropout=False`` (models trained without
+    dropout, e.g. Llama, MPT) drops the paper's 1-byte masks: ``2 s b h`` of
+    the 34 and the attention-dropout mask and output (``3 a s^2 b`` of the 5).
+
+    Returns ``(stored, full)``: bytes kept per layer under the recompute mode,
+    and the full per-layer activations (the working set while recomputing).
     """
     s_kv = s if s_kv is None else s_kv
     sbh = s * b * h
     tp = np.asarray(tp, dtype=float)
-    repl = 10.0 * sbh  # LayerNorm inputs 4, QKV input 2, out-proj/MLP dropout masks 2, MLP input 2
+    drop = np.where(dropout, 1.0, 0.0)
+    repl = (8.0 + 2.0 * drop) * sbh  # LayerNorm inputs 4, QKV input 2, MLP input 2, dropout masks 2
     att = s * b * (4.0 * q_dim + 4.0 * kv_dim)  # Q, K (4), V (2), out-proj input (2) -> 8 s b h for MHA
     mlp = s * b * ffn * np.where(swiglu, 6.0, 4.0) * experts_per_token
-    score = 5.0 * heads * s * s_kv * b  # softmax out (2) + dropout mask (1) + dropout out (2)
+    score = (2.0 + 3.0 * drop) * heads * s * s_kv * b  # softmax out (2) + dropout mask (1) + dropout out (2)
     score = np.where(materialized & (np.asarray(recompute) == 0), score, 0.0)
     full_store = np.where(sp, 2.0 * sbh / tp, 2.0 * sbh)
     per_layer = np.where(sp, repl / tp, repl) + (att + mlp + score) / tp

@@ -37,11 +37,11 @@ __all__ = ["evaluate", "INPUTS", "REASONS", "BREAKDOWN_TERMS", "reason_messages"
 INPUTS = (
     # model
     "L", "h", "heads", "kv_heads", "q_dim", "kv_dim", "ffn", "swiglu", "V", "s", "tied", "E", "k_top",
-    "causal",
+    "causal", "dropout",
     # training
     "gbs", "mbs", "recompute", "materialized", "w_bytes", "peak", "peak16", "fp8",
     # hardware
-    "mem", "hbm", "gemm_eff", "hbm_eff", "sms",
+    "mem", "hbm", "gemm_eff", "att_eff", "hbm_eff", "sms",
     # topology (achieved bandwidth in bytes/s per GPU, latency in s)
     "gpn", "nodes", "bw0", "lat0", "bw1", "lat1",
     # parallelism
@@ -79,10 +79,8 @@ FRAGMENTATION = 0.05
 #: weight, m and v 3 x (4 + 4), write 16-bit weight 2): a memory-bound kernel.
 ADAM_BYTES_PER_PARAM = 30.0
 
-#: Fraction of FlashAttention's throughput relative to a large GEMM (Dao 2023,
-#: FlashAttention-2: forward ~73 % and backward ~63 % of A100 peak, against
-#: ~87 % for cuBLAS GEMMs); backward executes 2.5x the forward FLOPs.
-FLASH_RELATIVE_EFFICIENCY = 0.80
+#: FlashAttention's backward executes 2.5x the forward FLOPs (it recomputes the
+#: scores: 5 matrix products against 2; Dao 2023, FlashAttention-2, Sec. 3).
 FLASH_BWD_FACTOR = 2.5
 
 #: Gradient bucket (Megatron-LM DDP default 40M elements; PyTorch DDP 25 MB)
@@ -105,7 +103,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     mat = g["materialized"].astype(bool)
     wb, peak, peak16 = _f(g["w_bytes"]), _f(g["peak"]), _f(g["peak16"])
     mem_cap, hbm = _f(g["mem"]), _f(g["hbm"]) * _f(g["hbm_eff"])
-    eff, sms = _f(g["gemm_eff"]), _f(g["sms"])
+    eff, sms, att_eff = _f(g["gemm_eff"]), _f(g["sms"]), _f(g["att_eff"])
     gpn, nodes = _f(g["gpn"]), _f(g["nodes"])
     bw0, lat0, bw1, lat1 = _f(g["bw0"]), _f(g["lat0"]), _f(g["bw1"]), _f(g["lat1"])
     tp, pp, dp, cp, ep = _f(g["tp"]), _f(g["pp"]), _f(g["dp"]), _f(g["cp"]), _f(g["ep"])
@@ -165,7 +163,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     heads_t = heads / tp
     att_flops = 4.0 * T * s * q_t  # full count; keys span the whole sequence (ring attention for cp > 1)
     causal_frac = np.where(causal, 0.5, 1.0)
-    t_flash_f = att_flops * causal_frac / (peak16 * eff * FLASH_RELATIVE_EFFICIENCY) + 2 * KERNEL_OVERHEAD_S
+    t_flash_f = att_flops * causal_frac / (peak16 * att_eff) + 2 * KERNEL_OVERHEAD_S
     score_el = heads_t * T * s  # score matrix elements of this GPU
     t_mat_f = gemm_time(s_loc, s, q_dim / heads, peak16, eff, hbm, sms, count=2.0 * heads_t * mbs) + \
         9.0 * score_el / hbm
@@ -288,14 +286,15 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     o_mem = p_gpu * opt_bytes_pp / np.where(sh_opt, shard_n, 1.0)
     o_mem = o_mem + p_gpu * _f(g["outer_bytes"]) / np.where(sh_param, shard_n, 1.0)
     act_stored, act_full = activation_bytes_per_layer(s_loc, mbs, h, heads, q_dim, kv_dim, ffn, swiglu, tp, sp,
-                                                      rec, mat, np.where(moe, ktop, 1.0), s_kv=s)
+                                                      rec, mat, np.where(moe, ktop, 1.0), s_kv=s,
+                                                      dropout=g["dropout"].astype(bool))
     inflight = np.where(sched_all, m_int, np.minimum(m_int, pp))
     layers_held = np.where(sched_all, Ls * inflight,
                            (Ls / v) * v * np.minimum(m_int, pp) / pp * pp * np.where(
                                over_v & (v > 1), 1.0 + (pp - 1.0) / (pp * v), 1.0))
     layers_held = np.where(sched_all, layers_held, np.minimum(layers_held, Ls * m_int))
     act_first = act_stored * layers_held + np.where(rec == 2, act_full, 0.0)
-    logits = T * V / tp * 4.0 * 2.0  # fp32 logits and their gradient
+    logits = T * V / tp * 4.0  # logits in fp32 for the (fused, in-place) cross-entropy
     act_first = act_first + np.where(pp == 1, logits, 0.0)
     act_last = act_stored * Ls + np.where(rec == 2, act_full, 0.0) + logits
     act_mem = np.maximum(act_first, np.where(pp > 1, act_last, 0.0))
@@ -311,15 +310,21 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     feasible_isl = reasons == 0
     feasible = np.all(feasible_isl, axis=-1, keepdims=True)
     slow = np.max(np.where(feasible_isl, island_step, 0.0), axis=-1, keepdims=True)
-    ar_window = np.max(np.where(dp_ovl, comp_b + recomp, 0.0), axis=-1, keepdims=True)
-    sync, sync_hidden, egress_bytes_step = island_sync(
+    slow_idx = np.argmax(np.where(feasible_isl, island_step, -1.0), axis=-1)[..., None]
+    # A global all-reduce's WAN stage hides under the slowest island's last backward pass.
+    ar_window = np.take_along_axis(np.broadcast_to(np.where(dp_ovl, comp_b + recomp, 0.0), island_step.shape),
+                                   slow_idx, axis=-1)
+    wan = island_sync(
         n_isl, slow, p_total, grad_b, _f(g["wan_bw"]), _f(g["wan_lat"]), _f(g["local_steps"]) > 0, _f(g["H"]),
         _f(g["F"]), _f(g["ovl_steps"]), _f(g["bits"]), ar_window, reasons.shape)
+    sync, sync_hidden, egress_bytes_step = wan["exposed"], wan["hidden"], wan["egress"]
     step = slow + sync
-    idle = slow - island_step  # waiting for the slowest island
+    # Heterogeneous islands: each island's global batch share is proportional to its data-parallel
+    # replicas (b_isl above), so faster islands finish their inner steps early and wait (DiLoCo: at
+    # the outer sync; allreduce: at every step) -- the same idle time per step either way.
+    idle = slow - island_step
 
     # Breakdown of the global step = the slowest island's terms + idle (0 for it) + sync.
-    slow_idx = np.argmax(np.where(feasible_isl, island_step, -1.0), axis=-1)[..., None]
     bd = {k: np.take_along_axis(np.broadcast_to(val, island_step.shape), slow_idx, axis=-1)
           for k, val in terms.items()}
     bd["island_sync"] = np.broadcast_to(sync, slow.shape)
@@ -346,8 +351,12 @@ def evaluate(inp) -> dict[str, np.ndarray]:
                            keepdims=True) / total_gpus
     mfu = model_tf * 1e12 / gpu_peak_mean
     hfu = hw_tf * 1e12 / gpu_peak_mean
-    cu = (step - sync - 0.0) / step
-    cu_isl = (island_step) / step
+    # Compute utilisation as the DiLoCo papers define it (INTELLECT-1 Table 2: inner time / (inner time +
+    # outer all-reduce)): the share of wall time the GPUs work on their own island's step rather than
+    # wait on the WAN sync or on slower islands, GPU-weighted over islands:
+    # 1 - (exposed island sync + mean idle) / step. Communication inside an island counts as working.
+    cu_isl = island_step / step
+    cu = np.sum(np.broadcast_to(cu_isl * isl_gpus, island_step.shape), axis=-1, keepdims=True) / total_gpus
 
     return {
         "feasible": feasible[..., 0],
@@ -373,6 +382,8 @@ def evaluate(inp) -> dict[str, np.ndarray]:
         "island_batch": np.broadcast_to(b_isl, reasons.shape),
         "gpus": np.broadcast_to(total_gpus, slow.shape)[..., 0],
         "egress_bytes_per_step": egress_bytes_step,
+        "wan_s": np.broadcast_to(wan["wan_s"], slow.shape)[..., 0],
+        "wan_round_s": np.broadcast_to(wan["round_s"], slow.shape)[..., 0],
         "model_flops_per_token": np.broadcast_to(mf_tok, slow.shape)[..., 0],
         "params": np.broadcast_to(p_total, slow.shape)[..., 0],
         "micro_batches": np.broadcast_to(m_int, reasons.shape),

@@ -1,0 +1,116 @@
+"""Fit ShardMeter's few physical efficiency parameters on the bundled published runs.
+
+Usage: python tools/fit_efficiency.py [PATH ...] [--rounds 3]
+
+Parameters fitted (and only these):
+
+* per GPU and precision class (16-bit, fp8): ``matmul_efficiency`` /
+  ``matmul_efficiency_fp8``, the achievable fraction of dense peak of large
+  GEMMs in real training stacks;
+* per GPU: ``attention_efficiency``, the fraction of the 16-bit peak fused
+  attention achieves.
+
+Procedure: every single-island scenario with ``[measured] tokens_per_s_per_gpu``
+is turned into one row of the model's input arrays; the rows are evaluated
+together (one vectorised call per trial value). The objective is the mean
+absolute relative error of tokens/s per GPU, each source group (folder)
+weighted equally so that the largest group does not dominate. Coordinate
+descent over a 0.01 grid in [0.20, 1.00], a few rounds. Infeasible cases do not
+depend on these parameters and are left out. The printed values are copied by
+hand into ``hardware_catalog/gpus.toml`` with the fit's date; nothing is fitted
+per case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+from shardmeter.estimator import Estimator
+from shardmeter.model.step import INPUTS, evaluate
+from shardmeter.validate import bundled_validation_dir, collect_files
+
+
+def load_rows(paths):
+    est = Estimator()
+    rows, meta = [], []
+    for f in collect_files(paths):
+        try:
+            sc = est.load(f)
+        except Exception:  # noqa: BLE001
+            continue
+        if len(sc.islands) != 1 or "tokens_per_s_per_gpu" not in sc.measured:
+            continue
+        try:
+            inp = est.inputs(sc)
+            isl = est.resolve(sc)[0]
+        except Exception:  # noqa: BLE001
+            continue
+        rows.append(inp)
+        meta.append({"file": f, "group": os.path.basename(os.path.dirname(f)), "gpu": isl.gpu.name,
+                     "fp8": sc.training.precision == "fp8", "measured": sc.measured["tokens_per_s_per_gpu"]})
+    batch = {k: np.concatenate([r[k] for r in rows], axis=0) for k in INPUTS}
+    return batch, meta
+
+
+def objective(batch, meta, weights):
+    out = evaluate(batch)
+    pred = out["tokens_per_s_per_gpu"]
+    meas = np.array([m["measured"] for m in meta])
+    ok = out["feasible"]
+    err = np.abs(pred - meas) / meas
+    return float(np.sum(np.where(ok, err, 0.0) * weights) / np.sum(np.where(ok, weights, 0.0))), err, ok
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("paths", nargs="*")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
+    batch, meta = load_rows(args.paths or [bundled_validation_dir()])
+    groups = defaultdict(int)
+    for m in meta:
+        groups[m["group"]] += 1
+    weights = np.array([1.0 / groups[m["group"]] for m in meta])
+    params = {}
+    for i, m in enumerate(meta):
+        params.setdefault(("matmul", m["gpu"], "fp8" if m["fp8"] else "16bit"), []).append(i)
+        params.setdefault(("attention", m["gpu"], ""), []).append(i)
+    grid = np.round(np.arange(0.20, 1.0001, 0.01), 2)
+    base, err, ok = objective(batch, meta, weights)
+    print(f"{len(meta)} cases; weighted MAPE before: {base:.2%}")
+    for _ in range(args.rounds):
+        for key, idx in sorted(params.items()):
+            col = "gemm_eff" if key[0] == "matmul" else "att_eff"
+            best_v, best_o = None, None
+            for v in grid:
+                trial = dict(batch)
+                arr = batch[col].copy()
+                arr[idx] = v
+                trial[col] = arr
+                o, _, _ = objective(trial, meta, weights)
+                if best_o is None or o < best_o - 1e-12:
+                    best_v, best_o = v, o
+            arr = batch[col].copy()
+            arr[idx] = best_v
+            batch[col] = arr
+    final, err, ok = objective(batch, meta, weights)
+    print(f"weighted MAPE after: {final:.2%}")
+    for key, idx in sorted(params.items()):
+        col = "gemm_eff" if key[0] == "matmul" else "att_eff"
+        print(f"  {key[0]:9s} {key[1]:16s} {key[2]:6s} = {float(batch[col][idx[0], 0]):.2f}   ({len(idx)} cases)")
+    by = defaultdict(list)
+    for m, e, k in zip(meta, err, ok):
+        if k:
+            by[m["group"]].append(e)
+    for g, v in sorted(by.items()):
+        print(f"  group {g:22s} MAPE {np.mean(v):.1%}  ({len(v)} feasible of {groups[g]})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
