@@ -9,7 +9,36 @@ from .records import CostSource, HardwareProfile, Interconnect, PipelineSchedule
 
 __version__ = "0.1.0"
 
+#: The Python API, imported on first use (``shardmeter.estimate``, ...) so that
+#: ``import shardmeter`` in a plugin stays light and free of import cycles.
+_LAZY = {
+    "load_scenario": ".scenario",
+    "Scenario": ".scenario",
+    "estimate": ".estimator",
+    "Estimator": ".estimator",
+    "Report": ".report",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'shardmeter' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 __all__ = [
+    "load_scenario",
+    "estimate",
+    "Estimator",
+    "Report",
+    "Scenario",
     "hookimpl",
     "HardwareProfile",
     "Interconnect",

@@ -8,9 +8,19 @@ providers. Implement a hook with ``@shardmeter.hookimpl``.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import pluggy
+
+if TYPE_CHECKING:  # records are named in the signatures only
+    from .records import (
+        CostSource,
+        HardwareProfile,
+        Interconnect,
+        PipelineSchedule,
+        ShardingStrategy,
+        SyncStrategy,
+    )
 
 PROJECT = "shardmeter"
 
@@ -19,7 +29,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def shardmeter_hardware_profiles() -> Iterable:
+def shardmeter_hardware_profiles() -> Iterable[HardwareProfile]:
     """Contribute accelerator profiles.
 
     :returns: an iterable of :class:`shardmeter.HardwareProfile`.
@@ -39,7 +49,7 @@ def shardmeter_hardware_profiles() -> Iterable:
 
 
 @hookspec
-def shardmeter_interconnect_models() -> Iterable:
+def shardmeter_interconnect_models() -> Iterable[Interconnect]:
     """Contribute link technologies (NVLink, InfiniBand, Ethernet, Internet, ...).
 
     :returns: an iterable of :class:`shardmeter.Interconnect`.
@@ -58,7 +68,7 @@ def shardmeter_interconnect_models() -> Iterable:
 
 
 @hookspec
-def shardmeter_sharding_strategies() -> Iterable:
+def shardmeter_sharding_strategies() -> Iterable[ShardingStrategy | PipelineSchedule | SyncStrategy]:
     """Contribute strategies: sharding, pipeline schedules and island sync.
 
     :returns: an iterable of :class:`shardmeter.ShardingStrategy`,
@@ -80,7 +90,7 @@ def shardmeter_sharding_strategies() -> Iterable:
 
 
 @hookspec
-def shardmeter_cost_sources() -> Iterable:
+def shardmeter_cost_sources() -> Iterable[CostSource]:
     """Contribute price sources for GPU time and egress traffic.
 
     :returns: an iterable of :class:`shardmeter.CostSource`.

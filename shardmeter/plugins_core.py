@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as md
 import os
+import re
 import sys
 from typing import Iterable
 
@@ -43,9 +44,15 @@ def _strict() -> bool:
     return os.environ.get("SHARDMETER_STRICT_PLUGINS", "").strip() not in ("", "0", "false", "no")
 
 
+def _norm(name: str) -> str:
+    """A distribution or plugin name compared the PEP 503 way (``Acme_X`` == ``acme-x``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _disabled() -> set[str]:
+    """Entry-point names or distribution names listed in ``SHARDMETER_DISABLE_PLUGINS``."""
     raw = os.environ.get("SHARDMETER_DISABLE_PLUGINS", "")
-    return {x.strip() for x in raw.split(",") if x.strip()}
+    return {_norm(x.strip()) for x in raw.split(",") if x.strip()}
 
 
 def _entry_points():
@@ -63,7 +70,9 @@ def make_plugin_manager(
     :param entry_points: load plugins from the ``shardmeter`` entry-point group,
         one at a time: one that fails to import is named in a one-line warning
         on stderr and skipped (fatal with ``SHARDMETER_STRICT_PLUGINS=1``);
-        names listed in ``SHARDMETER_DISABLE_PLUGINS=a,b`` are not loaded.
+        entry-point or distribution names listed in ``SHARDMETER_DISABLE_PLUGINS=a,b``
+        are not loaded; two distributions registering one entry-point name is
+        an error naming both.
     :param plugins: extra plugin objects (modules or instances) to register,
         e.g. from tests or an application that composes its own parts.
     :param bundled: force loading the bundled plugins by dotted name; by
@@ -81,27 +90,35 @@ def make_plugin_manager(
             dist_label = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
             if dist is not None and dist.name.lower().replace("_", "-") == "shardmeter":
                 found_core = True
-            if ep.name in disabled:
+            if _norm(ep.name) in disabled or (dist is not None and _norm(dist.name) in disabled):
                 continue
             if pm.get_plugin(ep.name) is not None:
-                continue
+                # Two distributions register the same entry-point name: never
+                # keep one silently (the part names could differ entirely).
+                raise PluginError(
+                    f"ShardMeter plugin name '{ep.name}' is registered by both {dists.get(ep.name)} and "
+                    f"{dist_label}; uninstall one of them"
+                )
             try:
                 obj = ep.load()
                 pm.register(obj, name=ep.name)
-            except Exception as exc:  # noqa: BLE001 - isolate third-party failures
-                msg = (
-                    f"Error loading ShardMeter plugin '{ep.name}' from {dist_label}: "
-                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                )
+                unknown = _unknown_hooks(pm, obj)
+                if unknown:
+                    pm.unregister(obj)
+                    raise PluginError(unknown)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - isolate third-party failures
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                msg = f"Error loading ShardMeter plugin '{ep.name}' from {dist_label}: {type(exc).__name__}"
+                msg += f": {first}" if first else ""
                 if _strict():
                     raise PluginError(msg) from exc
-                _warn(msg)
+                _warn(msg + " (skipped; SHARDMETER_DISABLE_PLUGINS=" + ep.name + " silences this)")
                 continue
             dists[ep.name] = dist_label
     if bundled or (bundled is None and not found_core):
         for dotted in BUNDLED:
             short = dotted.rsplit(".", 1)[-1]
-            if short in disabled or pm.get_plugin(dotted) is not None:
+            if _norm(short) in disabled or pm.get_plugin(dotted) is not None:
                 continue
             mod = importlib.import_module(dotted)
             if pm.is_registered(mod):
@@ -112,9 +129,26 @@ def make_plugin_manager(
         name = getattr(obj, "__name__", None) or f"{type(obj).__name__}-{id(obj)}"
         pm.register(obj, name=name)
         dists.setdefault(name, "registered in code")
-    pm.check_pending()
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"ShardMeter plugin '{pm.get_name(exc.plugin)}': {exc}") from None
     pm._shardmeter_dists = dists  # type: ignore[attr-defined]
     return pm
+
+
+def _unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> str:
+    """A message naming the hooks ``plugin`` implements that no hookspec defines
+    (a misspelt hook would otherwise be ignored), or ``""``."""
+    import difflib
+
+    specs = [n for n in dir(hookspecs) if n.startswith("shardmeter_")]
+    bad = []
+    for impl_caller in pm.get_hookcallers(plugin) or []:
+        if not impl_caller.has_spec():
+            close = difflib.get_close_matches(impl_caller.name, specs, n=1, cutoff=0.6)
+            bad.append(f"'{impl_caller.name}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+    return f"unknown hook {', '.join(bad)}" if bad else ""
 
 
 @attrs.frozen
@@ -187,7 +221,10 @@ class Registry:
             for name, provs in names.items():
                 if len(provs) > 1:
                     who = "; ".join(f"plugin '{p.plugin}' from {p.distribution}" for p in provs)
-                    raise PluginError(f"duplicate {kind} name '{name}' provided by {who}")
+                    raise PluginError(
+                        f"duplicate {kind} name '{name}' provided by {who} "
+                        "(uninstall one, or disable one with SHARDMETER_DISABLE_PLUGINS)"
+                    )
                 final[kind][name] = provs[0]
         return cls(final)
 
