@@ -141,7 +141,9 @@ def _walk(exc: BaseException, path: str, out: list[tuple[str, str]]) -> None:
     if isinstance(exc, KeyError) and not isinstance(exc, StrictTypeError):
         out.append((path, "required key is missing"))
         return
-    msg = (str(exc) if str(exc) else type(exc).__name__).strip("'\"")
+    msg = str(exc) if str(exc) else type(exc).__name__
+    if isinstance(exc, KeyError) and len(msg) >= 2 and msg[0] == msg[-1] and msg[0] in "'\"":
+        msg = msg[1:-1]  # str(KeyError('x')) is "'x'"; never cut a quote off a message
     m = _FIELD_MSG.match(msg)
     if m and isinstance(exc, (ValueError, TypeError)):
         out.append((_join(path, m.group(1)), m.group(2)))

@@ -64,8 +64,12 @@ def _pos(inst, attribute, value):
 def _one_of(*options):
     def check(inst, attribute, value):
         if value not in options:
+            import difflib
+
+            close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(
-                f"{attribute.name}: expected one of {', '.join(repr(o) for o in options)}, got {value!r}"
+                f"{attribute.name}: expected one of {', '.join(repr(o) for o in options)}, got {value!r}{hint}"
             )
 
     return check
@@ -460,6 +464,9 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     network = data.get("network")
     net_rec = None
     if network is not None:
+        if isinstance(network, dict) and isinstance(network.get("link"), dict) and "name" not in network["link"]:
+            # `--set network.link.bandwidth_gb_s=0.5` without a [network] table: override the default link
+            network = {**network, "link": {"name": "internet", **network["link"]}}
         net_rec = structure_record(network, NetworkSpec, path="network", file=file)
     sync_known = {n: set(reg.get("sync", n).options) for n in reg.names("sync")}
     sync = data.get("sync", {})

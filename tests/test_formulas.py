@@ -1,0 +1,250 @@
+"""The model's closed-form formulas against the numbers and equations of the papers.
+
+Sources (figures in ``shared/reference/``):
+
+* Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+  Clusters Using Megatron-LM" (arXiv 2104.04473): FLOPs per iteration (Sec. 5.1,
+  Eq. 3 with activation recomputation, and the same count without it), the
+  pipeline bubble (Sec. 2.2), Table 1's model rows.
+* Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models" (arXiv 2205.05198): activation memory per layer, Table 2,
+  for the models of Table 3.
+* Thakur, Rabenseifner and Gropp 2005, "Optimization of Collective
+  Communication Operations in MPICH": ring all-gather / reduce-scatter /
+  all-reduce cost in the alpha-beta model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardmeter.model import formulas as F
+
+# -- FLOPs (Narayanan et al. 2021) ------------------------------------------------------------------
+
+GPT3 = dict(l=96, h=12288, a=96, V=51200, s=2048)  # Table 1, 175B row
+MEGATRON_1T = dict(l=128, h=25600, a=160, V=51200, s=2048)  # Table 1, 1008B row
+
+
+def _flops(m, **kw):
+    return F.model_flops_per_token(m["l"], m["h"], m["h"], m["h"], 4 * m["h"], False, m["V"], m["s"], **kw)
+
+
+def _narayanan_no_recompute(m):
+    """72 B s l h^2 (1 + s/6h + V/12lh) per iteration, per token (B s tokens)."""
+    l, h, s, V = m["l"], m["h"], m["s"], m["V"]
+    return 72.0 * l * h**2 * (1 + s / (6 * h) + V / (12 * l * h))
+
+
+def _narayanan_eq3(m):
+    """Eq. 3 (with full activation recomputation): 96 B s l h^2 (1 + s/6h + V/16lh), per token."""
+    l, h, s, V = m["l"], m["h"], m["s"], m["V"]
+    return 96.0 * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+
+
+@pytest.mark.parametrize("m", [GPT3, MEGATRON_1T], ids=["narayanan2021-table1-gpt3-175b", "narayanan2021-table1-1t"])
+def test_model_flops_per_token_is_narayanans_count(m):
+    assert _flops(m) == pytest.approx(_narayanan_no_recompute(m), rel=1e-12)
+
+
+def test_gpt3_175b_model_flops_per_token_value():
+    # 72 * 96 * 12288^2 * (1 + 2048/73728 + 51200/14155776) = 1.0764e12 FLOPs per token (~6 x 175e9 + attention)
+    assert _flops(GPT3) == pytest.approx(1.07644e12, rel=1e-4)
+
+
+@pytest.mark.parametrize("m", [GPT3, MEGATRON_1T], ids=["narayanan2021-eq3-gpt3-175b", "narayanan2021-eq3-1t"])
+def test_full_recompute_adds_one_forward_of_the_layers_eq3(m):
+    """Eq. 3: recomputation runs the layers' forward again (4/3 of the layer FLOPs), the logits once."""
+    dense, att = F.layer_flops_per_token(m["h"], m["h"], m["h"], 4 * m["h"], False, m["s"])
+    hardware = _flops(m) + m["l"] * (dense + att)
+    assert hardware == pytest.approx(_narayanan_eq3(m), rel=1e-12)
+    layers = 3.0 * m["l"] * (dense + att)
+    assert (layers + m["l"] * (dense + att)) / layers == pytest.approx(4.0 / 3.0)
+
+
+def test_megatron_1t_table1_row_is_consistent():
+    """Table 1, 1T row: 502 PFLOP/s aggregate on 3072 A100s (312 dense BF16 TFLOP/s) is ~163 TFLOP/s
+    per GPU, 52 % of peak; these are hardware FLOPs counted with Eq. 3 (recompute included), so the
+    model FLOPs utilisation is 3/4 of the layer share lower."""
+    per_gpu = 502e15 / 3072
+    assert per_gpu / 1e12 == pytest.approx(163.0, abs=0.5)
+    assert per_gpu / 312e12 == pytest.approx(0.52, abs=0.005)
+    mfu = per_gpu * _flops(MEGATRON_1T) / _narayanan_eq3(MEGATRON_1T) / 312e12
+    assert 0.39 < mfu < 0.40
+
+
+def test_layer_flops_attention_term_is_4_s_h():
+    dense, att = F.layer_flops_per_token(12288, 12288, 12288, 49152, False, 2048)
+    assert dense == 24 * 12288**2
+    assert att == 4 * 2048 * 12288
+
+
+def test_swiglu_and_gqa_generalise_the_dense_count():
+    # Llama-3 8B layer: QKV 2h(h + 2*1024), out 2h^2, SwiGLU 3 matrices of h x 14336
+    dense, _ = F.layer_flops_per_token(4096, 4096, 1024, 14336, True, 8192)
+    assert dense == 2 * 4096 * (4096 + 2 * 1024) + 2 * 4096 * 4096 + 2 * 3 * 4096 * 14336
+
+
+def test_flops_are_vectorised_over_plans():
+    h = np.array([4096, 12288, 25600])
+    out = F.model_flops_per_token(np.array([32, 96, 128]), h, h, h, 4 * h, np.array([False] * 3), 51200, 2048)
+    scalar = [F.model_flops_per_token(l_, h_, h_, h_, 4 * h_, False, 51200, 2048)
+              for l_, h_ in zip([32, 96, 128], [4096, 12288, 25600])]
+    np.testing.assert_allclose(out, scalar, rtol=1e-15)
+
+
+# -- parameters -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected", "rel"),
+    [
+        # (layers, h, heads, kv_heads, ffn, swiglu, vocab, tied)
+        ((96, 12288, 96, 96, 49152, False, 51200, False), 175e9, 0.005),  # GPT-3 175B (Brown et al. 2020)
+        ((128, 25600, 160, 160, 102400, False, 51200, False), 1008e9, 0.005),  # Narayanan 2021 Table 1
+        ((32, 4096, 32, 8, 14336, True, 128256, False), 8.03e9, 0.002),  # Llama 3 8B model card
+        ((80, 8192, 64, 8, 28672, True, 128256, False), 70.6e9, 0.002),  # Llama 3 70B model card
+        ((32, 4096, 32, 32, 11008, True, 32000, False), 6.74e9, 0.002),  # Llama 2 7B (6.74B)
+    ],
+    ids=["gpt3-175b", "megatron-1t", "llama3-8b", "llama3-70b", "llama2-7b"],
+)
+def test_parameter_counts(shape, expected, rel):
+    layers, h, heads, kv, ffn, swiglu, vocab, tied = shape
+    d = h // heads
+    n = F.model_params(layers, h, heads * d, kv * d, ffn, swiglu, vocab, tied)
+    assert float(n) == pytest.approx(expected, rel=rel)
+
+
+def test_narayanan_parameter_formula_for_the_1t_row():
+    """P = 12 l h^2 (1 + 13/12h + (V + s)/12lh) (Narayanan 2021, Sec. 5.1) = 1008B for the 1T row;
+    ShardMeter counts no biases and untied embeddings, within 0.2 % of it."""
+    l, h, V, s = 128, 25600, 51200, 2048
+    paper = 12 * l * h**2 * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
+    assert paper == pytest.approx(1008e9, rel=1e-3)
+    ours = F.model_params(l, h, h, h, 4 * h, False, V, False)
+    assert float(ours) == pytest.approx(paper, rel=2e-3)
+
+
+# -- activation memory (Korthikanti et al. 2022, Table 2 for the Table 3 models) ----------------------
+
+KORTHIKANTI_TABLE3 = {  # name: (h, a, s, t)
+    "22b": (6144, 64, 2048, 8),
+    "175b": (12288, 96, 2048, 8),
+    "530b": (20480, 128, 2048, 8),
+    "1t": (25600, 160, 2048, 8),
+}
+
+
+def _act(h, a, s, t, *, sp, recompute, b=1):
+    stored, _ = F.activation_bytes_per_layer(s, b, h, a, h, h, 4 * h, False, t, sp, recompute, True)
+    return float(stored)
+
+
+@pytest.mark.parametrize("name", list(KORTHIKANTI_TABLE3), ids=[f"korthikanti2022-{n}" for n in KORTHIKANTI_TABLE3])
+def test_activation_memory_per_layer_table2(name):
+    h, a, s, t = KORTHIKANTI_TABLE3[name]
+    for b in (1, 4):
+        sbh = s * b * h
+        # no parallelism: s b h (34 + 5 a s / h)
+        assert _act(h, a, s, 1, sp=False, recompute=0, b=b) == pytest.approx(sbh * (34 + 5 * a * s / h), rel=1e-12)
+        # tensor parallel: s b h (10 + 24/t + 5 a s / (h t))
+        assert _act(h, a, s, t, sp=False, recompute=0, b=b) == pytest.approx(
+            sbh * (10 + 24 / t + 5 * a * s / (h * t)), rel=1e-12)
+        # tensor + sequence parallel: s b h / t (34 + 5 a s / h)
+        assert _act(h, a, s, t, sp=True, recompute=0, b=b) == pytest.approx(
+            sbh / t * (34 + 5 * a * s / h), rel=1e-12)
+        # tensor parallel + selective recompute: s b h (10 + 24/t)
+        assert _act(h, a, s, t, sp=False, recompute=1, b=b) == pytest.approx(sbh * (10 + 24 / t), rel=1e-12)
+        # tensor + sequence parallel + selective recompute: 34 s b h / t
+        assert _act(h, a, s, t, sp=True, recompute=1, b=b) == pytest.approx(34 * sbh / t, rel=1e-12)
+        # full activation recomputation: 2 s b h
+        assert _act(h, a, s, t, sp=False, recompute=2, b=b) == pytest.approx(2 * sbh, rel=1e-12)
+
+
+def test_gpt3_attention_term_is_80_against_34():
+    """Korthikanti Sec. 5: for GPT-3 175B, 5as/h = 80 while the rest is 34 per s b h."""
+    h, a, s, _ = KORTHIKANTI_TABLE3["175b"]
+    assert _act(h, a, s, 1, sp=False, recompute=0) / (s * h) - 34 == pytest.approx(80.0)
+
+
+def test_selective_recompute_with_sp_saves_5x_on_gpt3():
+    """Korthikanti Sec. 5: SP + selective recompute cut activation memory ~5x vs TP alone (175B)."""
+    h, a, s, t = KORTHIKANTI_TABLE3["175b"]
+    ratio = _act(h, a, s, t, sp=False, recompute=0) / _act(h, a, s, t, sp=True, recompute=1)
+    assert 4.5 < ratio < 6.0
+
+
+def test_activation_memory_is_vectorised_over_plans():
+    t = np.array([1, 2, 4, 8])
+    sp = np.array([False, True, False, True])
+    rc = np.array([0, 1, 2, 1])
+    stored, _ = F.activation_bytes_per_layer(2048, 1, 12288, 96, 12288, 12288, 49152, False, t, sp, rc, True)
+    scalar = [_act(12288, 96, 2048, int(t_), sp=bool(s_), recompute=int(r_)) for t_, s_, r_ in zip(t, sp, rc)]
+    np.testing.assert_allclose(stored, scalar, rtol=1e-15)
+
+
+# -- pipeline bubble (Narayanan et al. 2021, Sec. 2.2) ---------------------------------------------
+
+
+@pytest.mark.parametrize(("p", "m"), [(8, 64), (12, 128), (64, 512), (1, 16)])
+def test_1f1b_bubble_fraction_is_p_minus_1_over_m(p, m):
+    assert F.pipeline_bubble_fraction(p, m, 1, False) / m == pytest.approx((p - 1) / m)
+
+
+@pytest.mark.parametrize(("p", "m", "v"), [(8, 64, 2), (8, 64, 4), (16, 128, 3)])
+def test_interleaved_bubble_fraction_is_p_minus_1_over_v_m(p, m, v):
+    assert F.pipeline_bubble_fraction(p, m, v, True) / m == pytest.approx((p - 1) / (v * m))
+    # a non-interleaved schedule ignores v
+    assert F.pipeline_bubble_fraction(p, m, v, False) / m == pytest.approx((p - 1) / m)
+
+
+def test_bubble_is_vectorised():
+    out = F.pipeline_bubble_fraction(np.array([1, 2, 8]), 16, np.array([1, 2, 4]), np.array([False, True, True]))
+    np.testing.assert_allclose(out, [0.0, 0.5, 7 / 4])
+
+
+# -- collectives (Thakur, Rabenseifner and Gropp 2005) ---------------------------------------------
+
+ALPHA = 5e-6  # s per step
+BW = 100e9  # bytes/s per rank
+S = 1e9  # bytes
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 64])
+def test_ring_all_gather_and_reduce_scatter(n):
+    assert F.ring_collective_time(S, n, BW, ALPHA) == pytest.approx((n - 1) * ALPHA + (n - 1) / n * S / BW)
+
+
+def test_ring_over_one_rank_costs_nothing():
+    assert F.ring_collective_time(S, 1, BW, ALPHA) == 0.0
+
+
+@pytest.mark.parametrize("n", [2, 8])
+def test_ring_all_reduce_is_reduce_scatter_plus_all_gather(n):
+    """Inside one node: 2 (n-1) alpha + 2 (n-1)/n S beta."""
+    t = F.hierarchical_collective_time("ar", S, n, 1, 8, BW, ALPHA, BW / 4, 10 * ALPHA)
+    assert t == pytest.approx(2 * (n - 1) * ALPHA + 2 * (n - 1) / n * S / BW)
+    rs = F.hierarchical_collective_time("rs", S, n, 1, 8, BW, ALPHA, BW / 4, 10 * ALPHA)
+    ag = F.hierarchical_collective_time("ag", S, n, 1, 8, BW, ALPHA, BW / 4, 10 * ALPHA)
+    assert rs == pytest.approx(ag) and t == pytest.approx(rs + ag)
+
+
+def test_group_with_one_member_per_node_rings_over_the_network():
+    """A data-parallel group with stride 8 (TP fills the node): one rank per node, 16 nodes."""
+    bw1, lat1 = 25e9, 20e-6
+    t = F.hierarchical_collective_time("ag", S, 16, 8, 8, BW, ALPHA, bw1, lat1)
+    assert t == pytest.approx(15 * lat1 + 15 / 16 * S / bw1)
+
+
+def test_two_level_collective_splits_the_volume():
+    """k = 8 members per node on 2 nodes: (k-1)/k S inside, (n-1)/n S/k across."""
+    bw1, lat1 = 25e9, 20e-6
+    t = F.hierarchical_collective_time("rs", S, 16, 1, 8, BW, ALPHA, bw1, lat1)
+    assert t == pytest.approx(7 * ALPHA + 7 / 8 * S / BW + 1 * lat1 + 1 / 2 * (S / 8) / bw1)
+
+
+def test_group_span():
+    assert tuple(map(float, F.group_span(8, 1, 8))) == (8.0, 1.0)
+    assert tuple(map(float, F.group_span(16, 8, 8))) == (1.0, 16.0)
+    assert tuple(map(float, F.group_span(16, 2, 8))) == (4.0, 4.0)
