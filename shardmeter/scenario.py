@@ -339,9 +339,37 @@ def _read_file(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
         raise ScenarioError(f"not valid TOML: {exc}", file=name) from None
 
 
-def _split_options(table: dict[str, Any], fields: set[str], known: Mapping[str, set[str]], chosen: str,
-                   where: str, file: str | None, notes: list[str]) -> tuple[dict, dict]:
-    """Separate a table's fixed keys from strategy options; unknown keys are errors."""
+def _check_option_values(defaults: Mapping[str, Any], given: Mapping[str, Any], where: str,
+                         file: str | None) -> None:
+    """A chosen strategy's options must have the type of their default (as the
+    estimator checks ``[sync]`` options): a bool, an integer >= 1 (>= 0 when the
+    default is below 1), a finite number >= 0, or a string."""
+    for k, v in given.items():
+        if k not in defaults:
+            continue
+        default = defaults[k]
+        if isinstance(default, bool):
+            ok, want = isinstance(v, bool), "true or false"
+        elif isinstance(default, int):
+            floor = 1 if default >= 1 else 0
+            ok, want = isinstance(v, int) and not isinstance(v, bool) and v >= floor, f"an integer >= {floor}"
+        elif isinstance(default, float):
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            want = "a finite number >= 0"
+        else:
+            ok, want = isinstance(v, type(default)), f"a {type(default).__name__}"
+        if not ok:
+            raise ScenarioError(f"expected {want}, got {v!r}", path=f"{where}.{k}", file=file)
+
+
+def _split_options(table: dict[str, Any], fields: set[str], known: Mapping[str, set[str]],
+                   chosen: str | tuple[str, ...], where: str, file: str | None,
+                   notes: list[str]) -> tuple[dict, dict]:
+    """Separate a table's fixed keys from strategy options; unknown keys are errors.
+
+    ``chosen`` names the strategies the table selects; a key read only by other
+    registered strategies is kept and noted as ignored."""
+    chosen = (chosen,) if isinstance(chosen, str) else tuple(chosen)
     base, opts = {}, {}
     all_known = set().union(*known.values()) if known else set()
     for k, v in table.items():
@@ -350,8 +378,9 @@ def _split_options(table: dict[str, Any], fields: set[str], known: Mapping[str, 
         elif k in all_known:
             opts[k] = v
             owners = [n for n, o in known.items() if k in o]
-            if chosen not in owners:
-                notes.append(f"{where}.{k} is read by {', '.join(owners)}, not by the chosen '{chosen}': ignored")
+            if not set(chosen) & set(owners):
+                which = "' / '".join(chosen)
+                notes.append(f"{where}.{k} is read by {', '.join(owners)}, not by the chosen '{which}': ignored")
         else:
             import difflib
 
@@ -427,10 +456,13 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     def parse_par(table, where):
         if not isinstance(table, dict):
             raise ScenarioError("expected a table", path=where, file=file)
-        chosen = table.get("sharding", "none")
-        base, opts = _split_options(table, _PAR_FIELDS, par_known, chosen if isinstance(chosen, str) else "",
-                                    where, file, notes)
+        chosen = tuple(c for c in (table.get("sharding", "none"), table.get("schedule", "1f1b"))
+                       if isinstance(c, str))
+        base, opts = _split_options(table, _PAR_FIELDS, par_known, chosen, where, file, notes)
         rec = structure_record(base, ParallelismSpec, path=where, file=file)
+        for kind, name in (("sharding", rec.sharding), ("schedule", rec.schedule)):
+            if name in reg.names(kind):
+                _check_option_values(reg.get(kind, name).options, opts, where, file)
         return attrs.evolve(rec, options=opts)
 
     par_rec = parse_par(data.get("parallelism", {}), "parallelism")

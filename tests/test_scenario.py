@@ -273,3 +273,29 @@ def test_scenario_round_trips_through_to_dict(reg):
     sc = load_scenario(EXAMPLE, registry=reg)
     again = load_scenario(sc.to_dict(), registry=reg)
     assert again.model == sc.model and again.parallelism == sc.parallelism and again.islands == sc.islands
+
+
+@pytest.mark.parametrize("value", ['"abc"', "true", "-5", "2.5", "0"])
+def test_option_of_the_chosen_strategy_must_have_the_type_of_its_default(value):
+    import types
+
+    plugin = types.ModuleType("bucket_plugin")
+    plugin.shardmeter_sharding_strategies = shardmeter.hookimpl(lambda: [shardmeter.ShardingStrategy(
+        name="bucketed", shard_optimizer=True, options={"bucket_mb": 25})])
+    preg = fresh_registry(plugin)
+    with pytest.raises(shardmeter.ScenarioError, match=r"\$\.parallelism\.bucket_mb: expected an integer >= 1"):
+        load_scenario(EXAMPLE, registry=preg, overrides=["parallelism.sharding=bucketed",
+                                                         f"parallelism.bucket_mb={value}"])
+
+
+def test_option_of_the_chosen_schedule_is_not_noted_as_ignored():
+    import types
+
+    plugin = types.ModuleType("schedule_plugin")
+    plugin.shardmeter_sharding_strategies = shardmeter.hookimpl(lambda: [shardmeter.PipelineSchedule(
+        name="zb", bubble_fraction=0.5, options={"zb_warmup": 2})])
+    preg = fresh_registry(plugin)
+    sc = load_scenario(EXAMPLE, registry=preg, overrides=["parallelism.schedule=zb", "parallelism.zb_warmup=3"])
+    assert sc.parallelism.options == {"zb_warmup": 3} and not sc.notes
+    sc = load_scenario(EXAMPLE, registry=preg, overrides=["parallelism.zb_warmup=3"])
+    assert any("parallelism.zb_warmup" in n and "zb" in n for n in sc.notes)
