@@ -23,6 +23,7 @@ import os
 import pathlib
 import re
 import shutil
+import site
 import subprocess
 import sys
 import textwrap
@@ -123,6 +124,14 @@ def venv(tmp_path_factory) -> Venv:
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
                    check=True, capture_output=True, timeout=120)
     v = Venv(path, tmp)
+    # When the tests themselves run inside a virtual environment, --system-site-packages
+    # reaches only the base interpreter's: make the running environment's site-packages
+    # (with their .pth files, e.g. an editable install) visible too.
+    purelib = subprocess.run([str(v.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    outer = [d for d in site.getsitepackages() if os.path.isdir(d)]
+    pathlib.Path(purelib, "_shardmeter_outer_env.pth").write_text(
+        "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in outer) + "\n")
     probe = subprocess.run([str(v.python), "-c", "import shardmeter.plugins.hardware, shardmeter.cli"],
                            capture_output=True, text=True, cwd=tmp)
     if probe.returncode != 0:
