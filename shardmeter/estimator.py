@@ -211,7 +211,7 @@ class Estimator:
                 "bubble_frac": isl.schedule.bubble_fraction,
                 "sh_opt": isl.sharding.shard_optimizer, "sh_grad": isl.sharding.shard_gradients,
                 "sh_param": isl.sharding.shard_parameters, "sh_node": isl.sharding.shard_group == "node",
-                "gather_layer": isl.sharding.gather_per_layer, "tp_ovl": par.tp_comm_overlap,
+                "gather_layer": isl.sharding.gather_per_layer, "flat": isl.sharding.flat_collectives, "tp_ovl": par.tp_comm_overlap,
                 "dp_ovl": par.dp_comm_overlap,
                 "wan_bw": (net.bandwidth_gb_s * 1e9 * net.efficiency) if net else 1.0,
                 "wan_lat": (net.latency_us * 1e-6) if net else 0.0,

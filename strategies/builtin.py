@@ -40,9 +40,11 @@ def shardmeter_sharding_strategies():
         shard_gradients=True,
         shard_parameters=True,
         gather_per_layer=True,
-        description="ZeRO-3: parameters too; all-gathered per layer in forward and backward (prefetched), "
-        "gradients reduce-scattered per layer.",
-        source=_ZERO,
+        flat_collectives=True,
+        description="DeepSpeed ZeRO-3: parameters too; all-gathered per layer in forward and backward "
+        "(prefetched), gradients reduce-scattered per layer, as flat rings over the data-parallel group.",
+        source=_ZERO + "; flat collectives: Narayanan et al. 2021, Table 2 (ZeRO-3 per-GPU throughput halves "
+        "as GPUs double at a fixed batch)",
     )
     yield shardmeter.ShardingStrategy(
         name="fsdp",
@@ -83,21 +85,27 @@ def shardmeter_sharding_strategies():
         source="Narayanan et al. 2021, Sec. 2.2.2",
     )
     # -- island synchronisation ------------------------------------------------
+    # The model of both lives in shardmeter/model/islands.py; docs/multi-island.md explains the keys.
     yield shardmeter.SyncStrategy(
         name="allreduce",
         description="One global data-parallel group across islands: gradients all-reduced every step, "
-        "hierarchically (inside each island, then across the WAN).",
-        source="Thakur, Rabenseifner and Gropp 2005; NCCL hierarchical rings",
+        "hierarchically (inside each island, then a ring over the islands' uplinks moving 2(I-1)/I x the "
+        "gradient per uplink and paying 2(I-1) WAN latencies), bucketed and overlapped with the last "
+        "backward pass; the last 25 MB bucket is always exposed.",
+        source="Thakur, Rabenseifner and Gropp 2005; NCCL hierarchical rings; PyTorch DDP bucketing",
     )
     yield shardmeter.SyncStrategy(
         name="diloco",
         local_steps=True,
         outer_state_bytes_per_param=8.0,
         options={"inner_steps": 500, "compression_bits": 16, "fragments": 1, "overlap_steps": -1},
-        description="DiLoCo: inner_steps local AdamW steps, then an outer all-reduce of pseudo-gradients at "
-        "compression_bits per element (Nesterov outer optimizer: fp32 momentum + fp32 weight copy). "
-        "fragments > 1 is Streaming DiLoCo: fragments synchronised in turn, each overlapped with "
-        "overlap_steps inner steps (default: 0 for fragments = 1, blocking; 1 otherwise).",
+        description="DiLoCo: inner_steps local AdamW steps, then an outer all-reduce (ring over the islands) of "
+        "the pseudo-gradients at compression_bits per element, blocking unless overlapped; the outer "
+        "Nesterov optimizer keeps an fp32 momentum and an fp32 copy of the weights (8 bytes per parameter, "
+        "sharded like the parameters). fragments > 1 is Streaming DiLoCo: the parameters are split into "
+        "fragments exchanged in turn (payload / fragments each, staggered every inner_steps / fragments "
+        "steps), each overlapped with overlap_steps inner steps (at most inner_steps / fragments). "
+        "overlap_steps defaults to 0 with fragments = 1 (blocking, as INTELLECT-1 measured) and 1 otherwise.",
         source="Douillard et al. 2023 (arXiv 2311.08105); Streaming DiLoCo, Douillard et al. 2025 "
-        "(arXiv 2501.18512)",
+        "(arXiv 2501.18512); INTELLECT-1, Jaghouar et al. 2024 (arXiv 2412.01152)",
     )

@@ -108,7 +108,8 @@ def test_a100_80gb_figures(registry):
     assert hw.peak_tflops["bf16"] == pytest.approx(312.0)
     assert hw.memory_bandwidth_gb_s == pytest.approx(2039.0)
     assert hw.memory_gb == pytest.approx(80.0)
-    assert hw.matmul_efficiency == pytest.approx(0.869)
+    # fitted on the bundled runs: a sustained training efficiency at or below the MAMF (86.9 %)
+    assert 0.5 < hw.matmul_efficiency <= 0.869 and "fitted" in hw.source
     assert (hw.intra_node, hw.inter_node) == ("nvlink3", "ib-hdr")
 
 
@@ -117,7 +118,7 @@ def test_h100_sxm_figures(registry):
     assert hw.peak_tflops["bf16"] == pytest.approx(989.0, abs=0.5)
     assert hw.peak_tflops["fp8"] == pytest.approx(1979.0, abs=1.0)
     assert hw.memory_bandwidth_gb_s == pytest.approx(3350.0)
-    assert hw.matmul_efficiency == pytest.approx(0.803)
+    assert 0.3 < hw.matmul_efficiency <= 0.803 and "fitted" in hw.source  # MAMF 80.3 %
     assert (hw.intra_node, hw.inter_node, hw.nics_per_node) == ("nvlink4", "ib-ndr", 8)
     assert (hw.sm_count, hw.tile_m, hw.tile_n) == (132, 128, 256)
 
@@ -177,7 +178,7 @@ def test_every_record_cites_a_source(registry, kind):
 def test_default_matmul_efficiency_is_labelled(registry):
     for gpu in GPUS:
         hw = _gpu(registry, gpu)
-        if hw.matmul_efficiency == pytest.approx(0.80):
+        if hw.matmul_efficiency == pytest.approx(0.80) and "fitted" not in hw.source:
             assert "matmul_efficiency: default, not measured" in hw.source, gpu
 
 

@@ -62,14 +62,15 @@ def objective(batch, meta, weights):
     pred = out["tokens_per_s_per_gpu"]
     meas = np.array([m["measured"] for m in meta])
     ok = out["feasible"]
-    err = np.abs(pred - meas) / meas
-    return float(np.sum(np.where(ok, err, 0.0) * weights) / np.sum(np.where(ok, weights, 0.0))), err, ok
+    err = (pred - meas) / meas
+    return float(np.sum(np.where(ok, np.abs(err), 0.0) * weights) / np.sum(np.where(ok, weights, 0.0))), err, ok
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dump", metavar="JSON", help="write each case's fitted-model error to this file")
     args = ap.parse_args(argv)
     batch, meta = load_rows(args.paths or [bundled_validation_dir()])
     groups = defaultdict(int)
@@ -106,9 +107,14 @@ def main(argv=None):
     by = defaultdict(list)
     for m, e, k in zip(meta, err, ok):
         if k:
-            by[m["group"]].append(e)
+            by[m["group"]].append(abs(e))
     for g, v in sorted(by.items()):
         print(f"  group {g:22s} MAPE {np.mean(v):.1%}  ({len(v)} feasible of {groups[g]})")
+    if args.dump:
+        import json
+
+        with open(args.dump, "w") as fh:
+            json.dump([{**m, "error": float(e), "feasible": bool(k)} for m, e, k in zip(meta, err, ok)], fh)
     return 0
 
 

@@ -177,7 +177,7 @@ def ring_collective_time(nbytes, n, bw, lat, steps_factor=1.0):
 
 
 def hierarchical_collective_time(kind, nbytes, size, stride, gpus_per_node, bw_intra, lat_intra, bw_inter,
-                                 lat_inter):
+                                 lat_inter, flat=False):
     """A collective over a group that may span nodes (two-level alpha-beta).
 
     NCCL's hierarchical algorithms, as analysed in ml-engineering's network
@@ -185,7 +185,12 @@ def hierarchical_collective_time(kind, nbytes, size, stride, gpus_per_node, bw_i
     and ``n`` nodes, an all-gather or reduce-scatter of ``S`` bytes moves
     ``(k-1)/k S`` over the scale-up link and ``(n-1)/n S/k`` over each GPU's
     share of the NICs; latency is paid per ring step on each level. An
-    all-reduce costs twice that. ``kind`` is ``"ag"``, ``"rs"`` or ``"ar"``;
+    all-reduce costs twice that. With ``flat=True`` the collective is one flat
+    ring over all ranks and each GPU's whole share crosses its own NIC
+    (``(n-1)/n S`` instead of ``S/k``): how ZeRO-3/FSDP parameter gathers
+    behave at scale (Narayanan et al. 2021, Table 2: ZeRO-3 throughput per GPU
+    halves each time the GPU count doubles at a fixed batch, which only the
+    flat volume reproduces). ``kind`` is ``"ag"``, ``"rs"`` or ``"ar"``;
     ``"a2a"`` (all-to-all) moves ``(k-1)/size S`` inside the node and
     ``(size-k)/size S`` across, concurrently.
     """
@@ -196,8 +201,9 @@ def hierarchical_collective_time(kind, nbytes, size, stride, gpus_per_node, bw_i
         inter = np.where(nodes > 1, (size - k) / np.maximum(size, 1.0) * nbytes / bw_inter
                          + (nodes - 1.0) * lat_inter, 0.0)
         return np.maximum(intra, inter)
+    inter_bytes = np.where(flat, nbytes, nbytes / k)
     t = ring_collective_time(nbytes, k, bw_intra, lat_intra) + np.where(
-        nodes > 1, ring_collective_time(nbytes / k, nodes, bw_inter, lat_inter), 0.0
+        nodes > 1, ring_collective_time(inter_bytes, nodes, bw_inter, lat_inter), 0.0
     )
     return 2.0 * t if kind == "ar" else t
 

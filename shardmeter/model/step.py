@@ -46,7 +46,7 @@ INPUTS = (
     "gpn", "nodes", "bw0", "lat0", "bw1", "lat1",
     # parallelism
     "tp", "pp", "dp", "cp", "ep", "sp", "v", "sched_all", "over_v", "bubble_frac",
-    "sh_opt", "sh_grad", "sh_param", "sh_node", "gather_layer", "tp_ovl", "dp_ovl",
+    "sh_opt", "sh_grad", "sh_param", "sh_node", "gather_layer", "flat", "tp_ovl", "dp_ovl",
     # multi-island
     "wan_bw", "wan_lat", "local_steps", "H", "bits", "F", "ovl_steps", "outer_bytes",
 )
@@ -112,6 +112,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     sched_all, over_v = g["sched_all"].astype(bool), g["over_v"].astype(bool)
     sh_opt, sh_grad, sh_param = g["sh_opt"].astype(bool), g["sh_grad"].astype(bool), g["sh_param"].astype(bool)
     sh_node, gather_layer = g["sh_node"].astype(bool), g["gather_layer"].astype(bool)
+    flat = g["flat"].astype(bool)
     tp_ovl, dp_ovl = g["tp_ovl"].astype(bool), g["dp_ovl"].astype(bool)
     moe = E > 1
     v = np.where(pp > 1, v, 1.0)
@@ -231,8 +232,8 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     t_ag_dp = hierarchical_collective_time("ag", param_msg, dpcp, tp, gpn, bw0, lat0, bw1, lat1)
     t_rs_dp = hierarchical_collective_time("rs", grad_msg, dpcp, tp, gpn, bw0, lat0, bw1, lat1)
     # ZeRO-3 / FSDP: per micro-batch AG (fwd) + AG (bwd) + RS (grads) over the shard group, prefetched.
-    t_ag_sh = hierarchical_collective_time("ag", param_msg, shard_n, tp, gpn, bw0, lat0, bw1, lat1)
-    t_rs_sh = hierarchical_collective_time("rs", grad_msg, shard_n, tp, gpn, bw0, lat0, bw1, lat1)
+    t_ag_sh = hierarchical_collective_time("ag", param_msg, shard_n, tp, gpn, bw0, lat0, bw1, lat1, flat=flat)
+    t_rs_sh = hierarchical_collective_time("rs", grad_msg, shard_n, tp, gpn, bw0, lat0, bw1, lat1, flat=flat)
     fsdp_mb = np.where(gather_layer & (shard_n > 1), 2.0 * t_ag_sh + t_rs_sh, 0.0)
     fsdp_window = t_compute_mb + t_elem_mb
     fsdp_exposed_mb = np.where(fsdp_mb > 0, np.maximum(0.0, fsdp_mb - fsdp_window) + fsdp_mb / (3.0 * Ls), 0.0)
