@@ -1,0 +1,237 @@
+"""``shardmeter plan``: search every layout of a scenario for the fastest, the
+cheapest, or the Pareto front of wall-clock time against dollar cost.
+
+The space (:mod:`.space`) is scored in chunks of candidate ids. For each
+chunk, :func:`score_chunk` decodes the ids to input columns, computes the
+reason bits that need no model (batch divisibility, virtual stages, layers,
+layout size) with the same arithmetic as :func:`~shardmeter.model.step.evaluate`,
+runs ``evaluate`` on the candidates that pass (memory and precision bits come
+from it), applies the deadline and budget, and keeps a top-K or a Pareto
+front. Chunks are independent, so they run serially, on local processes or on
+a dask cluster (:mod:`.executors`) and merge exactly.
+
+Candidates counted as *infeasible* are counted once per reason bit; the
+memory check (bit 32) runs only for layouts that are otherwise valid.
+Candidates that are exact duplicates of another (an interleaved schedule's
+virtual-stage options when ``pp = 1``) are counted as ``duplicates``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..errors import ShardMeterError
+from ..model.step import REASONS, evaluate
+from .executors import run_tasks
+from .pareto import merge_fronts, merge_top_k, pareto_front, top_k
+from .space import Space, compile_space, plan_raw
+
+__all__ = ["search", "score_chunk", "DEFAULT_CHUNK", "OBJECTIVES"]
+
+#: Candidates per chunk (the unit of work of an executor task).
+DEFAULT_CHUNK = 1 << 18
+#: Candidates evaluated by the full model at once (bounds peak memory).
+EVAL_BATCH = 1 << 15
+OBJECTIVES = ("time", "cost", "pareto")
+
+
+def _empty(obj):
+    e = np.zeros(0)
+    return (e, e, np.zeros(0, np.int64)) if obj["kind"] == "pareto" else (e, np.zeros(0, np.int64))
+
+
+def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
+    """Score the candidates of prefixes ``start .. stop-1`` of ``space`` (each prefix
+    holds ``space.R_in`` candidates): counts, reason counts, and the chunk's top-K
+    or Pareto front. Pure: the same inputs give the same result."""
+    start, stop = bounds
+    obj = space.objective
+    R_in = space.R_in
+    prefixes = np.arange(start, stop, dtype=np.int64)
+    bits, dup = space.prefix_verdict(prefixes)
+    reason_counts = {b: int(np.count_nonzero(bits & b)) * R_in for b in REASONS}
+    okp = prefixes[(bits == 0) & ~dup]
+    sel = (okp[:, None] * R_in + np.arange(R_in, dtype=np.int64)[None, :]).ravel()
+    res = {"evaluated": int(len(prefixes)) * R_in, "feasible": 0,
+           "duplicates": int(np.count_nonzero(dup & (bits == 0))) * R_in,
+           "over_deadline": 0, "over_budget": 0, "best": _empty(obj)}
+    price = obj.get("price")
+    steps = obj.get("steps")
+    for lo in range(0, len(sel), EVAL_BATCH):
+        cid = sel[lo:lo + EVAL_BATCH]
+        inp = dict(space.base)
+        inp.update(space.columns(cid))
+        with np.errstate(all="ignore"):
+            out = evaluate(inp)
+        feas = out["feasible"]
+        rb = np.bitwise_or.reduce(out["reasons"], axis=-1)
+        for b in REASONS:
+            reason_counts[b] += int(np.count_nonzero(rb & b))
+        step = out["step_time_s"]
+        cost_step = None
+        if price is not None:
+            with np.errstate(all="ignore"):
+                cost_step = (np.sum(out["island_gpus"] * price[None, :], axis=-1) * step / 3600.0
+                             + out["egress_bytes_per_step"] / 1e9 * obj["egress_price"])
+        keep = feas.copy()
+        if obj.get("deadline_s") is not None:
+            late = keep & (step * steps > obj["deadline_s"])
+            res["over_deadline"] += int(np.count_nonzero(late))
+            keep &= ~late
+        if obj.get("budget_usd") is not None:
+            dear = keep & (cost_step * steps > obj["budget_usd"])
+            res["over_budget"] += int(np.count_nonzero(dear))
+            keep &= ~dear
+        res["feasible"] += int(np.count_nonzero(feas))
+        cid = cid[keep]
+        if obj["kind"] == "pareto":
+            res["best"] = merge_fronts(res["best"], pareto_front(step[keep], cost_step[keep], cid))
+        else:
+            score = step[keep] if obj["kind"] == "time" else cost_step[keep]
+            res["best"] = merge_top_k(res["best"], (score, cid), obj["k"])
+    res["reasons"] = reason_counts
+    return res
+
+
+def _merge(acc, res, obj):
+    for k in ("evaluated", "feasible", "duplicates", "over_deadline", "over_budget"):
+        acc[k] += res[k]
+    for b, n in res["reasons"].items():
+        acc["reasons"][b] = acc["reasons"].get(b, 0) + n
+    if obj["kind"] == "pareto":
+        acc["best"] = merge_fronts(acc["best"], res["best"])
+    else:
+        acc["best"] = merge_top_k(acc["best"], res["best"], obj["k"])
+
+
+def _objective(sc, est, kind: str, k: int, deadline_days, budget_usd) -> dict[str, Any]:
+    islands = est.resolve(sc)
+    tokens = sc.training.tokens
+    tokens_per_step = sc.training.global_batch * sc.model.seq_len
+    if (deadline_days is not None or budget_usd is not None) and not tokens:
+        flag = "--deadline-days" if deadline_days is not None else "--budget-usd"
+        raise ShardMeterError(f"{flag} needs training.tokens in the scenario (set it, or --set training.tokens=3e11)")
+    prices = []
+    for isl in islands:
+        p = isl.cost.gpu_hour_usd(isl.gpu) if isl.cost is not None else float("nan")
+        prices.append(p)
+    price = np.array(prices, dtype=float)
+    need_cost = kind in ("cost", "pareto") or budget_usd is not None
+    if need_cost and not np.all(np.isfinite(price)):
+        bad = [isl for isl, p in zip(islands, prices) if not math.isfinite(p)][0]
+        raise ShardMeterError(f"plan --objective {kind}: no GPU-hour price for '{bad.gpu.name}' in cost source "
+                              f"'{bad.cost.name if bad.cost else 'none'}' (island '{bad.name}'); set island.price")
+    net = est.network_link(sc)
+    egress = 0.0
+    if len(islands) > 1:
+        for isl in islands:  # as report.build_report prices it (one price for all islands' egress)
+            egress = (net.egress_usd_per_gb if net is not None and net.egress_usd_per_gb
+                      else (isl.cost.egress_usd_per_gb if isl.cost else 0.0))
+    return {"kind": kind, "k": int(k), "price": price if np.all(np.isfinite(price)) else None,
+            "egress_price": float(egress), "steps": (tokens / tokens_per_step) if tokens else None,
+            "tokens_per_step": float(tokens_per_step),
+            "deadline_s": deadline_days * 86400.0 if deadline_days is not None else None,
+            "budget_usd": float(budget_usd) if budget_usd is not None else None}
+
+
+def search(source, *, estimator=None, overrides=(), objective: str = "time", top: int = 10,
+           max_gpus: int | None = None, budget_usd: float | None = None, deadline_days: float | None = None,
+           only: Mapping[str, Any] | None = None, chunk_size: int = DEFAULT_CHUNK, workers: int | None = None,
+           dask: Any = None, progress: Callable[[int, int], None] | None = None,
+           chunk_fn: Callable = score_chunk, build_reports: bool = True) -> dict[str, Any]:
+    """Search a scenario's layouts. Returns the ``plan --json`` document
+    (SCENARIO.md): ``evaluated``, ``feasible``, ``seconds``, ``plans`` (best
+    first) and the details of the search (``infeasible`` counts per reason key,
+    ``duplicates``, ``interrupted`` when Ctrl-C stopped it early)."""
+    from ..estimator import Estimator
+
+    if objective not in OBJECTIVES:
+        raise ShardMeterError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
+    if top < 1:
+        raise ShardMeterError("--top must be >= 1")
+    if max_gpus is not None and max_gpus < 1:
+        raise ShardMeterError("--max-gpus must be >= 1")
+    est = estimator or Estimator()
+    t0 = time.perf_counter()
+    sc = est.load(source, overrides)
+    obj = _objective(sc, est, objective, top, deadline_days, budget_usd)
+    space = compile_space(sc, est, only=only, max_gpus=max_gpus, objective=obj)
+    per = max(1, chunk_size // space.R_in)  # prefixes per task
+    tasks = [(s, min(s + per, space.n_prefixes)) for s in range(0, space.n_prefixes, per)]
+    acc = {"evaluated": 0, "feasible": 0, "duplicates": 0, "over_deadline": 0, "over_budget": 0, "reasons": {},
+           "best": _empty(obj)}
+    interrupted = False
+    gen = run_tasks(chunk_fn, space, tasks, workers=workers, dask=dask)
+    try:
+        for _task, res in gen:
+            _merge(acc, res, obj)
+            if progress is not None:
+                progress(acc["evaluated"], space.size)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        gen.close()
+    seconds = time.perf_counter() - t0
+    plans = _plans(sc, est, space, acc["best"], obj) if build_reports else []
+    infeasible = {}
+    for b, n in sorted(acc["reasons"].items()):
+        if n:
+            key = REASONS[b][0]
+            infeasible[key] = infeasible.get(key, 0) + n
+    doc = {
+        "evaluated": acc["evaluated"],
+        "feasible": acc["feasible"],
+        "seconds": seconds,
+        "plans": plans,
+        "objective": objective,
+        "space_size": space.size,
+        "candidates_per_s": acc["evaluated"] / seconds if seconds > 0 else None,
+        "infeasible": infeasible,
+        "duplicates": acc["duplicates"],
+        "over_deadline": acc["over_deadline"],
+        "over_budget": acc["over_budget"],
+        "interrupted": interrupted,
+        "space": {a.name: len(a) for a in space.axes} | {"layouts": space.n_layouts},
+        "per_token": obj["steps"] is None,
+    }
+    if objective == "pareto":
+        doc["front"] = {"time": acc["best"][0].tolist(), "cost": acc["best"][1].tolist(),
+                        "ids": acc["best"][2].tolist()}
+    else:
+        doc["ids"] = acc["best"][1].tolist()
+    return doc
+
+
+def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
+    """Full reports of the chosen candidates (each is a scenario ``estimate`` would take)."""
+    from ..scenario import apply_override, load_scenario
+
+    ids = best[-1]
+    scores = best[0]
+    raw = plan_raw(sc)
+    names = [isl.name for isl in sc.islands]
+    out = []
+    for rank, (i, score) in enumerate(zip(ids.tolist(), scores.tolist())):
+        ov, plan = space.describe(i, names)
+        data = raw
+        for k, v in ov:
+            data = apply_override(data, k, v)
+        variant = load_scenario(data, registry=est.registry)
+        report = est.estimate(variant).to_dict()
+        plan["report"] = report
+        plan["rank"] = rank + 1
+        plan["id"] = int(i)
+        tps = obj["tokens_per_step"]
+        o = evaluate(est.inputs(variant))
+        step = float(o["step_time_s"][0])
+        plan["time_per_token_s"] = step / tps
+        if obj["price"] is not None:
+            cost_step = (float(np.sum(o["island_gpus"][0] * obj["price"])) * step / 3600.0
+                         + float(o["egress_bytes_per_step"][0]) / 1e9 * obj["egress_price"])
+            plan["cost_per_token_usd"] = cost_step / tps
+        out.append(plan)
+    return out

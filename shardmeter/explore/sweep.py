@@ -1,0 +1,237 @@
+"""``shardmeter sweep``: evaluate a grid of scenario variants in one vectorised pass.
+
+Several ``--vary KEY=VALUES`` form a grid (the first key varies slowest).
+The whole grid is scored by one :func:`~shardmeter.model.step.evaluate` call
+(or one per chunk of :data:`CHUNK_ROWS` rows, mapped over an executor):
+
+* keys that map onto an input array of the model (:data:`ARRAY_KEYS`: node
+  counts, parallel degrees, batch sizes, WAN bandwidth and latency, DiLoCo
+  inner steps, compression bits, fragments) replace that array's column for
+  every row; ``dp`` is recomputed where it fills the island;
+* any other key (a GPU name, a precision, a recompute mode, a link name...)
+  is resolved by :meth:`Estimator.inputs` once per distinct value (or
+  combination of such values), and the rows gather those inputs.
+
+Each row is also loaded as a scenario (so an invalid value is an error naming
+the key) and turned into a full report by :func:`~shardmeter.report.build_report`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ScenarioError, ShardMeterError
+from ..model.step import evaluate
+from ..scenario import Scenario, load_scenario
+from .executors import run_tasks
+from .values import format_value
+
+__all__ = ["SweepResult", "run_sweep", "grid", "ARRAY_KEYS", "gpu_count_key", "CHUNK_ROWS", "row_inputs"]
+
+#: Rows per evaluate call (and per executor task).
+CHUNK_ROWS = 1 << 14
+
+_ISL = re.compile(r"^islands?\[(\d+)\]\.(.+)$")
+_PAR = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "dp": "dp", "virtual_stages": "v",
+        "sequence_parallel": "sp"}
+#: Keys (besides ``island[i].nodes`` and ``parallelism.<degree>``) with an input-array mapping.
+ARRAY_KEYS = {
+    "training.micro_batch": "mbs", "training.global_batch": "gbs",
+    "network.link.bandwidth_gb_s": "wan_bw", "network.link.latency_us": "wan_lat",
+    "sync.inner_steps": "H", "sync.compression_bits": "bits", "sync.fragments": "F",
+}
+_GPU_KEY = re.compile(r"^(islands?\[\d+\]\.(nodes|gpus_per_node)|parallelism\.dp|islands?\[\d+\]\.parallelism\.dp)$")
+
+
+def gpu_count_key(key: str) -> bool:
+    """Does ``key`` set how many GPUs are used (nodes, GPUs per node, dp)?"""
+    return bool(_GPU_KEY.match(key))
+
+
+def grid(vary: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
+    """The cross product of the varied values, first key slowest."""
+    keys = [k for k, _ in vary]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})[0]
+        raise ShardMeterError(f"--vary {dup} is given twice")
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(vals for _, vals in vary))]
+
+
+class SweepResult:
+    """Rows (``vary`` values, scenario, report dict) and the grid's analysis."""
+
+    def __init__(self, keys, rows, analysis):
+        self.keys: list[str] = keys
+        self.rows: list[dict[str, Any]] = rows  # {"vary", "report", optionally "resumed"}
+        self.analysis: dict[str, Any] = analysis
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": [{k: v for k, v in r.items() if k in ("vary", "report", "resumed")} for r in self.rows],
+                "analysis": self.analysis}
+
+
+# ---------------------------------------------------------------------------------------------
+# inputs
+
+
+def _mapping(key: str, sc: Scenario):
+    """(input name, island indices, transform) for an array-mapped key, or None."""
+    n_isl = len(sc.islands)
+    m = _ISL.match(key)
+    if m:
+        i, rest = int(m.group(1)), m.group(2)
+        if i >= n_isl:
+            return None
+        if rest == "nodes":
+            return "nodes", [i], float
+        if rest.startswith("parallelism.") and rest[12:] in _PAR and sc.islands[i].parallelism is not None:
+            return _PAR[rest[12:]], [i], float
+        return None
+    if key.startswith("parallelism.") and key[12:] in _PAR:
+        idx = [j for j, isl in enumerate(sc.islands) if isl.parallelism is None]
+        return (_PAR[key[12:]], idx, float) if idx else None
+    if key in ARRAY_KEYS:
+        name = ARRAY_KEYS[key]
+        if name in ("wan_bw", "wan_lat", "H", "bits", "F") and n_isl < 2:
+            return name, [], float  # no effect on one island
+        return name, list(range(n_isl)), float
+    return None
+
+
+def row_inputs(est, base_sc: Scenario, row_scs: Sequence[Scenario], rows: Sequence[Mapping[str, Any]],
+               loader: Callable[[Mapping[str, Any]], Scenario]) -> dict[str, np.ndarray]:
+    """Input arrays (N rows, I islands) of the grid rows, built vectorised (see the module docstring)."""
+    keys = list(rows[0]) if rows else []
+    maps = {k: _mapping(k, base_sc) for k in keys}
+    # a mapped key whose effect needs resolution work (multi-node island without an inter-node link) is unmapped
+    for k, mp in list(maps.items()):
+        if mp and mp[0] == "nodes":
+            isl = est.resolve(base_sc)[mp[1][0]]
+            if isl.inter is None:
+                maps[k] = None
+    # WAN and sync columns depend on the link and strategy: mapped only if those stay the base's
+    for k, mp in list(maps.items()):
+        table = k.split(".")[0]
+        if mp and table in ("network", "sync") and any(maps[u] is None and u.split(".")[0] == table for u in keys):
+            maps[k] = None
+    unmapped = [k for k in keys if maps[k] is None]
+    groups: dict[tuple, int] = {}
+    group_of = np.empty(len(rows), dtype=np.int64)
+    group_inputs = []
+    for r, row in enumerate(rows):
+        sig = tuple(format_value(row[k]) for k in unmapped)
+        if sig not in groups:
+            groups[sig] = len(groups)
+            sc = loader({k: row[k] for k in unmapped}) if unmapped else base_sc
+            group_inputs.append(est.inputs(sc))
+        group_of[r] = groups[sig]
+    inp = {k: np.concatenate([np.asarray(g[k], dtype=float) for g in group_inputs], axis=0)[group_of]
+           for k in group_inputs[0]}
+    sync = est.sync_strategy(base_sc)[0] if len(base_sc.islands) > 1 else None
+    net = est.network_link(base_sc)
+    for k, mp in maps.items():
+        if mp is None:
+            continue
+        name, idx, _ = mp
+        if not idx:
+            continue
+        vals = np.array([float(row[k]) for row in rows])
+        if name == "wan_bw":
+            vals = vals * 1e9 * net.efficiency
+        elif name == "wan_lat":
+            vals = vals * 1e-6
+        elif name == "H" and not (sync is not None and sync.local_steps):
+            continue
+        inp[name] = inp[name].copy()
+        inp[name][:, idx] = vals[:, None]
+    # dp fills each island unless set: recompute where a degree, nodes or gpn changed
+    if any(mp and mp[0] in ("nodes", "tp", "pp", "cp", "gpn") for mp in maps.values()):
+        dp_set_by_vary = {j for k, mp in maps.items() if mp and mp[0] == "dp" for j in mp[1]}
+        for j, isl in enumerate(base_sc.islands):
+            par = isl.parallelism or base_sc.parallelism
+            if par.dp is None and j not in dp_set_by_vary:
+                fill = np.floor(inp["nodes"][:, j] * inp["gpn"][:, j] / (inp["tp"][:, j] * inp["pp"][:, j]
+                                                                       * inp["cp"][:, j]))
+                inp["dp"] = inp["dp"].copy()
+                inp["dp"][:, j] = np.maximum(1.0, fill)
+    return inp
+
+
+def _eval_rows(inputs: Mapping[str, np.ndarray], bounds: tuple[int, int]) -> dict[str, Any]:
+    a, b = bounds
+    with np.errstate(all="ignore"):
+        return evaluate({k: v[a:b] for k, v in inputs.items()})
+
+
+# ---------------------------------------------------------------------------------------------
+# the sweep
+
+
+def run_sweep(source, vary: Sequence[tuple[str, Sequence[Any]]], *, estimator=None, overrides=(),
+              skip: Mapping[tuple, dict[str, Any]] | None = None, workers: int | None = None, dask: Any = None,
+              chunk_rows: int = CHUNK_ROWS, on_progress: Callable[[list[dict]], None] | None = None,
+              vectorised: bool = True) -> SweepResult:
+    """Evaluate the grid of ``vary`` over scenario ``source``.
+
+    :param skip: rows already known (``--resume``): formatted vary tuple -> row dict
+        (``{"vary", "report", "resumed": True}``); they are not evaluated again.
+    :param on_progress: called with the rows known so far (grid order) after each chunk.
+    :param vectorised: ``False`` builds every row's inputs with ``Estimator.inputs`` (a check).
+    """
+    from ..estimator import Estimator
+    from ..report import build_report
+    from .scaling import analyse
+
+    est = estimator or Estimator()
+    if isinstance(source, Scenario):
+        src, base_ov = source.to_dict(), list(overrides)
+    else:
+        src, base_ov = source, list(overrides)
+    base_sc = est.load(src, base_ov)
+    rows_all = grid(vary)
+    if not rows_all:
+        raise ShardMeterError("--vary: the grid is empty")
+    keys = [k for k, _ in vary]
+    skip = dict(skip or {})
+
+    def loader(row: Mapping[str, Any]) -> Scenario:
+        try:
+            return load_scenario(src, overrides=[*base_ov, *row.items()], registry=est.registry)
+        except ScenarioError as exc:
+            vals = ", ".join(f"{k}={format_value(v)}" for k, v in row.items())
+            raise ScenarioError(f"{exc} (sweep row {vals})") from None
+
+    sigs = [tuple(format_value(r[k]) for k in keys) for r in rows_all]
+    todo = [i for i, s in enumerate(sigs) if s not in skip]
+    row_scs = {i: loader(rows_all[i]) for i in todo}
+    todo_rows = [rows_all[i] for i in todo]
+    if todo:
+        if vectorised:
+            inputs = row_inputs(est, base_sc, [row_scs[i] for i in todo], todo_rows, loader)
+        else:
+            per = [est.inputs(row_scs[i]) for i in todo]
+            inputs = {k: np.concatenate([np.asarray(p[k], dtype=float) for p in per], axis=0) for k in per[0]}
+    results: list[dict[str, Any] | None] = [None] * len(rows_all)
+    for i, s in enumerate(sigs):
+        if s in skip:
+            results[i] = skip[s]
+    tasks = [(a, min(a + chunk_rows, len(todo))) for a in range(0, len(todo), chunk_rows)]
+    gen = run_tasks(_eval_rows, inputs, tasks, workers=workers, dask=dask) if todo else iter(())
+    try:
+        for (a, b), out in gen:
+            for r in range(a, b):
+                i = todo[r]
+                sc = row_scs[i]
+                rep = build_report(sc, est.resolve(sc), out, est, row=r - a)
+                results[i] = {"vary": rows_all[i], "report": rep.to_dict()}
+            if on_progress is not None:
+                on_progress([x for x in results if x is not None])
+    finally:
+        if hasattr(gen, "close"):
+            gen.close()
+    rows = [x for x in results if x is not None]
+    return SweepResult(keys, rows, analyse(keys, rows))
