@@ -91,7 +91,7 @@ class HardwareProfile:
       ``compute/accelerator`` table: A100 SXM 86.9 %, H100 80.3 %, B200 77.6 %).
     * ``matmul_efficiency_fp8`` = None: the same for FP8 GEMMs (ml-engineering's
       MAMF table: H100 70.9 %, H200 73.4 %, B200 76.3 %); None = ``matmul_efficiency``.
-    * ``attention_efficiency`` = 0.30 (the mean of the fitted GPUs): achieved fraction of the 16-bit dense
+    * ``attention_efficiency`` = 0.30 (about the mean of the fitted GPUs): achieved fraction of the 16-bit dense
       peak by fused (flash) attention, forward and backward (Dao 2023,
       FlashAttention-2: 50-73 % on A100; ~35-40 % for FA2 on H100, Shah et al.
       2024, FlashAttention-3: up to 75 % on H100).

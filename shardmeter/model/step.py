@@ -151,7 +151,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     # ---- compute time per layer per micro-batch (forward) ---------------------------------------
     # Dense GEMMs (fp8 where the precision says so; attention stays 16-bit).
     qkv_n = q_t + 2.0 * kv_t
-    el = np.where(_f(g["fp8"]) > 0, 1.0, 2.0)
+    el = np.where(_f(g["fp8"]) > 0, 1.0, 2.0)  # bytes per GEMM input element
     t_qkv = gemm_time(T, qkv_n, h, peak, eff, hbm, sms, el)
     t_proj = gemm_time(T, h, q_t, peak, eff, hbm, sms, el)
     e_loc = np.where(moe, E / ep, 1.0)  # experts on this GPU
@@ -175,6 +175,12 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     repl_bytes = 22.0 * h * np.where(sp, 1.0 / tp, 1.0)
     act_bytes = np.where(swiglu, 6.0, 4.0) * ffn_t * np.where(moe, ktop, 1.0)
     t_elem_f = T * (repl_bytes + act_bytes) / hbm + 6 * KERNEL_OVERHEAD_S
+    # FP8 GEMMs need their 16-bit inputs cast (and, on Hopper, transposed) first: Transformer Engine
+    # reads 2 bytes and writes 1 + 1 per element of every GEMM input, in forward and for the output
+    # gradients in backward (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; TE docs).
+    fp8 = _f(g["fp8"]) > 0
+    cast_f = np.where(fp8, T * 4.0 * (2.0 * h + q_t + ffn_t) / hbm, 0.0)
+    cast_b = np.where(fp8, T * 4.0 * (qkv_n + 2.0 * h + mlp_up) / hbm, 0.0)
     # Output head (last stage): logits GEMM and a fp32 vocab-parallel cross-entropy.
     t_head_f = gemm_time(T, V / tp, h, peak16, eff, hbm, sms) + T * (V / tp) * 12.0 / hbm
     t_head = 3.0 * t_head_f  # forward + backward
@@ -184,7 +190,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     comp_b = Ls * (2.0 * t_dense_f + t_att_b)
     recomp = np.where(rec == 2, comp_f, np.where(rec == 1, Ls * t_att_f, 0.0))
     elem_f = Ls * t_elem_f
-    elem = 3.0 * elem_f + np.where(rec == 2, elem_f, 0.0)
+    elem = 3.0 * elem_f + np.where(rec == 2, elem_f, 0.0) + Ls * (cast_f * np.where(rec == 2, 2.0, 1.0) + cast_b)
     t_compute_mb = comp_f + comp_b + recomp + t_head
     t_elem_mb = elem
 
@@ -235,7 +241,10 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     t_ag_sh = hierarchical_collective_time("ag", param_msg, shard_n, tp, gpn, bw0, lat0, bw1, lat1, flat=flat)
     t_rs_sh = hierarchical_collective_time("rs", grad_msg, shard_n, tp, gpn, bw0, lat0, bw1, lat1, flat=flat)
     fsdp_mb = np.where(gather_layer & (shard_n > 1), 2.0 * t_ag_sh + t_rs_sh, 0.0)
-    fsdp_window = t_compute_mb + t_elem_mb
+    # Prefetched gathers run beside everything else of the micro-batch, its exposed TP/CP/EP
+    # communication included (a window of compute alone would hide the same time twice and make a
+    # faster GPU slow the step).
+    fsdp_window = t_compute_mb + t_elem_mb + tp_exposed + cp_exposed + ep_exposed
     fsdp_exposed_mb = np.where(fsdp_mb > 0, np.maximum(0.0, fsdp_mb - fsdp_window) + fsdp_mb / (3.0 * Ls), 0.0)
     fsdp_hidden_mb = fsdp_mb - fsdp_exposed_mb
     # HSDP replicas across nodes: one all-reduce of the gradient shard per step.
@@ -245,7 +254,10 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     # Per-step gradient synchronisation (DDP / ZeRO-1/2), bucketed and overlapped with the last backward.
     dp_step = np.where(gather_layer, t_hsdp, np.where(sh_opt, t_rs_dp + t_ag_dp, t_ar_dp))
     dp_step = np.where(dpcp > 1, dp_step, 0.0)
-    window = np.where(dp_ovl, comp_b + recomp, 0.0)  # backward (and recompute) of the last micro-batch
+    # Hidden under the last micro-batch's backward (and recompute), whose wall time includes its exposed
+    # TP/CP/EP/FSDP communication: counting compute alone would hide the same time twice, and a faster
+    # GPU would then slow the step (tests/test_properties.py).
+    window = np.where(dp_ovl, comp_b + recomp + tp_exposed + cp_exposed + ep_exposed + fsdp_exposed_mb, 0.0)
     last_bucket = np.where(dp_step > 0, np.minimum(dp_step, ring_collective_time(
         LAST_BUCKET_BYTES, dpcp, np.minimum(bw0, bw1), lat1, 2.0)), 0.0)
     dp_exposed = np.where(dp_ovl, np.maximum(dp_step - window, last_bucket), dp_step)
@@ -308,16 +320,22 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     hw_tok = mf_tok + L * np.where(rec == 2, dense_l + att_l, np.where(rec == 1, att_l, 0.0))
 
     # ---- combine islands --------------------------------------------------------------------------
+    # Every input may vary along the plan axis (e.g. only the WAN bandwidth): work on the full (N, I).
+    full = np.broadcast_shapes(*(np.shape(x) for x in g.values()), reasons.shape, np.shape(island_step))
+    reasons, island_step = np.broadcast_to(reasons, full), np.broadcast_to(island_step, full)
     feasible_isl = reasons == 0
     feasible = np.all(feasible_isl, axis=-1, keepdims=True)
     slow = np.max(np.where(feasible_isl, island_step, 0.0), axis=-1, keepdims=True)
     slow_idx = np.argmax(np.where(feasible_isl, island_step, -1.0), axis=-1)[..., None]
-    # A global all-reduce's WAN stage hides under the slowest island's last backward pass.
-    ar_window = np.take_along_axis(np.broadcast_to(np.where(dp_ovl, comp_b + recomp, 0.0), island_step.shape),
-                                   slow_idx, axis=-1)
+    # A global all-reduce's WAN stage hides under what is left of each island's last backward pass once
+    # that island's own data-parallel reduction is done (hierarchical: inside the island first); the
+    # step ends when the last island's WAN stage does. (The slowest island's window alone would switch
+    # with the argmax and hide the intra-island reduction's time twice: a faster GPU slowed the step.)
+    ar_window = np.broadcast_to(np.maximum(0.0, window - dp_step), island_step.shape)
     wan = island_sync(
         n_isl, slow, p_total, grad_b, _f(g["wan_bw"]), _f(g["wan_lat"]), _f(g["local_steps"]) > 0, _f(g["H"]),
-        _f(g["F"]), _f(g["ovl_steps"]), _f(g["bits"]), ar_window, reasons.shape)
+        _f(g["F"]), _f(g["ovl_steps"]), _f(g["bits"]), ar_window, reasons.shape,
+        island_step=np.where(feasible_isl, island_step, 0.0))
     sync, sync_hidden, egress_bytes_step = wan["exposed"], wan["hidden"], wan["egress"]
     step = slow + sync
     # Heterogeneous islands: each island's global batch share is proportional to its data-parallel
