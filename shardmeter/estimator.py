@@ -191,6 +191,7 @@ class Estimator:
                 "q_dim": m.heads * m.d_head, "kv_dim": m.n_kv_heads * m.d_head, "ffn": m.d_ffn,
                 "swiglu": m.ffn == "swiglu", "V": m.vocab, "s": m.seq_len, "tied": m.tied_embeddings,
                 "E": m.experts, "k_top": m.experts_per_token, "causal": m.causal, "dropout": m.dropout,
+                "capacity": m.capacity_factor,
                 "gbs": t.global_batch, "mbs": t.micro_batch, "recompute": _RECOMPUTE[t.recompute],
                 "materialized": t.attention == "materialized", "w_bytes": 4.0 if t.precision in ("fp32", "tf32")
                 else 2.0, "peak": gpu.peak(t.precision) * 1e12,

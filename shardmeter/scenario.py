@@ -87,7 +87,8 @@ def _bounded(inst, attribute, value):
 class ModelSpec:
     """``[model]``: the transformer. Defaults: ``kv_heads = heads``,
     ``head_dim = hidden / heads``, ``ffn_hidden = 4 * hidden``, ``ffn = "gelu"``,
-    untied embeddings, dense (``experts = 1``), causal attention, no dropout
+    untied embeddings, dense (``experts = 1``; ``capacity_factor = 1.0`` pads each
+    expert's token buffer for MoE), causal attention, no dropout
     (``dropout = true`` stores Megatron-style dropout masks, as in Korthikanti
     et al. 2022's activation formulas)."""
 
@@ -104,6 +105,7 @@ class ModelSpec:
     tied_embeddings: bool = False
     experts: int = attrs.field(default=1, validator=[_count, _bounded])
     experts_per_token: int = attrs.field(default=1, validator=[_count, _bounded])
+    capacity_factor: float = attrs.field(default=1.0, validator=_pos)
     causal: bool = True
     dropout: bool = False
 

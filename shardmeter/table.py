@@ -7,14 +7,16 @@ from typing import Any, Sequence
 __all__ = ["render_table", "format_report", "fmt_time", "fmt_num"]
 
 
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None) -> str:
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None,
+                 align_numbers: bool = True) -> str:
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     if title:
         lines.append(title)
     for n, r in enumerate(cells):
-        lines.append("  ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        lines.append("  ".join(c.rjust(w) if align_numbers and _numeric(c) else c.ljust(w)
+                               for c, w in zip(r, widths)).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -80,7 +82,7 @@ def format_report(r) -> str:
         ("bottleneck", describe_bottleneck(r)),
         ("regime", r.regime),
     ]
-    out.append(render_table(("metric", "value"), rows, title="ShardMeter estimate"))
+    out.append(render_table(("metric", "value"), rows, title="ShardMeter estimate", align_numbers=False))
     out.append("")
     bd_rows = [(k, fmt_time(v), f"{v / r.step_time_s:.1%}") for k, v in r.breakdown_s.items()]
     bd_rows.append(("= step", fmt_time(r.step_time_s), "100.0%"))

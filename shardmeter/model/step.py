@@ -37,7 +37,7 @@ __all__ = ["evaluate", "INPUTS", "REASONS", "BREAKDOWN_TERMS", "reason_messages"
 INPUTS = (
     # model
     "L", "h", "heads", "kv_heads", "q_dim", "kv_dim", "ffn", "swiglu", "V", "s", "tied", "E", "k_top",
-    "causal", "dropout",
+    "causal", "dropout", "capacity",
     # training
     "gbs", "mbs", "recompute", "materialized", "w_bytes", "peak", "peak16", "fp8",
     # hardware
@@ -155,7 +155,11 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     t_qkv = gemm_time(T, qkv_n, h, peak, eff, hbm, sms, el)
     t_proj = gemm_time(T, h, q_t, peak, eff, hbm, sms, el)
     e_loc = np.where(moe, E / ep, 1.0)  # experts on this GPU
-    m_exp = np.where(moe, T * ktop * ep / E, T)  # tokens per local expert
+    # Tokens per local expert: top-k routing spreads T k tokens of each EP rank over E experts; a
+    # capacity factor c pads every expert's buffer to c x the even share (Fedus et al. 2022, Switch
+    # Transformers, Sec. 2.2; c = 1 is dropless-balanced).
+    cap = np.where(moe, np.maximum(_f(g["capacity"]), 1e-9), 1.0)
+    m_exp = np.where(moe, cap * T * ktop * ep / E, T)
     t_mlp = gemm_time(m_exp, mlp_up, h, peak, eff, hbm, sms, el, count=e_loc) + gemm_time(
         m_exp, h, ffn_t, peak, eff, hbm, sms, el, count=e_loc)
     t_router = np.where(moe, gemm_time(T, E, h, peak16, eff, hbm, sms), 0.0)
@@ -214,7 +218,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     cp_hidden = cp_total - cp_exposed
 
     # ---- expert parallel all-to-all (dispatch + combine, forward and backward) -----------------------
-    a2a_msg = T * ktop * h * act_b
+    a2a_msg = cap * T * ktop * h * act_b
     t_a2a = hierarchical_collective_time("a2a", a2a_msg, ep, tp * cp, gpn, bw0, lat0, bw1, lat1)
     ep_exposed = np.where(moe & (ep > 1), Ls * (4.0 + np.where(rec == 2, 2.0, 0.0)) * t_a2a, 0.0)
 
