@@ -268,7 +268,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     dp_hidden = dp_step - dp_exposed
 
     # ---- pipeline -----------------------------------------------------------------------------------
-    p2p_bytes = act_msg / np.where(sp, tp, tp)  # Megatron scatter-gather optimisation splits over TP
+    p2p_bytes = act_msg / tp  # Megatron's scatter-gather optimisation sends 1/t per TP rank
     _, pp_nodes = _span(pp, tp * cp * dp, gpn)
     bw_pp = np.where(pp_nodes > 1, bw1, bw0)
     lat_pp = np.where(pp_nodes > 1, lat1, lat0)
@@ -286,7 +286,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     # ---- island step (before cross-island sync) -------------------------------------------------------
     terms = {
         "compute": m_int * t_compute_mb,
-        "memory_ops": m_int * t_elem_mb + 0.0,
+        "memory_ops": m_int * t_elem_mb,
         "tp_comm": m_int * tp_exposed,
         "cp_comm": m_int * cp_exposed,
         "ep_comm": m_int * ep_exposed,
@@ -305,11 +305,11 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     act_stored, act_full = activation_bytes_per_layer(s_loc, mbs, h, heads, q_dim, kv_dim, ffn, swiglu, tp, sp,
                                                       rec, mat, np.where(moe, ktop, 1.0), s_kv=s,
                                                       dropout=g["dropout"].astype(bool))
+    # Micro-batches whose activations the first stage holds: all m (GPipe) or min(m, p) (1F1B: p in
+    # flight, i.e. L layers' worth); interleaving adds (1 + (p-1)/(p v)) (Korthikanti et al. 2022, Sec. 4.2.3).
     inflight = np.where(sched_all, m_int, np.minimum(m_int, pp))
-    layers_held = np.where(sched_all, Ls * inflight,
-                           (Ls / v) * v * np.minimum(m_int, pp) / pp * pp * np.where(
-                               over_v & (v > 1), 1.0 + (pp - 1.0) / (pp * v), 1.0))
-    layers_held = np.where(sched_all, layers_held, np.minimum(layers_held, Ls * m_int))
+    interleave = np.where(~sched_all & over_v & (v > 1), 1.0 + (pp - 1.0) / (pp * v), 1.0)
+    layers_held = Ls * inflight * interleave
     act_first = act_stored * layers_held + np.where(rec == 2, act_full, 0.0)
     logits = T * V / tp * 4.0  # logits in fp32 for the (fused, in-place) cross-entropy
     act_first = act_first + np.where(pp == 1, logits, 0.0)
@@ -369,8 +369,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     tps_gpu = tps / total_gpus
     model_tf = tps_gpu * mf_tok / 1e12
     hw_tf = tps_gpu * hw_tok / 1e12
-    peak_isl = peak  # dense peak at the training precision, per island
-    gpu_peak_mean = np.sum(np.broadcast_to(peak_isl * isl_gpus, island_step.shape), axis=-1,
+    gpu_peak_mean = np.sum(np.broadcast_to(peak * isl_gpus, island_step.shape), axis=-1,
                            keepdims=True) / total_gpus
     mfu = model_tf * 1e12 / gpu_peak_mean
     hfu = hw_tf * 1e12 / gpu_peak_mean
