@@ -72,11 +72,7 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
         for b in REASONS:
             reason_counts[b] += int(np.count_nonzero(rb & b))
         step = out["step_time_s"]
-        cost_step = None
-        if price is not None:
-            with np.errstate(all="ignore"):
-                cost_step = (np.sum(out["island_gpus"] * price[None, :], axis=-1) * step / 3600.0
-                             + out["egress_bytes_per_step"] / 1e9 * obj["egress_price"])
+        cost_step = _cost_per_step(out, obj) if price is not None else None
         keep = feas.copy()
         if obj.get("deadline_s") is not None:
             late = keep & (step * steps > obj["deadline_s"])
@@ -95,6 +91,17 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
             res["best"] = merge_top_k(res["best"], (score, cid), obj["k"])
     res["reasons"] = reason_counts
     return res
+
+
+def _cost_per_step(out, obj) -> np.ndarray:
+    """Dollars per step, as :func:`shardmeter.report.build_report` prices a run: every GPU
+    of the nodes an island uses (a plan rents ``ceil(gpus / gpus_per_node)`` nodes), plus
+    each island's egress at its own price."""
+    gpn = obj["gpn"][None, :]
+    billed = np.ceil(out["island_gpus"] / gpn - 1e-9) * gpn
+    with np.errstate(all="ignore"):
+        return (np.sum(billed * obj["price"][None, :], axis=-1) * out["step_time_s"] / 3600.0
+                + out["egress_bytes_per_step"] / 1e9 * obj["egress_price"])
 
 
 def _merge(acc, res, obj):
@@ -126,13 +133,14 @@ def _objective(sc, est, kind: str, k: int, deadline_days, budget_usd) -> dict[st
         raise ShardMeterError(f"plan --objective {kind}: no GPU-hour price for '{bad.gpu.name}' in cost source "
                               f"'{bad.cost.name if bad.cost else 'none'}' (island '{bad.name}'); set island.price")
     net = est.network_link(sc)
-    egress = 0.0
+    egress = 0.0  # every island pays its own cost source's egress price (else the link's) for what it sends
     if len(islands) > 1:
-        for isl in islands:  # as report.build_report prices it (one price for all islands' egress)
-            egress = (net.egress_usd_per_gb if net is not None and net.egress_usd_per_gb
-                      else (isl.cost.egress_usd_per_gb if isl.cost else 0.0))
+        for isl in islands:
+            egress += (isl.cost.egress_usd_per_gb if isl.cost is not None
+                       else (net.egress_usd_per_gb if net is not None else 0.0))
     return {"kind": kind, "k": int(k), "price": price if np.all(np.isfinite(price)) else None,
-            "egress_price": float(egress), "steps": (tokens / tokens_per_step) if tokens else None,
+            "egress_price": float(egress), "gpn": np.array([isl.gpus_per_node for isl in islands], float),
+            "steps": (tokens / tokens_per_step) if tokens else None,
             "tokens_per_step": float(tokens_per_step),
             "deadline_s": deadline_days * 86400.0 if deadline_days is not None else None,
             "budget_usd": float(budget_usd) if budget_usd is not None else None}
@@ -230,8 +238,6 @@ def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
         step = float(o["step_time_s"][0])
         plan["time_per_token_s"] = step / tps
         if obj["price"] is not None:
-            cost_step = (float(np.sum(o["island_gpus"][0] * obj["price"])) * step / 3600.0
-                         + float(o["egress_bytes_per_step"][0]) / 1e9 * obj["egress_price"])
-            plan["cost_per_token_usd"] = cost_step / tps
+            plan["cost_per_token_usd"] = float(_cost_per_step(o, obj)[0]) / tps
         out.append(plan)
     return out

@@ -78,8 +78,9 @@ class Space:
     """A compiled search space; picklable (numpy arrays and plain data), so it
     travels once to each worker process or dask worker."""
 
-    def __init__(self, base, layout, axes, n_islands, objective):
+    def __init__(self, base, layout, axes, n_islands, objective, nodes_available=None):
         self.base: dict[str, np.ndarray] = base
+        self.nodes_available = list(nodes_available or np.atleast_1d(base["nodes"][0]).astype(int))
         self.layout: dict[str, np.ndarray] = layout
         # axes that change an input of the structural checks come first: a candidate's
         # structural verdict then depends on its *prefix* (layout, leading axes) only
@@ -152,14 +153,15 @@ class Space:
         dp = np.atleast_1d(lay["dp"]).astype(int)
         if self.n_islands == 1:
             ov.append(("parallelism.dp", int(dp[0])))
-        nodes = np.atleast_1d(lay.get("nodes", self.base["nodes"][0])).astype(int)
-        if "nodes" in lay:
-            ov.extend((f"island[{j}].nodes", int(n)) for j, n in enumerate(nodes))
+        avail = np.atleast_1d(lay.get("nodes", self.base["nodes"][0])).astype(int)
+        gpn = np.broadcast_to(self.base["gpn"][0], (self.n_islands,)).astype(int)
+        per_replica = int(lay["tp"]) * int(lay["pp"]) * int(lay["cp"])
+        # a plan rents the nodes it uses (dp filling them gives the same dp on several islands)
+        nodes = np.maximum(1, -(-(dp * per_replica) // gpn))
+        ov.extend((f"island[{j}].nodes", int(n)) for j, n in enumerate(nodes))
         for axis, c in zip(self.axes, codes):
             ov.extend(axis.overrides[int(c[0])].items())
         d = dict(ov)
-        gpn = np.broadcast_to(self.base["gpn"][0], (self.n_islands,)).astype(int)
-        per_replica = int(lay["tp"]) * int(lay["pp"]) * int(lay["cp"])
         plan = {
             "parallelism": {
                 "tp": int(lay["tp"]), "pp": int(lay["pp"]),
@@ -170,7 +172,7 @@ class Space:
             },
             "training": {"micro_batch": d.get("training.micro_batch"), "recompute": d.get("training.recompute")},
             "islands": [{"name": islands_names[j], "nodes": int(nodes[j]), "dp": int(dp[j]),
-                         "gpus": int(dp[j]) * per_replica, "gpus_available": int(nodes[j] * gpn[j])}
+                         "gpus": int(dp[j]) * per_replica, "nodes_available": int(self.nodes_available[j])}
                         for j in range(self.n_islands)],
         }
         if any(k.startswith("sync.") for k in d):
@@ -353,7 +355,7 @@ def compile_space(sc: Scenario, est, *, only: Mapping[str, Any] | None = None, m
     if n_isl > 1:
         axes.append(_sync_axis(est, raw, sc, only, base, file))
     axes = [a for a in axes if len(a)]
-    return Space(base, layout, axes, n_isl, dict(objective or {}))
+    return Space(base, layout, axes, n_isl, dict(objective or {}), [int(n) for n in cap_nodes])
 
 
 def _sync_axis(est, raw, sc, only, base, file) -> Axis:
