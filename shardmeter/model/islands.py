@@ -55,7 +55,7 @@ def _col(x, shape):
 
 
 def island_sync(n_isl, slow, p_total, grad_bytes, wan_bw, wan_lat, local, H, F, overlap_steps, bits, ar_window,
-                shape):
+                shape, island_step=None):
     """Cross-island time and traffic per (inner) step.
 
     :param n_isl: number of islands ``I`` (an int).
@@ -67,7 +67,11 @@ def island_sync(n_isl, slow, p_total, grad_bytes, wan_bw, wan_lat, local, H, F, 
     :param local: ``True`` for DiLoCo-style local steps, ``False`` for a global all-reduce every step.
     :param H: inner steps per outer round; ``F``: fragments; ``overlap_steps``: tau
         (``< 0``: default, 1 with fragments, else 0); ``bits``: bits per pseudo-gradient element.
-    :param ar_window: compute time under which a global all-reduce can hide, ``(N, 1)`` s.
+    :param ar_window: compute time under which a global all-reduce can hide, ``(N, 1)`` s; or, with
+        ``island_step``, each island's own window ``(N, I)``.
+    :param island_step: each island's inner-step time ``(N, I)``: the allreduce step then ends when
+        the last island's WAN stage ends, ``max_i(island_step_i + exposed_i)``, and ``exposed`` is
+        that minus ``slow`` (monotone: a faster island never makes the step slower).
     :returns: a dict of ``exposed`` and ``hidden`` seconds per step (``(N, 1)``), ``wan_s``
         (all WAN time per step, exposed + hidden, ``(N, 1)``), ``round_s`` (seconds the WAN
         is busy per outer round, ``(N, 1)``; per step for allreduce) and ``egress`` (bytes
@@ -83,7 +87,12 @@ def island_sync(n_isl, slow, p_total, grad_bytes, wan_bw, wan_lat, local, H, F, 
     grad_model = p_total * grad_bytes
     t_ar = ring_frac * grad_model / wan_bw + lat_ring
     t_last = ring_frac * np.minimum(WAN_BUCKET_BYTES, grad_model) / wan_bw + lat_ring
-    ar_exposed = np.maximum(np.maximum(0.0, t_ar - ar_window), np.minimum(t_last, t_ar))
+    if island_step is None:
+        ar_exposed = np.maximum(np.maximum(0.0, t_ar - ar_window), np.minimum(t_last, t_ar))
+    else:  # the ring runs at its slowest uplink's pace and hides under each island's own window
+        t_ar_ring, t_last_ring = _col(t_ar, shape), _col(t_last, shape)
+        per_island = np.maximum(np.maximum(0.0, t_ar_ring - ar_window), np.minimum(t_last_ring, t_ar_ring))
+        ar_exposed = np.maximum(_col(island_step + per_island, shape) - slow, 0.0)
     # DiLoCo outer round: F fragments of payload / F, each overlapping min(tau, H/F) inner steps
     payload = p_total * bits / 8.0
     t_frag = ring_frac * payload / F / wan_bw + lat_ring

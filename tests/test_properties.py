@@ -1,0 +1,449 @@
+"""Invariants of the model over randomly generated *valid* scenarios (hypothesis).
+
+Scenarios are built as plain dicts (the raw tables of a scenario file) from
+the parts a fresh registry holds, loaded with :func:`shardmeter.load_scenario`
+and evaluated in batches: every hypothesis example draws a list of scenarios,
+their input rows are stacked and :func:`shardmeter.model.step.evaluate` runs
+once per batch (and once per perturbed copy of it), so a few thousand
+scenarios run in seconds.
+
+Properties:
+
+* every report number is finite and non-negative, or explicitly null (and
+  null only where SCENARIO.md allows it);
+* the breakdown adds up to the step time (relative 1e-9);
+* more bandwidth or less latency at any level (scale-up, scale-out, WAN), more
+  FLOP/s, more HBM bandwidth never slow a step; more memory never turns a
+  feasible plan infeasible;
+* a bigger island doing the same per-GPU work never lowers total throughput
+  unless the breakdown shows the communication that grew;
+* results are deterministic, and the batch path agrees with the one-scenario
+  path (``Estimator.estimate``) to 1e-9 relative.
+
+``SHARDMETER_PROPERTY_SCALE=10`` multiplies the number of examples for a deeper
+local run; ``SHARDMETER_PROPERTY_RANDOM=1`` draws new examples instead of the
+derandomised CI set.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import shardmeter
+from shardmeter.estimator import Estimator
+from shardmeter.model.step import BREAKDOWN_TERMS, INPUTS, evaluate
+from shardmeter.records import PRECISIONS
+from shardmeter.report import build_report
+from shardmeter.scenario import load_scenario, model_presets
+
+_SCALE = max(1, int(os.environ.get("SHARDMETER_PROPERTY_SCALE", "1") or 1))
+_RANDOM = os.environ.get("SHARDMETER_PROPERTY_RANDOM", "") not in ("", "0")
+
+
+def _settings(n: int):
+    return settings(
+        max_examples=n * _SCALE,
+        deadline=None,
+        derandomize=not _RANDOM,
+        database=None,
+        print_blob=True,
+        # Shrinking a list of 50 scenarios takes minutes; every assertion message names the one
+        # failing scenario instead.
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+    )
+
+
+# A fresh registry of the installed plugins (not the process-wide cached one).
+REG = shardmeter.Registry.from_plugin_manager(shardmeter.make_plugin_manager())
+EST = Estimator(REG)
+GPUS = REG.names("hardware")
+LINKS = {kind: [n for n in REG.names("interconnect") if REG.get("interconnect", n).kind == kind]
+         for kind in ("scale-up", "network", "wan")}
+SHARDINGS = REG.names("sharding")
+SCHEDULES = REG.names("schedule")
+PRICES = [n for n in REG.names("cost") if n != "egress"]
+PRESETS = sorted(model_presets())
+
+REL = 1e-9
+# Report fields that are numbers; the ones that may be null and when.
+TIME_FIELDS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
+               "hardware_tflops_per_gpu", "mfu", "hfu", "compute_utilization")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# generators
+
+
+@st.composite
+def model_tables(draw) -> dict:
+    if draw(st.integers(0, 11)) == 0:
+        m = {"preset": draw(st.sampled_from(PRESETS))}
+        if draw(st.booleans()):
+            m["layers"] = draw(st.integers(1, 8))  # a preset's shapes, shallow enough to fit somewhere
+        return m
+    heads = draw(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 32, 64]))
+    head_dim = draw(st.sampled_from([16, 32, 64, 128]))
+    m = {
+        "layers": draw(st.integers(1, 48)),
+        "hidden": heads * head_dim,
+        "heads": heads,
+        "vocab": draw(st.integers(256, 131072)),
+        "seq_len": draw(st.sampled_from([64, 128, 256, 512, 1024, 2048, 4096, 8192])),
+        "ffn": draw(st.sampled_from(["gelu", "swiglu"])),
+    }
+    if draw(st.booleans()):
+        m["kv_heads"] = draw(st.sampled_from(_divisors(heads)))
+    if draw(st.booleans()):
+        m["ffn_hidden"] = draw(st.integers(1, 16)) * m["hidden"] // 4 or 1
+    if draw(st.integers(0, 4)) == 0:
+        m["head_dim"] = draw(st.sampled_from([32, 64, 128]))
+    if draw(st.booleans()):
+        m["tied_embeddings"] = draw(st.booleans())
+    if draw(st.integers(0, 4)) == 0:
+        experts = draw(st.sampled_from([2, 4, 8, 16]))
+        m["experts"] = experts
+        m["experts_per_token"] = draw(st.integers(1, min(4, experts)))
+    return m
+
+
+@st.composite
+def scenario_dicts(draw) -> dict:
+    """A well-formed scenario (often feasible, sometimes not: infeasible is a valid outcome)."""
+    model = draw(model_tables())
+    full = {**model_presets()[model["preset"]], **model} if "preset" in model else model
+    heads, layers, seq = full["heads"], full["layers"], full["seq_len"]
+    experts = full.get("experts", 1)
+    mbs = draw(st.sampled_from([1, 1, 2, 4]))
+    training = {"micro_batch": mbs}
+    if draw(st.booleans()):
+        training["precision"] = draw(st.sampled_from(PRECISIONS))
+    if draw(st.booleans()):
+        training["recompute"] = draw(st.sampled_from(["none", "selective", "full"]))
+    if draw(st.integers(0, 3)) == 0:
+        training["attention"] = draw(st.sampled_from(["flash", "materialized"]))
+    if draw(st.booleans()):
+        training["tokens"] = draw(st.floats(1e6, 1e13))
+
+    par: dict = {}
+    tp = draw(st.sampled_from([d for d in _divisors(heads) if d <= 8] if draw(st.integers(0, 9)) else [1, 2, 4, 8]))
+    pp = draw(st.sampled_from([p for p in (1, 2, 4, 8) if p <= layers] or [1]))
+    cp = draw(st.sampled_from([1, 1, 1, 2, 4]))
+    ep = draw(st.sampled_from(_divisors(experts))) if experts > 1 else 1
+    for k, v, default in (("tp", tp, 1), ("pp", pp, 1), ("cp", cp, 1), ("ep", ep, 1)):
+        if v != default or draw(st.booleans()):
+            par[k] = v
+    if draw(st.booleans()):
+        par["sequence_parallel"] = draw(st.booleans())
+    if draw(st.booleans()):
+        par["sharding"] = draw(st.sampled_from(SHARDINGS))
+    if draw(st.booleans()):
+        par["schedule"] = draw(st.sampled_from(SCHEDULES))
+        if par["schedule"] == "interleaved":
+            par["virtual_stages"] = draw(st.integers(1, 4))
+    if draw(st.integers(0, 3)) == 0:
+        par["tp_comm_overlap"] = draw(st.booleans())
+    if draw(st.integers(0, 3)) == 0:
+        par["dp_comm_overlap"] = draw(st.booleans())
+
+    n_isl = draw(st.sampled_from([1, 1, 1, 2, 2, 3]))
+    islands, dps = [], []
+    for i in range(n_isl):
+        gpu_name = draw(st.sampled_from(GPUS))
+        prof = REG.get("hardware", gpu_name)
+        isl: dict = {"gpu": gpu_name, "nodes": draw(st.sampled_from([1, 1, 2, 3, 4, 8, 16, 32, 64]))}
+        if draw(st.integers(0, 5)) == 0:
+            isl["gpu"] = {"name": gpu_name, "memory_gb": draw(st.floats(8.0, 512.0))}
+        if n_isl > 1 or draw(st.booleans()):
+            isl["name"] = f"dc-{i}"
+        if draw(st.integers(0, 3)) == 0:
+            isl["gpus_per_node"] = draw(st.sampled_from([1, 2, 4, 8, 16]))
+        if draw(st.integers(0, 3)) == 0:
+            isl["intra_node"] = draw(st.sampled_from(LINKS["scale-up"]))
+        if draw(st.integers(0, 3)) == 0:
+            isl["inter_node"] = draw(st.sampled_from(LINKS["network"]))
+        if draw(st.integers(0, 4)) == 0:
+            isl["nics_per_node"] = draw(st.integers(1, 8))
+        if draw(st.integers(0, 3)) == 0:
+            isl["price"] = draw(st.sampled_from(PRICES))
+        gpn = isl.get("gpus_per_node", prof.gpus_per_node)
+        dp = max(1, isl["nodes"] * gpn // (tp * pp * cp))
+        if draw(st.integers(0, 5)) == 0:  # an explicit dp smaller than what fills the island
+            dp = draw(st.integers(1, dp))
+            isl["parallelism"] = {"dp": dp}
+        dps.append(dp)
+        islands.append(isl)
+    if draw(st.integers(0, 9)) == 0:
+        gbs = draw(st.integers(1, 4096))  # arbitrary: often not a multiple of micro_batch x dp
+    else:
+        gbs = draw(st.integers(1, 16)) * mbs * sum(dps)
+    training["global_batch"] = gbs
+
+    d = {"model": model, "training": training, "island": islands}
+    if par:
+        d["parallelism"] = par
+    if n_isl > 1:
+        strategy = draw(st.sampled_from(["allreduce", "diloco"]))
+        sync: dict = {"strategy": strategy}
+        if strategy == "diloco":
+            if draw(st.booleans()):
+                sync["inner_steps"] = draw(st.integers(1, 1000))
+            if draw(st.booleans()):
+                sync["compression_bits"] = draw(st.sampled_from([1, 4, 8, 16, 32]))
+            if draw(st.booleans()):
+                sync["fragments"] = draw(st.integers(1, 16))
+            if draw(st.booleans()):
+                sync["overlap_steps"] = draw(st.integers(0, 8))
+        d["sync"] = sync
+        if draw(st.booleans()):
+            d["network"] = {"link": {"name": "internet", "bandwidth_gb_s": draw(st.floats(0.01, 100.0)),
+                                     "latency_us": draw(st.floats(0.0, 2e5))}}
+    return d
+
+
+def batches(lo: int, hi: int):
+    return st.lists(scenario_dicts(), min_size=lo, max_size=hi)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+class Batch:
+    """Scenarios loaded and stacked into one input batch per island count."""
+
+    def __init__(self, dicts: list[dict]):
+        self.dicts = dicts
+        self.scenarios = [load_scenario(d, registry=REG) for d in dicts]
+        self.groups: dict[int, list[int]] = {}
+        for i, sc in enumerate(self.scenarios):
+            self.groups.setdefault(len(sc.islands), []).append(i)
+        self.inputs: dict[int, dict[str, np.ndarray]] = {}
+        for n, idx in self.groups.items():
+            rows = [EST.inputs(self.scenarios[i]) for i in idx]
+            self.inputs[n] = {k: np.concatenate([r[k] for r in rows], axis=0) for k in INPUTS}
+
+    def evaluate(self, change=None) -> dict[int, dict]:
+        out = {}
+        for n, inp in self.inputs.items():
+            inp = {k: v.copy() for k, v in inp.items()}
+            if change is not None:
+                change(inp)
+            out[n] = evaluate(inp)
+        return out
+
+    def where(self, n: int, row: int) -> dict:
+        return self.dicts[self.groups[n][row]]
+
+
+def _walk_numbers(obj, path="$"):
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return
+    if isinstance(obj, (int, float)):
+        yield path, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _walk_numbers(v, f"{path}.{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _walk_numbers(v, f"{path}[{i}]")
+
+
+def check_report(rep, sc_dict) -> None:
+    d = rep.to_dict()
+    for path, x in _walk_numbers(d):
+        assert math.isfinite(x) and x >= 0, f"{path} = {x!r} in {sc_dict}"
+    if rep.feasible:
+        for f in TIME_FIELDS + ("memory_per_gpu_gb", "bottleneck", "regime"):
+            assert d[f] is not None, f"feasible report has null {f}: {sc_dict}"
+        if sc_dict["training"].get("tokens"):
+            assert d["wall_clock_s"] is not None, sc_dict
+        else:
+            assert d["wall_clock_s"] is None and d["cost_usd"] is None
+        total = sum(d["breakdown_s"].values())
+        assert total == pytest.approx(d["step_time_s"], rel=REL), (d["breakdown_s"], d["step_time_s"], sc_dict)
+        assert set(d["breakdown_s"]) <= set(BREAKDOWN_TERMS)
+        assert d["bottleneck"] in d["breakdown_s"]
+        assert 0.0 <= d["compute_utilization"] <= 1.0 + REL
+        for isl in d["islands"]:
+            assert isl["tokens_per_s"] is not None and isl["step_time_s"] is not None
+            if isl["cost_usd"] is None:
+                assert d["cost_usd"] is None
+    else:
+        assert rep.reasons, f"infeasible without a reason: {sc_dict}"
+        for f in TIME_FIELDS + ("wall_clock_s", "cost_usd"):
+            assert d[f] is None, f"infeasible report invents {f}: {sc_dict}"
+        for r in rep.reasons:  # each reason names a key
+            key = re.sub(r"^island\[\d+\]\.", "", r.split(":")[0])
+            assert key.split(".")[0] in ("parallelism", "training", "model"), r
+
+
+def _close(a, b, rel=REL) -> bool:
+    if a is None or b is None or isinstance(a, (bool, str)):
+        return a == b
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k], rel) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b))
+    return a == b or abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+# ---------------------------------------------------------------------------------------------
+# properties
+
+
+@_settings(40)
+@given(batches(40, 60))
+def test_reports_are_finite_and_breakdowns_add_up(dicts):
+    """Every number of every report (batch path) is finite and >= 0 or null, and the
+    breakdown adds up to the step time; the raw model arrays agree."""
+    b = Batch(dicts)
+    out = b.evaluate()
+    for n, o in out.items():
+        feas = o["feasible"]
+        step = o["step_time_s"]
+        parts = sum(o["breakdown"][k] for k in BREAKDOWN_TERMS)
+        assert np.all(np.isfinite(step[feas])) and np.all(step[feas] > 0)
+        for k in BREAKDOWN_TERMS:
+            assert np.all(o["breakdown"][k][feas] >= 0), k
+        np.testing.assert_allclose(parts[feas], step[feas], rtol=REL)
+        for row, i in enumerate(b.groups[n]):
+            sc = b.scenarios[i]
+            rep = build_report(sc, EST.resolve(sc), o, EST, row=row)
+            check_report(rep, dicts[i])
+
+
+@_settings(25)
+@given(batches(8, 12))
+def test_batch_path_agrees_with_single_scenario_path_and_is_deterministic(dicts):
+    b = Batch(dicts)
+    out = b.evaluate()
+    again = b.evaluate()
+    for n in out:
+        for k, v in out[n].items():
+            if isinstance(v, dict):
+                for t in v:
+                    np.testing.assert_array_equal(v[t], again[n][k][t])
+            else:
+                np.testing.assert_array_equal(v, again[n][k])
+        for row, i in enumerate(b.groups[n]):
+            sc = b.scenarios[i]
+            batched = build_report(sc, EST.resolve(sc), out[n], EST, row=row).to_dict()
+            single = EST.estimate(dicts[i]).to_dict()
+            assert _close(batched, single), (dicts[i], batched, single)
+            assert EST.estimate(dicts[i]).to_dict() == single  # deterministic
+
+
+# (input key, factor): each makes the hardware strictly better.
+IMPROVEMENTS = [
+    ("bw0", 2.0), ("bw0", 1.01), ("bw1", 2.0), ("bw1", 1.01), ("wan_bw", 4.0), ("wan_bw", 1.01),
+    ("lat0", 0.5), ("lat1", 0.5), ("wan_lat", 0.25), ("lat0", 0.0), ("lat1", 0.0), ("wan_lat", 0.0),
+    ("peak", 2.0), ("peak", 1.01), ("peak16", 2.0), (("peak", "peak16"), 1.5), (("peak", "peak16"), 100.0),
+    ("hbm", 2.0), ("hbm", 1.01), ("hbm", 100.0), ("gemm_eff", 1.05), ("hbm_eff", 1.05),
+    (("bw0", "bw1", "wan_bw", "peak", "peak16", "hbm"), 3.0),
+]
+
+
+def _improve(keys, factor, island=None):
+    keys = (keys,) if isinstance(keys, str) else keys
+
+    def change(inp):
+        for k in keys:
+            arr = inp[k].astype(float)
+            if island is None:
+                arr = arr * factor
+            elif island < arr.shape[1]:
+                arr[:, island] = arr[:, island] * factor
+            if k.endswith("_eff"):
+                arr = np.minimum(arr, 1.0)
+            inp[k] = arr
+
+    return change
+
+
+@_settings(30)
+@given(batches(50, 70), st.sampled_from([None, None, 0, 1, 2]))
+def test_better_hardware_never_slows_a_step(dicts, island):
+    """More bandwidth / less latency at any level, more FLOP/s or HBM bandwidth: never slower.
+
+    ``island`` improves one island only (None: all of them)."""
+    b = Batch(dicts)
+    base = b.evaluate()
+    for keys, factor in IMPROVEMENTS:
+        new = b.evaluate(_improve(keys, factor, island))
+        for n in base:
+            f0, f1 = base[n]["feasible"], new[n]["feasible"]
+            assert np.all(f1[f0]), f"{keys} x{factor} made a plan infeasible: {b.where(n, int(np.argmin(f1 | ~f0)))}"
+            s0, s1 = base[n]["step_time_s"], new[n]["step_time_s"]
+            worse = f0 & (s1 > s0 * (1 + REL))
+            if np.any(worse):
+                r = int(np.argmax(worse))
+                bd0 = {k: float(v[r]) for k, v in base[n]["breakdown"].items()}
+                bd1 = {k: float(v[r]) for k, v in new[n]["breakdown"].items()}
+                pytest.fail(f"{keys} x{factor} on island {island} slowed the step {s0[r]!r} -> {s1[r]!r}\n"
+                            f"before {bd0}\nafter  {bd1}\nscenario {b.where(n, r)}")
+
+
+@_settings(25)
+@given(batches(40, 60), st.sampled_from([1.5, 2.0, 100.0]))
+def test_more_memory_never_makes_a_feasible_plan_infeasible(dicts, factor):
+    b = Batch(dicts)
+    base = b.evaluate()
+    new = b.evaluate(_improve("mem", factor))
+    for n in base:
+        f0, f1 = base[n]["feasible"], new[n]["feasible"]
+        assert np.all(f1[f0])
+        np.testing.assert_allclose(new[n]["step_time_s"][f0], base[n]["step_time_s"][f0], rtol=REL)
+        assert np.all(new[n]["reasons"] & ~np.int64(32) == base[n]["reasons"] & ~np.int64(32))
+
+
+COMM_TERMS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm", "island_sync", "idle")
+WORK_TERMS = ("compute", "memory_ops", "optimizer")
+
+
+@_settings(25)
+@given(batches(30, 50), st.sampled_from([2, 3, 4]), st.integers(0, 2))
+def test_bigger_island_with_same_per_gpu_work_never_lowers_throughput_unexplained(dicts, grow, which):
+    """Island ``which`` gets ``grow`` x the nodes and data-parallel replicas; the global
+    batch grows so every GPU runs the same micro-batches. Total throughput may only
+    drop when the breakdown shows the communication (or bubble) that grew; the
+    per-GPU work terms never grow."""
+    b = Batch(dicts)
+    base = b.evaluate()
+
+    def change(inp):
+        j = min(which, inp["dp"].shape[1] - 1)
+        dp_total = inp["dp"].sum(axis=1, keepdims=True)
+        inp["nodes"] = inp["nodes"].copy()
+        inp["nodes"][:, j] *= grow
+        inp["dp"] = inp["dp"].copy()
+        inp["dp"][:, j] *= grow
+        inp["gbs"] = inp["gbs"] * inp["dp"].sum(axis=1, keepdims=True) // dp_total  # exact: gbs = m x mbs x dp_total
+
+    new = b.evaluate(change)
+    for n in base:
+        f0, f1 = base[n]["feasible"], new[n]["feasible"]
+        assert np.all(f1[f0]), f"growing an island made a plan infeasible: {b.where(n, int(np.argmin(f1 | ~f0)))}"
+        ok = f0 & f1
+        for r in np.nonzero(ok)[0]:
+            bd0 = {k: float(v[r]) for k, v in base[n]["breakdown"].items()}
+            bd1 = {k: float(v[r]) for k, v in new[n]["breakdown"].items()}
+            for k in WORK_TERMS:
+                assert bd1[k] <= bd0[k] * (1 + REL) + 1e-15, (k, bd0, bd1, b.where(n, r))
+            t0, t1 = base[n]["tokens_per_s"][r], new[n]["tokens_per_s"][r]
+            if t1 < t0 * (1 - REL):
+                grew = sum(bd1[k] for k in COMM_TERMS) - sum(bd0[k] for k in COMM_TERMS)
+                slower = new[n]["step_time_s"][r] - base[n]["step_time_s"][r]
+                assert grew >= slower * (1 - 1e-6) > 0, (
+                    f"throughput {t0} -> {t1} unexplained: {bd0} -> {bd1}; {b.where(n, r)}")
