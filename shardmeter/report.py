@@ -76,6 +76,11 @@ class Report:
     params: float
     model_flops_per_token: float
     notes: list[str]
+    #: Communication time per step by topology level: ``intra_island`` (every collective inside the
+    #: slowest island, exposed + hidden) and ``wan`` (the cross-island stage: ``time_s`` exposed +
+    #: hidden, ``exposed_s``, ``bytes_per_island`` sent through each island's uplink, ``round_s``
+    #: the WAN's busy time per outer round). Empty when infeasible.
+    levels: dict[str, dict[str, float]] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -138,43 +143,21 @@ def build_report(sc, islands, out: dict[str, Any], estimator, row: int = 0) -> R
 
     step = float(out["step_time_s"][row])
     bd = {k: max(0.0, float(out["breakdown"][k][row])) for k in BREAKDOWN_TERMS}
-    bd = {k: v for k, v in bd.items() if v > 0 or k in ("compute",)}
+    keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)  # island sync always shown between islands
+    bd = {k: v for k, v in bd.items() if v > 0 or k in keep}
     ov = {k: float(out["overlapped"][k][row]) for k in out["overlapped"]}
-    ov = {k: v for k, v in ov.items() if v > 0}
+    ov = {k: v for k, v in ov.items() if v > 0 or (k == "island_sync" and n_isl > 1)}
     bottleneck = max(bd, key=bd.get)
     tps = float(out["tokens_per_s"][row])
-    tokens = sc.training.tokens
-    wall = tokens / tps if tokens else None
-    isl_reports = []
-    total_cost = 0.0 if wall is not None else None
-    egress_step = float(out["egress_bytes_per_step"][row])
-    steps = (tokens / (sc.training.global_batch * sc.model.seq_len)) if tokens else None
-    net = estimator.network_link(sc)
-    for j, isl in enumerate(islands):
-        g = int(out["island_gpus"][row, j])
-        cost = None
-        if wall is not None:
-            price = isl.cost.gpu_hour_usd(isl.gpu) if isl.cost is not None else float("nan")
-            if math.isfinite(price):
-                egress_price = (net.egress_usd_per_gb if net is not None and net.egress_usd_per_gb
-                                else (isl.cost.egress_usd_per_gb if isl.cost else 0.0))
-                cost = g * wall / 3600.0 * price + egress_step * steps / 1e9 * egress_price
-            else:
-                notes.append(f"island '{isl.name}': no GPU-hour price for '{isl.gpu.name}' in cost source "
-                             f"'{isl.cost.name if isl.cost else 'none'}'; cost_usd is null")
-        if total_cost is not None:
-            total_cost = None if cost is None else total_cost + cost
-        isl_reports.append({
-            "name": isl.name,
-            "gpus": g,
-            "gpu": isl.gpu.name,
-            "tokens_per_s": float(out["island_tokens_per_s"][row, j]),
-            "step_time_s": float(out["island_step_s"][row, j]),
-            "idle_fraction": max(0.0, float(out["island_idle_s"][row, j]) / step),
-            "memory_per_gpu_gb": float(out["island_memory_gb"][row, j]),
-            "cost_usd": cost,
-            "batch_per_step": float(out["island_batch"][row, j]),
-        })
+    isl_reports, total_cost, wall = _island_entries(sc, islands, out, estimator, row, step, tps, notes)
+    comm_in = sum(bd.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
+    levels = {
+        "intra_island": {"time_s": comm_in + sum(ov.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm")),
+                         "exposed_s": comm_in},
+        "wan": {"time_s": float(out["wan_s"][row]), "exposed_s": bd.get("island_sync", 0.0),
+                "bytes_per_island": float(out["egress_bytes_per_step"][row]),
+                "round_s": float(out["wan_round_s"][row])},
+    }
     return Report(
         feasible=True, reasons=[], step_time_s=step, tokens_per_s=tps,
         tokens_per_s_per_gpu=float(out["tokens_per_s_per_gpu"][row]),
@@ -184,8 +167,81 @@ def build_report(sc, islands, out: dict[str, Any], estimator, row: int = 0) -> R
         compute_utilization=float(out["compute_utilization"][row]), wall_clock_s=wall, cost_usd=total_cost,
         bottleneck=bottleneck, regime=regime_of(bd), breakdown_s=bd, overlapped_s=ov, islands=isl_reports,
         gpus=gpus, params=float(out["params"][row]),
-        model_flops_per_token=float(out["model_flops_per_token"][row]), notes=notes,
+        model_flops_per_token=float(out["model_flops_per_token"][row]), notes=notes, levels=levels,
     )
+
+
+def _island_entries(sc, islands, out, estimator, row, step, tps, notes):
+    """Per-island report entries, the total cost and the wall-clock time.
+
+    * ``tokens_per_s``: the island's share of the global batch (proportional to its
+      data-parallel replicas) per averaged step, so the islands sum to the total;
+      ``tokens_per_s_per_gpu`` over the GPUs it uses (``gpus``).
+    * ``step_time_s``: the island's own inner step; ``idle_s`` / ``idle_fraction``:
+      time per step it waits for slower islands; ``compute_utilization``: its own
+      step over the global step (it waits on the WAN sync and on slower islands).
+    * ``wall_clock_s`` = ``training.tokens / tokens_per_s`` (islands train side by side,
+      so every island's wall-clock is the total); ``tokens``: the island's share.
+    * ``cost_usd`` = ``gpus_billed x wall_clock_s / 3600 x usd_per_gpu_hour`` (every GPU
+      the island has -- ``nodes x gpus_per_node`` -- is rented or owned for the whole
+      run, used or not) ``+ egress_gb x egress_usd_per_gb``, where ``egress_gb`` is
+      the traffic the island sends to other islands over the run
+      (bytes per step x ``training.tokens / (global_batch x seq_len)`` steps) and
+      the egress price is the island's cost source's (the party that bills the
+      island), or the network link's when the island has no cost source. Null
+      when the price is unknown (``CostSource.gpu_hour_usd`` is nan); the total
+      is then null too.
+    """
+    tokens = sc.training.tokens
+    wall = tokens / tps if tokens else None
+    steps = tokens / (sc.training.global_batch * sc.model.seq_len) if tokens else None
+    egress_step = float(out["egress_bytes_per_step"][row])
+    net = estimator.network_link(sc)
+    entries = []
+    total_cost = 0.0 if wall is not None else None
+    for j, isl in enumerate(islands):
+        g = int(out["island_gpus"][row, j])
+        billed = isl.nodes * isl.gpus_per_node
+        isl_tps = float(out["island_tokens_per_s"][row, j])
+        price = isl.cost.gpu_hour_usd(isl.gpu) if isl.cost is not None else float("nan")
+        egress_price = isl.cost.egress_usd_per_gb if isl.cost is not None else (
+            net.egress_usd_per_gb if net is not None else 0.0)
+        egress_gb = egress_step * steps / 1e9 if steps is not None else None
+        cost = gpu_cost = egress_cost = None
+        if wall is not None:
+            if math.isfinite(price):
+                gpu_cost = billed * wall / 3600.0 * price
+                egress_cost = egress_gb * egress_price
+                cost = gpu_cost + egress_cost
+            else:
+                notes.append(f"island '{isl.name}': no GPU-hour price for '{isl.gpu.name}' in cost source "
+                             f"'{isl.cost.name if isl.cost else 'none'}'; cost_usd is null")
+        if total_cost is not None:
+            total_cost = None if cost is None else total_cost + cost
+        idle = max(0.0, float(out["island_idle_s"][row, j]))
+        entries.append({
+            "name": isl.name,
+            "gpu": isl.gpu.name,
+            "gpus": g,
+            "gpus_billed": billed,
+            "tokens_per_s": isl_tps,
+            "tokens_per_s_per_gpu": isl_tps / g if g else None,
+            "step_time_s": float(out["island_step_s"][row, j]),
+            "idle_s": idle,
+            "idle_fraction": idle / step,
+            "compute_utilization": float(out["island_util"][row, j]),
+            "memory_per_gpu_gb": float(out["island_memory_gb"][row, j]),
+            "batch_per_step": float(out["island_batch"][row, j]),
+            "tokens": tokens * isl_tps / tps if tokens else None,
+            "wall_clock_s": wall,
+            "cost_source": isl.cost.name if isl.cost is not None else None,
+            "usd_per_gpu_hour": price if math.isfinite(price) else None,
+            "gpu_cost_usd": gpu_cost,
+            "egress_gb": egress_gb,
+            "egress_cost_usd": egress_cost,
+            "cost_usd": cost,
+        })
+    return entries, total_cost, wall
 
 
 def _fmt_int(x) -> str:
