@@ -281,3 +281,18 @@ def test_infeasible_island_is_named(est, three):
     assert any("eu-north" in x for x in r.reasons)
     assert r.islands[1]["feasible"] is False and r.islands[0]["feasible"] is True
     assert math.isfinite(r.islands[1]["memory_per_gpu_gb"])
+
+
+def test_docs_commands_run():
+    """The commands at the top of docs/multi-island.md run as written (from the repository root)."""
+    import re
+    import shlex
+
+    text = (ROOT / "docs" / "multi-island.md").read_text()
+    block = re.search(r"```\n(.*?)\n```", text, re.S).group(1)
+    cmds = [ln.split() for ln in block.splitlines() if ln.startswith("shardmeter ")]
+    assert len(cmds) >= 3
+    for argv in cmds:
+        p = subprocess.run([sys.executable, "-m", "shardmeter", *argv[1:]], cwd=ROOT, capture_output=True,
+                           text=True, timeout=180)
+        assert p.returncode == 0, (shlex.join(argv), p.stderr[-500:])
