@@ -84,7 +84,7 @@ def test_sweep_on_processes_equals_serial():
 @pytest.fixture(scope="module")
 def dask_client():
     distributed = pytest.importorskip("dask.distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None)
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0")
     client = distributed.Client(cluster)
     yield client
     client.close()
@@ -130,7 +130,7 @@ def test_dask_worker_process_that_dies_loses_no_chunk(serial, tmp_path):
     per = max(1, CHUNK // sp.R_in)
     flaky = FailOnce(score_chunk, (per, 2 * per), str(tmp_path / "marker"), mode="exit")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
         doc = search(TINY, objective="time", top=5, chunk_size=CHUNK, dask=client, chunk_fn=flaky)
     assert (tmp_path / "marker").exists()
     assert _key(doc) == _key(serial["time"])

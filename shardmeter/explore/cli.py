@@ -191,10 +191,14 @@ def _sweep_table(res) -> str:
             if r["vary"].get(x) == kn["knee"] and all(r["vary"].get(k) == v
                                                       for k, v in kn.get("series", {}).items()):
                 marks.setdefault(i, []).append("<- knee")
-    headers = [*res.keys, "GPUs", "step", "tokens/s", "tok/s/GPU", "MFU", "mem GB", "regime"]
+    headers = [*res.keys, "GPUs", "step", "tokens/s", "tok/s/GPU", "MFU", "util", "mem GB", "regime"]
+    priced = any(r["report"].get("cost_usd") is not None for r in res.rows)
+    if priced:
+        headers += ["wall-clock", "cost"]
     if eff:
         headers.append("efficiency")
-    headers.append("")
+    if marks:
+        headers.append("")
     rows = []
     for i, r in enumerate(res.rows):
         rep = r["report"]
@@ -203,16 +207,21 @@ def _sweep_table(res) -> str:
             cells += [rep.get("gpus"), fmt_time(rep.get("step_time_s")), fmt_num(rep.get("tokens_per_s")),
                       fmt_num(rep.get("tokens_per_s_per_gpu")),
                       f"{rep['mfu']:.1%}" if rep.get("mfu") is not None else "-",
+                      f"{rep['compute_utilization']:.1%}" if rep.get("compute_utilization") is not None else "-",
                       f"{rep['memory_per_gpu_gb']:.1f}" if rep.get("memory_per_gpu_gb") is not None else "-",
                       rep.get("regime") or "-"]
         else:
             why = ", ".join(sorted({x.split(":")[0] for x in rep.get("reasons") or []})) or "?"
-            cells += [rep.get("gpus"), "-", "-", "-", "-",
+            cells += [rep.get("gpus"), "-", "-", "-", "-", "-",
                       f"{rep['memory_per_gpu_gb']:.1f}" if rep.get("memory_per_gpu_gb") is not None else "-",
                       f"infeasible ({why})"]
+        if priced:
+            cells += [fmt_time(rep.get("wall_clock_s")) if rep.get("wall_clock_s") else "-",
+                      f"${rep['cost_usd']:,.0f}" if rep.get("cost_usd") is not None else "-"]
         if eff:
             cells.append(f"{eff[i]:.1%}" if eff[i] is not None else "-")
-        cells.append("  ".join(marks.get(i, [])))
+        if marks:
+            cells.append("  ".join(marks.get(i, [])))
         rows.append(cells)
     out = [render_table(headers, rows, title=f"ShardMeter sweep ({len(res.rows)} points)")]
     if "knee" in an:

@@ -128,7 +128,7 @@ def _dask_client(dask, workers):
         return dask, None
     if dask == "local":
         cluster = LocalCluster(n_workers=workers or os.cpu_count() or 2, threads_per_worker=1,
-                               dashboard_address=None)
+                               dashboard_address=":0")
         return Client(cluster), cluster
     try:
         return Client(dask, timeout=10), None

@@ -34,8 +34,9 @@ __all__ = ["search", "score_chunk", "DEFAULT_CHUNK", "OBJECTIVES"]
 
 #: Candidates per chunk (the unit of work of an executor task).
 DEFAULT_CHUNK = 1 << 18
-#: Candidates evaluated by the full model at once (bounds peak memory).
-EVAL_BATCH = 1 << 15
+#: Candidates evaluated by the full model at once: bounds peak memory, and keeps the arrays in cache
+#: (16384 rows measured fastest on a quiet 2-core run: 1.09 M rows/s against 0.89 at 32768, 0.77 at 65536).
+EVAL_BATCH = 1 << 14
 OBJECTIVES = ("time", "cost", "pareto")
 
 
