@@ -254,3 +254,23 @@ def test_unknown_only_knob_is_an_error(capsys):
     path = os.path.join(ROOT, "examples", "studies", "scale-nodes.toml")
     assert main(["plan", path, "--only", "tq=1"]) == 2
     assert "tp" in capsys.readouterr().err
+
+
+def test_skipped_duplicates_are_exact_copies_of_a_scored_candidate():
+    """pp = 1 makes virtual stages and interleaving moot: those candidates are skipped, and each
+    scores exactly like the kept candidate it copies."""
+    sp, ids, out = _brute(TINY)
+    _bits, dup = sp.prefix_verdict(ids // sp.R_in)
+    assert dup.any()
+    li, codes = sp.codes(ids)
+    j = [a.name for a in sp.axes].index("schedule")
+    sched = sp.axes[j]
+    rows = np.flatnonzero(dup)[::50]
+    for r in rows:
+        c = int(codes[j][r])
+        sig = {k: np.asarray(sched.cols[k][c]).ravel()[0] for k in ("sched_all", "bubble_frac") if k in sched.cols}
+        ref = next(i for i in range(c) if all(np.asarray(sched.cols[k][i]).ravel()[0] == v for k, v in sig.items()))
+        twin = ids[r] + (ref - c) * sp.strides[j]
+        assert not dup[twin]
+        for k in ("step_time_s", "memory_per_gpu_gb", "feasible"):
+            assert out[k][r] == out[k][twin], k

@@ -254,3 +254,28 @@ def test_plot_without_matplotlib_is_one_clear_line(tmp_path, capsys, monkeypatch
     assert main(["sweep", SCALE, "--vary", "island[0].nodes=8", "--plot", str(tmp_path / "x.png")]) == 2
     err = capsys.readouterr().err.strip()
     assert "shardmeter[plot]" in err and len(err.splitlines()) == 1
+
+
+def test_every_command_in_docs_exploring_runs(tmp_path, capsys, monkeypatch):
+    """The commands of docs/exploring.md run as written from the repository root (output files go to a
+    temporary folder)."""
+    import re
+    import shlex
+
+    monkeypatch.chdir(ROOT)
+    text = open(os.path.join(ROOT, "docs", "exploring.md"), encoding="utf-8").read()
+    cmds = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.startswith("shardmeter "):
+                cmds.append(shlex.split(line)[1:])
+    assert len(cmds) >= 12
+    for argv in cmds:
+        if argv[0] == "sweep" and "--plot" in argv:
+            pytest.importorskip("matplotlib")
+        for flag in ("--plot", "--csv"):
+            if flag in argv:
+                k = argv.index(flag) + 1
+                argv[k] = str(tmp_path / os.path.basename(argv[k]))
+        assert main(argv) == 0, shlex.join(argv)
+        capsys.readouterr()

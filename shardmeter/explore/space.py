@@ -333,7 +333,7 @@ def compile_space(sc: Scenario, est, *, only: Mapping[str, Any] | None = None, m
                  {"mbs": np.array(mbs, dtype=float)[:, None]})]
     sched_names = _pick(only, "parallelism.schedule", reg.names("schedule"), par.schedule)
     v_only = only.get("parallelism.virtual_stages", "all") if "parallelism.virtual_stages" in only else "all"
-    s_ov, dup = [], []
+    s_ov = []
     for name in sched_names:
         rec = reg.get("schedule", name, path="--only parallelism.schedule", file=file)
         if rec.bubble_over_virtual:
@@ -341,13 +341,17 @@ def compile_space(sc: Scenario, est, *, only: Mapping[str, Any] | None = None, m
             vs = [v for v in vs if v <= m.layers]
         else:
             vs = [1]
-        for n, v in enumerate(vs):
+        for v in vs:
             s_ov.append({"parallelism.schedule": name, "parallelism.virtual_stages": int(v)})
-            dup.append(n > 0)
     if not s_ov:
         raise ShardMeterError("plan: no pipeline schedule left (check --only)")
-    axes.append(_axis(est, raw, "schedule", s_ov, base, file))
-    axes[-1].aux["dup_if_pp1"] = np.array(dup, bool)
+    sched = _axis(est, raw, "schedule", s_ov, base, file)
+    # with pp = 1 the model ignores virtual stages (v -> 1) and the interleaving flag (it acts only with
+    # v > 1): an option is then an exact copy of an earlier one with the same in-flight rule and bubble
+    sig = [tuple(float(np.asarray(sched.cols[k][j]).ravel()[0]) if k in sched.cols else 0.0
+                 for k in ("sched_all", "bubble_frac")) for j in range(len(s_ov))]
+    sched.aux["dup_if_pp1"] = np.array([sig[j] in sig[:j] for j in range(len(s_ov))], bool)
+    axes.append(sched)
     recs = _pick(only, "training.recompute", ["none", "selective", "full"], t.recompute)
     axes.append(_axis(est, raw, "recompute", [{"training.recompute": r} for r in recs], base, file))
     shard = _pick(only, "parallelism.sharding", reg.names("sharding"), par.sharding)
