@@ -274,3 +274,29 @@ def test_skipped_duplicates_are_exact_copies_of_a_scored_candidate():
         assert not dup[twin]
         for k in ("step_time_s", "memory_per_gpu_gb", "feasible"):
             assert out[k][r] == out[k][twin], k
+
+
+def test_progress_bar_only_on_a_terminal_after_a_second():
+    import io
+
+    from shardmeter.explore.progress import Progress
+
+    quiet = io.StringIO()
+    Progress(stream=quiet)(5, 10)  # not a terminal
+    assert quiet.getvalue() == ""
+    early = io.StringIO()
+    Progress(stream=early, enabled=True)(5, 10)  # within the first second
+    assert early.getvalue() == ""
+    drawn = io.StringIO()
+    bar = Progress("plan ", stream=drawn, enabled=True, delay=0.0)
+    bar(5, 10)
+    bar.close()
+    assert "50.0%" in drawn.getvalue() and drawn.getvalue().endswith("\n")
+
+
+def test_json_mode_prints_one_document_and_no_progress(capsys):
+    path = os.path.join(ROOT, "examples", "studies", "scale-nodes.toml")
+    assert main(["plan", path, "--json", "--only", "tp=1", "--only", "pp=1,2", "--only", "cp=1"]) == 0
+    out, err = capsys.readouterr()
+    json.loads(out)
+    assert err == ""

@@ -279,3 +279,21 @@ def test_every_command_in_docs_exploring_runs(tmp_path, capsys, monkeypatch):
                 argv[k] = str(tmp_path / os.path.basename(argv[k]))
         assert main(argv) == 0, shlex.join(argv)
         capsys.readouterr()
+
+
+def test_interrupted_sweep_has_reported_the_rows_done():
+    seen = []
+
+    def on_progress(rows):
+        seen.append(len(rows))
+        if len(seen) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(SMALL, [("training.micro_batch", [1, 2, 4, 8, 16, 32])], chunk_rows=2, on_progress=on_progress)
+    assert seen == [2, 4]
+
+
+def test_a_huge_grid_is_refused():
+    with pytest.raises(ShardMeterError, match="grid"):
+        run_sweep(SMALL, [("island[0].nodes", list(range(1, 1001))), ("training.micro_batch", list(range(1, 1001)))])

@@ -54,6 +54,8 @@ STRUCTURAL_INPUTS = frozenset({"dp", "mbs", "pp", "gbs", "v", "over_v", "L", "tp
 
 #: Virtual stages tried for schedules whose bubble shrinks with them (Megatron-LM's usual choices).
 VIRTUAL_STAGES = (2, 3, 4, 6, 8)
+#: Most layout rows a space may hold (a 192-node island has 32,626; each row is ~630 candidates).
+MAX_LAYOUTS = 5_000_000
 #: Micro-batch sizes tried (powers of two).
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 #: Context-parallel degrees tried (powers of two dividing the sequence).
@@ -302,6 +304,9 @@ def compile_space(sc: Scenario, est, *, only: Mapping[str, Any] | None = None, m
             idx, dpv = idx[ok], dpv[ok]
         else:
             counts = np.maximum(limit, 0)
+            if int(counts.sum()) > MAX_LAYOUTS:
+                raise ShardMeterError(f"plan: {int(counts.sum()):,} layouts is too many (limit {MAX_LAYOUTS:,}); "
+                                      "restrict with --only dp=..., --only tp=..., --only pp=... or --max-gpus")
             idx = np.repeat(np.arange(len(TP)), counts)
             starts = np.cumsum(counts) - counts
             dpv = np.arange(len(idx), dtype=np.int64) - np.repeat(starts, counts) + 1
@@ -314,6 +319,11 @@ def compile_space(sc: Scenario, est, *, only: Mapping[str, Any] | None = None, m
             default = sorted({2 ** k for k in range(int(math.log2(n)) + 1)} | {int(n)})
             vals = _pick(only, key, default, int(n))
             node_opts.append(np.array(vals, dtype=np.int64))
+        n_combos = int(np.prod([len(o) for o in node_opts]))
+        if n_combos * len(TP) > MAX_LAYOUTS:
+            raise ShardMeterError(f"plan: {n_combos * len(TP):,} layouts ({n_combos:,} node combinations) is too "
+                                  f"many (limit {MAX_LAYOUTS:,}); restrict with --only island[i].nodes=..., "
+                                  "--only tp=..., --only pp=...")
         combos = np.array(list(itertools.product(*node_opts)), dtype=np.int64)  # (C, I)
         idx, ci = (a.ravel() for a in np.meshgrid(np.arange(len(TP)), np.arange(len(combos)), indexing="ij"))
         nodes = combos[ci]

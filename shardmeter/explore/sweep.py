@@ -34,6 +34,8 @@ __all__ = ["SweepResult", "run_sweep", "grid", "ARRAY_KEYS", "gpu_count_key", "C
 
 #: Rows per evaluate call (and per executor task).
 CHUNK_ROWS = 1 << 14
+#: Most grid points a sweep takes (each row is also loaded as a scenario and reported: ~1 ms).
+MAX_GRID = 200_000
 
 _ISL = re.compile(r"^islands?\[(\d+)\]\.(.+)$")
 _PAR = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "dp": "dp", "virtual_stages": "v",
@@ -55,6 +57,11 @@ def gpu_count_key(key: str) -> bool:
 def grid(vary: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
     """The cross product of the varied values, first key slowest."""
     keys = [k for k, _ in vary]
+    n = 1
+    for _, vals in vary:
+        n *= max(1, len(vals))
+    if n > MAX_GRID:
+        raise ShardMeterError(f"--vary: the grid has {n:,} points (limit {MAX_GRID:,}); vary fewer values")
     if len(set(keys)) != len(keys):
         dup = sorted({k for k in keys if keys.count(k) > 1})[0]
         raise ShardMeterError(f"--vary {dup} is given twice")
