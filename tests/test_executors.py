@@ -13,8 +13,16 @@ from shardmeter.explore.sweep import run_sweep
 TINY = {
     "model": {"layers": 8, "hidden": 2048, "heads": 16, "vocab": 32000, "seq_len": 2048},
     "training": {"global_batch": 64, "micro_batch": 1, "tokens": 2e9},
-    "island": [{"name": "c", "gpu": "a100-sxm-40gb", "nodes": 2, "gpus_per_node": 4, "inter_node": "ib-hdr",
-                "price": "cloud-on-demand"}],
+    "island": [
+        {
+            "name": "c",
+            "gpu": "a100-sxm-40gb",
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "inter_node": "ib-hdr",
+            "price": "cloud-on-demand",
+        }
+    ],
 }
 CHUNK = 5000  # ~25 tasks over the tiny space
 
@@ -29,9 +37,15 @@ def _always_fails(payload, task):
 
 def _key(doc):
     """What must not depend on the executor."""
-    return json.dumps({k: doc[k] for k in ("evaluated", "feasible", "infeasible", "duplicates")}
-                      | {"ids": doc.get("ids"), "front": doc.get("front"),
-                         "plans": [p["report"]["step_time_s"] for p in doc["plans"]]}, sort_keys=True)
+    return json.dumps(
+        {k: doc[k] for k in ("evaluated", "feasible", "infeasible", "duplicates")}
+        | {
+            "ids": doc.get("ids"),
+            "front": doc.get("front"),
+            "plans": [p["report"]["step_time_s"] for p in doc["plans"]],
+        },
+        sort_keys=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +98,9 @@ def test_sweep_on_processes_equals_serial():
 @pytest.fixture(scope="module")
 def dask_client():
     distributed = pytest.importorskip("dask.distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0")
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+    )
     client = distributed.Client(cluster)
     yield client
     client.close()
@@ -129,8 +145,12 @@ def test_dask_worker_process_that_dies_loses_no_chunk(serial, tmp_path):
     sp = compile_space(load_scenario(TINY, registry=est.registry), est)
     per = max(1, CHUNK // sp.R_in)
     flaky = FailOnce(score_chunk, (per, 2 * per), str(tmp_path / "marker"), mode="exit")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         doc = search(TINY, objective="time", top=5, chunk_size=CHUNK, dask=client, chunk_fn=flaky)
     assert (tmp_path / "marker").exists()
     assert _key(doc) == _key(serial["time"])

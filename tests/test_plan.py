@@ -24,15 +24,25 @@ GPT3_1536 = os.path.join(ROOT, "examples", "gpt3-175b-1536-a100.toml")
 TINY = {
     "model": {"layers": 8, "hidden": 2048, "heads": 16, "vocab": 32000, "seq_len": 2048},
     "training": {"global_batch": 64, "micro_batch": 1, "tokens": 2e9},
-    "island": [{"name": "c", "gpu": "a100-sxm-40gb", "nodes": 2, "gpus_per_node": 4, "inter_node": "ib-hdr",
-                "price": "cloud-on-demand"}],
+    "island": [
+        {
+            "name": "c",
+            "gpu": "a100-sxm-40gb",
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "inter_node": "ib-hdr",
+            "price": "cloud-on-demand",
+        }
+    ],
 }
 
 TWO_ISLANDS = {
     "model": {"layers": 8, "hidden": 2048, "heads": 16, "vocab": 32000, "seq_len": 2048},
     "training": {"global_batch": 128, "micro_batch": 1, "tokens": 5e9},
-    "island": [{"name": "a", "gpu": "h100-sxm", "nodes": 2, "price": "cloud-on-demand"},
-               {"name": "b", "gpu": "a100-sxm-80gb", "nodes": 3, "price": "cloud-on-demand"}],
+    "island": [
+        {"name": "a", "gpu": "h100-sxm", "nodes": 2, "price": "cloud-on-demand"},
+        {"name": "b", "gpu": "a100-sxm-80gb", "nodes": 3, "price": "cloud-on-demand"},
+    ],
     "network": {"link": {"name": "internet", "bandwidth_gb_s": 1.0, "latency_us": 30000}},
     "sync": {"strategy": "diloco", "inner_steps": 100},
 }
@@ -53,8 +63,10 @@ def _brute(scenario, only=None, max_gpus=None):
 
 def test_plan_json_shape(capsys):
     path = os.path.join(ROOT, "examples", "studies", "scale-nodes.toml")
-    assert main(["plan", path, "--json", "--top", "3", "--only", "tp=1,2", "--only", "pp=1,2",
-                 "--only", "cp=1"]) == 0
+    assert (
+        main(["plan", path, "--json", "--top", "3", "--only", "tp=1,2", "--only", "pp=1,2", "--only", "cp=1"])
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     for k in ("evaluated", "feasible", "seconds", "plans"):
         assert k in doc
@@ -62,7 +74,9 @@ def test_plan_json_shape(capsys):
     assert 1 <= len(doc["plans"]) <= 3
     for p in doc["plans"]:
         assert set(p) >= {"parallelism", "training", "islands", "report"}
-        assert {"tp", "pp", "dp", "cp", "ep", "sharding", "schedule", "virtual_stages"} <= set(p["parallelism"])
+        assert {"tp", "pp", "dp", "cp", "ep", "sharding", "schedule", "virtual_stages"} <= set(
+            p["parallelism"]
+        )
         assert {"micro_batch", "recompute"} <= set(p["training"])
         assert p["report"]["feasible"]
     times = [p["report"]["step_time_s"] for p in doc["plans"]]
@@ -114,13 +128,18 @@ def test_top_plan_report_is_what_estimate_says_of_its_scenario():
     est = Estimator()
     for p in doc["plans"]:
         data = dict(TINY)
-        ov = {"parallelism.tp": p["parallelism"]["tp"], "parallelism.pp": p["parallelism"]["pp"],
-              "parallelism.dp": p["parallelism"]["dp"], "parallelism.cp": p["parallelism"]["cp"],
-              "parallelism.sequence_parallel": p["parallelism"]["sequence_parallel"],
-              "parallelism.sharding": p["parallelism"]["sharding"],
-              "parallelism.schedule": p["parallelism"]["schedule"],
-              "parallelism.virtual_stages": p["parallelism"]["virtual_stages"],
-              "training.micro_batch": p["training"]["micro_batch"], "training.recompute": p["training"]["recompute"]}
+        ov = {
+            "parallelism.tp": p["parallelism"]["tp"],
+            "parallelism.pp": p["parallelism"]["pp"],
+            "parallelism.dp": p["parallelism"]["dp"],
+            "parallelism.cp": p["parallelism"]["cp"],
+            "parallelism.sequence_parallel": p["parallelism"]["sequence_parallel"],
+            "parallelism.sharding": p["parallelism"]["sharding"],
+            "parallelism.schedule": p["parallelism"]["schedule"],
+            "parallelism.virtual_stages": p["parallelism"]["virtual_stages"],
+            "training.micro_batch": p["training"]["micro_batch"],
+            "training.recompute": p["training"]["recompute"],
+        }
         for k, v in ov.items():
             data = apply_override(data, k, v)
         rep = est.estimate(data)
@@ -136,7 +155,9 @@ def test_cost_objective_and_constraints():
     assert costs[0] <= fastest["cost_usd"] * (1 + 1e-9)
     # a deadline at the fastest plan's wall-clock leaves only plans that fast
     dl = search(TINY, objective="cost", deadline_days=fastest["wall_clock_s"] / 86400 * 1.0001, top=50)
-    assert dl["plans"] and all(p["report"]["wall_clock_s"] <= fastest["wall_clock_s"] * 1.0001 for p in dl["plans"])
+    assert dl["plans"] and all(
+        p["report"]["wall_clock_s"] <= fastest["wall_clock_s"] * 1.0001 for p in dl["plans"]
+    )
     assert dl["over_deadline"] > 0
     budget = costs[0] * 1.01
     b = search(TINY, objective="time", budget_usd=budget, top=20)
@@ -164,8 +185,9 @@ def test_pareto_front_is_non_dominated_and_complete():
     assert np.all(np.diff(t) > 0) and np.all(np.diff(c) < 0)  # fastest first, each slower one cheaper
     # each plan's cost is what its own report says
     for p in plans:
-        assert p["cost_per_token_usd"] * TINY["training"]["tokens"] == pytest.approx(p["report"]["cost_usd"],
-                                                                                     rel=1e-9)
+        assert p["cost_per_token_usd"] * TINY["training"]["tokens"] == pytest.approx(
+            p["report"]["cost_usd"], rel=1e-9
+        )
     # against every feasible candidate of the space, evaluated by brute force
     from shardmeter.explore.plan import _cost_per_step, _objective
 
@@ -207,12 +229,16 @@ def test_multi_island_plan_chooses_nodes_and_sync():
     assert p["report"]["feasible"]
     for q in doc["plans"]:  # the planner prices a plan as its report does (GPUs of the nodes used + egress)
         assert q["cost_per_token_usd"] * TWO_ISLANDS["training"]["tokens"] == pytest.approx(
-            q["report"]["cost_usd"], rel=1e-9)
+            q["report"]["cost_usd"], rel=1e-9
+        )
     space = doc["space"]
     assert space["sync"] >= 2  # allreduce and diloco (with its inner-step options)
     # fewer nodes are candidates too: an island may use 1 of its nodes
-    small = search(TWO_ISLANDS, top=1, only={"cp": [1], "pp": [1], "tp": [1], "island[0].nodes": [1],
-                                             "island[1].nodes": [1]})
+    small = search(
+        TWO_ISLANDS,
+        top=1,
+        only={"cp": [1], "pp": [1], "tp": [1], "island[0].nodes": [1], "island[1].nodes": [1]},
+    )
     assert [i["nodes"] for i in small["plans"][0]["islands"]] == [1, 1]
 
 
@@ -221,8 +247,11 @@ def test_best_plan_at_least_as_fast_as_narayanan_layout():
     and its neighbours; the full ~20 M space is benchmarks/plan_speed.py."""
     narayanan = Estimator().estimate(GPT3_1536)
     assert narayanan.feasible
-    doc = search(GPT3_1536, top=1, only={"tp": [4, 8], "pp": [8, 12, 16], "cp": [1], "dp": [8, 12, 16, 24],
-                                         "mbs": [1, 2]})
+    doc = search(
+        GPT3_1536,
+        top=1,
+        only={"tp": [4, 8], "pp": [8, 12, 16], "cp": [1], "dp": [8, 12, 16, 24], "mbs": [1, 2]},
+    )
     best = doc["plans"][0]["report"]
     assert best["step_time_s"] <= narayanan.step_time_s * (1 + 1e-12)
 
@@ -268,8 +297,14 @@ def test_skipped_duplicates_are_exact_copies_of_a_scored_candidate():
     rows = np.flatnonzero(dup)[::50]
     for r in rows:
         c = int(codes[j][r])
-        sig = {k: np.asarray(sched.cols[k][c]).ravel()[0] for k in ("sched_all", "bubble_frac") if k in sched.cols}
-        ref = next(i for i in range(c) if all(np.asarray(sched.cols[k][i]).ravel()[0] == v for k, v in sig.items()))
+        sig = {
+            k: np.asarray(sched.cols[k][c]).ravel()[0]
+            for k in ("sched_all", "bubble_frac")
+            if k in sched.cols
+        }
+        ref = next(
+            i for i in range(c) if all(np.asarray(sched.cols[k][i]).ravel()[0] == v for k, v in sig.items())
+        )
         twin = ids[r] + (ref - c) * sp.strides[j]
         assert not dup[twin]
         for k in ("step_time_s", "memory_per_gpu_gb", "feasible"):

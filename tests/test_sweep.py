@@ -30,7 +30,10 @@ SMALL = {
 TWO = {
     "model": {"layers": 8, "hidden": 1024, "heads": 16, "vocab": 32000, "seq_len": 1024},
     "training": {"global_batch": 256, "micro_batch": 1},
-    "island": [{"name": "a", "gpu": "h100-sxm", "nodes": 1}, {"name": "b", "gpu": "a100-sxm-80gb", "nodes": 2}],
+    "island": [
+        {"name": "a", "gpu": "h100-sxm", "nodes": 1},
+        {"name": "b", "gpu": "a100-sxm-80gb", "nodes": 2},
+    ],
     "network": {"link": {"name": "internet", "bandwidth_gb_s": 1.0, "latency_us": 20000}},
     "sync": {"strategy": "diloco", "inner_steps": 100},
 }
@@ -60,7 +63,7 @@ def test_arithmetic_range_and_lists_mix():
 
 def test_values_read_like_set_values():
     assert parse_values("island[0].gpu", "h100-sxm,a100-sxm-80gb") == ["h100-sxm", "a100-sxm-80gb"]
-    assert parse_values("x", "true,2.5,\"s\"") == [True, 2.5, "s"]
+    assert parse_values("x", 'true,2.5,"s"') == [True, 2.5, "s"]
     assert parse_vary("parallelism.tp=1,2") == ("parallelism.tp", [1, 2])
 
 
@@ -78,17 +81,20 @@ def test_several_vary_form_a_grid_first_key_slowest():
     assert [tuple(r["vary"].values()) for r in res.rows] == [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4)]
 
 
-@pytest.mark.parametrize("scenario, vary", [
-    (SMALL, [("island[0].nodes", [1, 2, 4]), ("parallelism.tp", [1, 2, 8])]),
-    (SMALL, [("training.micro_batch", [1, 2]), ("training.global_batch", [128, 512])]),
-    (SMALL, [("island[0].gpu", ["a100-sxm-80gb", "h100-sxm"]), ("island[0].nodes", [1, 4])]),
-    (SMALL, [("training.recompute", ["none", "full"]), ("parallelism.pp", [1, 2])]),
-    (SMALL, [("parallelism.dp", [2, 4]), ("parallelism.sequence_parallel", [False, True])]),
-    (TWO, [("network.link.bandwidth_gb_s", [0.1, 1, 10]), ("sync.inner_steps", [10, 500])]),
-    (TWO, [("sync.compression_bits", [4, 16]), ("island[1].nodes", [1, 3])]),
-    (TWO, [("sync.strategy", ["allreduce", "diloco"]), ("sync.inner_steps", [10, 100])]),
-    (TWO, [("network.link.latency_us", [1000, 100000])]),
-])
+@pytest.mark.parametrize(
+    "scenario, vary",
+    [
+        (SMALL, [("island[0].nodes", [1, 2, 4]), ("parallelism.tp", [1, 2, 8])]),
+        (SMALL, [("training.micro_batch", [1, 2]), ("training.global_batch", [128, 512])]),
+        (SMALL, [("island[0].gpu", ["a100-sxm-80gb", "h100-sxm"]), ("island[0].nodes", [1, 4])]),
+        (SMALL, [("training.recompute", ["none", "full"]), ("parallelism.pp", [1, 2])]),
+        (SMALL, [("parallelism.dp", [2, 4]), ("parallelism.sequence_parallel", [False, True])]),
+        (TWO, [("network.link.bandwidth_gb_s", [0.1, 1, 10]), ("sync.inner_steps", [10, 500])]),
+        (TWO, [("sync.compression_bits", [4, 16]), ("island[1].nodes", [1, 3])]),
+        (TWO, [("sync.strategy", ["allreduce", "diloco"]), ("sync.inner_steps", [10, 100])]),
+        (TWO, [("network.link.latency_us", [1000, 100000])]),
+    ],
+)
 def test_vectorised_inputs_equal_per_row_inputs(scenario, vary):
     from shardmeter.explore.sweep import grid
 
@@ -96,8 +102,13 @@ def test_vectorised_inputs_equal_per_row_inputs(scenario, vary):
     base = load_scenario(scenario, registry=est.registry)
     rows = grid(vary)
     scs = [load_scenario(scenario, overrides=list(r.items()), registry=est.registry) for r in rows]
-    vec = row_inputs(est, base, scs, rows,
-                     lambda ov: load_scenario(scenario, overrides=list(ov.items()), registry=est.registry))
+    vec = row_inputs(
+        est,
+        base,
+        scs,
+        rows,
+        lambda ov: load_scenario(scenario, overrides=list(ov.items()), registry=est.registry),
+    )
     for sc, r in zip(scs, range(len(rows))):
         one = est.inputs(sc)
         for k, v in one.items():
@@ -118,7 +129,9 @@ def test_whole_grid_is_one_evaluate_call(monkeypatch):
         return real(inp)
 
     monkeypatch.setattr(sw, "evaluate", counting)
-    res = run_sweep(SMALL, [("island[0].nodes", [1, 2, 4, 8]), ("island[0].gpu", ["a100-sxm-80gb", "h100-sxm"])])
+    res = run_sweep(
+        SMALL, [("island[0].nodes", [1, 2, 4, 8]), ("island[0].gpu", ["a100-sxm-80gb", "h100-sxm"])]
+    )
     assert len(res.rows) == 8
     assert len(calls) == 1
 
@@ -139,8 +152,17 @@ def test_sweep_json_shape(capsys):
     for r in doc["rows"]:
         assert set(r) == {"vary", "report"}
         assert list(r["vary"]) == ["island[0].nodes"]
-        for field in ("feasible", "step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "memory_per_gpu_gb",
-                      "bottleneck", "breakdown_s", "islands"):
+        for field in (
+            "feasible",
+            "step_time_s",
+            "tokens_per_s",
+            "tokens_per_s_per_gpu",
+            "mfu",
+            "memory_per_gpu_gb",
+            "bottleneck",
+            "breakdown_s",
+            "islands",
+        ):
             assert field in r["report"]
     an = doc["analysis"]
     assert len(an["scaling_efficiency"]) == len(an["regime"]) == 4
@@ -164,7 +186,9 @@ def test_node_sweep_scaling_efficiency_knee_and_regimes(capsys):
     expect = None
     for a, b in zip(feas, feas[1:]):
         ra, rb = rows[a]["report"], rows[b]["report"]
-        if (rb["tokens_per_s"] - ra["tokens_per_s"]) / (rb["gpus"] - ra["gpus"]) < 0.5 * ra["tokens_per_s"] / ra["gpus"]:
+        if (rb["tokens_per_s"] - ra["tokens_per_s"]) / (rb["gpus"] - ra["gpus"]) < 0.5 * ra[
+            "tokens_per_s"
+        ] / ra["gpus"]:
             expect = rows[a]["vary"]["island[0].nodes"]
             break
     assert an["knee"] == expect
@@ -184,10 +208,17 @@ def test_knee_definition_on_a_synthetic_series():
 
 
 def test_regime_transitions_are_named():
-    rows = [{"vary": {"island[0].nodes": n}, "report": {"feasible": True, "gpus": 8 * n, "tokens_per_s": t,
-                                                         "regime": r}}
-            for n, t, r in ((1, 100.0, "compute-bound"), (2, 190.0, "compute-bound"),
-                            (4, 260.0, "communication-bound"))]
+    rows = [
+        {
+            "vary": {"island[0].nodes": n},
+            "report": {"feasible": True, "gpus": 8 * n, "tokens_per_s": t, "regime": r},
+        }
+        for n, t, r in (
+            (1, 100.0, "compute-bound"),
+            (2, 190.0, "compute-bound"),
+            (4, 260.0, "communication-bound"),
+        )
+    ]
     an = analyse(["island[0].nodes"], rows)
     assert an["transitions"] == [{"after": 2, "at": 4, "from": "compute-bound", "to": "communication-bound"}]
     assert an["knee"] == 2
@@ -244,8 +275,21 @@ def test_plot_is_a_readable_png(tmp_path, capsys):
 def test_plot_of_a_named_key_grid(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     png = tmp_path / "g.png"
-    assert main(["sweep", SCALE, "--vary", "training.recompute=none,selective,full", "--vary",
-                 "training.micro_batch=1,2", "--plot", str(png)]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                SCALE,
+                "--vary",
+                "training.recompute=none,selective,full",
+                "--vary",
+                "training.micro_batch=1,2",
+                "--plot",
+                str(png),
+            ]
+        )
+        == 0
+    )
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
@@ -290,10 +334,14 @@ def test_interrupted_sweep_has_reported_the_rows_done():
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(SMALL, [("training.micro_batch", [1, 2, 4, 8, 16, 32])], chunk_rows=2, on_progress=on_progress)
+        run_sweep(
+            SMALL, [("training.micro_batch", [1, 2, 4, 8, 16, 32])], chunk_rows=2, on_progress=on_progress
+        )
     assert seen == [2, 4]
 
 
 def test_a_huge_grid_is_refused():
     with pytest.raises(ShardMeterError, match="grid"):
-        run_sweep(SMALL, [("island[0].nodes", list(range(1, 1001))), ("training.micro_batch", list(range(1, 1001)))])
+        run_sweep(
+            SMALL, [("island[0].nodes", list(range(1, 1001))), ("training.micro_batch", list(range(1, 1001)))]
+        )

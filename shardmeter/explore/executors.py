@@ -52,8 +52,15 @@ def _call_with_global(fn, task):
     return fn(_PAYLOAD, task)
 
 
-def run_tasks(fn: Callable[[Any, Any], Any], payload: Any, tasks: Iterable[Any], *, workers: int | None = None,
-              dask: Any = None, retries: int = DEFAULT_RETRIES) -> Iterator[tuple[Any, Any]]:
+def run_tasks(
+    fn: Callable[[Any, Any], Any],
+    payload: Any,
+    tasks: Iterable[Any],
+    *,
+    workers: int | None = None,
+    dask: Any = None,
+    retries: int = DEFAULT_RETRIES,
+) -> Iterator[tuple[Any, Any]]:
     """Yield ``(task, fn(payload, task))`` for every task, in completion order.
 
     :param fn: a module-level (picklable) function of ``(payload, task)``.
@@ -75,10 +82,11 @@ def run_tasks(fn: Callable[[Any, Any], Any], payload: Any, tasks: Iterable[Any],
                     break
                 except (KeyboardInterrupt, MemoryError):
                     raise
-                except Exception as exc:  # noqa: BLE001 - retried, then reported
+                except Exception as exc:
                     if attempt == retries:
-                        raise TaskFailed(f"task {task!r} failed {retries + 1} times: "
-                                         f"{type(exc).__name__}: {exc}") from exc
+                        raise TaskFailed(
+                            f"task {task!r} failed {retries + 1} times: {type(exc).__name__}: {exc}"
+                        ) from exc
             yield task, result
 
 
@@ -102,14 +110,17 @@ def _run_processes(fn, payload, tasks, workers, retries):
                     broken = True  # a worker died: every unfinished task is resubmitted on a new pool
                     failures[i] += 1
                     if failures[i] > retries:
-                        raise TaskFailed(f"task {pending[i]!r} lost {failures[i]} times: a worker process "
-                                         "died while running it") from None
+                        raise TaskFailed(
+                            f"task {pending[i]!r} lost {failures[i]} times: a worker process "
+                            "died while running it"
+                        ) from None
                     continue
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     failures[i] += 1
                     if failures[i] > retries:
-                        raise TaskFailed(f"task {pending[i]!r} failed {failures[i]} times: "
-                                         f"{type(exc).__name__}: {exc}") from exc
+                        raise TaskFailed(
+                            f"task {pending[i]!r} failed {failures[i]} times: {type(exc).__name__}: {exc}"
+                        ) from exc
                     continue  # resubmitted in the next round
                 yield pending.pop(i), result
             if broken:
@@ -127,8 +138,9 @@ def _dask_client(dask, workers):
     if not isinstance(dask, str):
         return dask, None
     if dask == "local":
-        cluster = LocalCluster(n_workers=workers or os.cpu_count() or 2, threads_per_worker=1,
-                               dashboard_address=":0")
+        cluster = LocalCluster(
+            n_workers=workers or os.cpu_count() or 2, threads_per_worker=1, dashboard_address=":0"
+        )
         return Client(cluster), cluster
     try:
         return Client(dask, timeout=10), None
@@ -149,9 +161,11 @@ def _run_dask(fn, payload, tasks, dask, workers, retries):
             task = index[fut.key]
             try:
                 result = fut.result()
-            except Exception as exc:  # noqa: BLE001
-                raise TaskFailed(f"task {task!r} failed {retries + 1} times on the dask cluster: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+            except Exception as exc:
+                raise TaskFailed(
+                    f"task {task!r} failed {retries + 1} times on the dask cluster: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
             yield task, result
     finally:
         for f in futs:

@@ -27,7 +27,7 @@ import numpy as np
 from ..errors import ShardMeterError
 from ..model.step import REASONS, evaluate
 from .executors import run_tasks
-from .pareto import merge_fronts, merge_top_k, pareto_front, top_k
+from .pareto import merge_fronts, merge_top_k, pareto_front
 from .space import Space, compile_space, plan_raw
 
 __all__ = ["search", "score_chunk", "DEFAULT_CHUNK", "OBJECTIVES"]
@@ -57,13 +57,18 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     reason_counts = {b: int(np.count_nonzero(bits & b)) * R_in for b in REASONS}
     okp = prefixes[(bits == 0) & ~dup]
     sel = (okp[:, None] * R_in + np.arange(R_in, dtype=np.int64)[None, :]).ravel()
-    res = {"evaluated": int(len(prefixes)) * R_in, "feasible": 0,
-           "duplicates": int(np.count_nonzero(dup & (bits == 0))) * R_in,
-           "over_deadline": 0, "over_budget": 0, "best": _empty(obj)}
+    res = {
+        "evaluated": int(len(prefixes)) * R_in,
+        "feasible": 0,
+        "duplicates": int(np.count_nonzero(dup & (bits == 0))) * R_in,
+        "over_deadline": 0,
+        "over_budget": 0,
+        "best": _empty(obj),
+    }
     price = obj.get("price")
     steps = obj.get("steps")
     for lo in range(0, len(sel), EVAL_BATCH):
-        cid = sel[lo:lo + EVAL_BATCH]
+        cid = sel[lo : lo + EVAL_BATCH]
         inp = dict(space.base)
         inp.update(space.columns(cid))
         with np.errstate(all="ignore"):
@@ -101,8 +106,10 @@ def _cost_per_step(out, obj) -> np.ndarray:
     gpn = obj["gpn"][None, :]
     billed = np.ceil(out["island_gpus"] / gpn - 1e-9) * gpn
     with np.errstate(all="ignore"):
-        return (np.sum(billed * obj["price"][None, :], axis=-1) * out["step_time_s"] / 3600.0
-                + out["egress_bytes_per_step"] / 1e9 * obj["egress_price"])
+        return (
+            np.sum(billed * obj["price"][None, :], axis=-1) * out["step_time_s"] / 3600.0
+            + out["egress_bytes_per_step"] / 1e9 * obj["egress_price"]
+        )
 
 
 def _merge(acc, res, obj):
@@ -122,7 +129,9 @@ def _objective(sc, est, kind: str, k: int, deadline_days, budget_usd) -> dict[st
     tokens_per_step = sc.training.global_batch * sc.model.seq_len
     if (deadline_days is not None or budget_usd is not None) and not tokens:
         flag = "--deadline-days" if deadline_days is not None else "--budget-usd"
-        raise ShardMeterError(f"{flag} needs training.tokens in the scenario (set it, or --set training.tokens=3e11)")
+        raise ShardMeterError(
+            f"{flag} needs training.tokens in the scenario (set it, or --set training.tokens=3e11)"
+        )
     prices = []
     for isl in islands:
         p = isl.cost.gpu_hour_usd(isl.gpu) if isl.cost is not None else float("nan")
@@ -131,27 +140,50 @@ def _objective(sc, est, kind: str, k: int, deadline_days, budget_usd) -> dict[st
     need_cost = kind in ("cost", "pareto") or budget_usd is not None
     if need_cost and not np.all(np.isfinite(price)):
         bad = [isl for isl, p in zip(islands, prices) if not math.isfinite(p)][0]
-        raise ShardMeterError(f"plan --objective {kind}: no GPU-hour price for '{bad.gpu.name}' in cost source "
-                              f"'{bad.cost.name if bad.cost else 'none'}' (island '{bad.name}'); set island.price")
+        raise ShardMeterError(
+            f"plan --objective {kind}: no GPU-hour price for '{bad.gpu.name}' in cost source "
+            f"'{bad.cost.name if bad.cost else 'none'}' (island '{bad.name}'); set island.price"
+        )
     net = est.network_link(sc)
     egress = 0.0  # every island pays its own cost source's egress price (else the link's) for what it sends
     if len(islands) > 1:
         for isl in islands:
-            egress += (isl.cost.egress_usd_per_gb if isl.cost is not None
-                       else (net.egress_usd_per_gb if net is not None else 0.0))
-    return {"kind": kind, "k": int(k), "price": price if np.all(np.isfinite(price)) else None,
-            "egress_price": float(egress), "gpn": np.array([isl.gpus_per_node for isl in islands], float),
-            "steps": (tokens / tokens_per_step) if tokens else None,
-            "tokens_per_step": float(tokens_per_step),
-            "deadline_s": deadline_days * 86400.0 if deadline_days is not None else None,
-            "budget_usd": float(budget_usd) if budget_usd is not None else None}
+            egress += (
+                isl.cost.egress_usd_per_gb
+                if isl.cost is not None
+                else (net.egress_usd_per_gb if net is not None else 0.0)
+            )
+    return {
+        "kind": kind,
+        "k": int(k),
+        "price": price if np.all(np.isfinite(price)) else None,
+        "egress_price": float(egress),
+        "gpn": np.array([isl.gpus_per_node for isl in islands], float),
+        "steps": (tokens / tokens_per_step) if tokens else None,
+        "tokens_per_step": float(tokens_per_step),
+        "deadline_s": deadline_days * 86400.0 if deadline_days is not None else None,
+        "budget_usd": float(budget_usd) if budget_usd is not None else None,
+    }
 
 
-def search(source, *, estimator=None, overrides=(), objective: str = "time", top: int = 10,
-           max_gpus: int | None = None, budget_usd: float | None = None, deadline_days: float | None = None,
-           only: Mapping[str, Any] | None = None, chunk_size: int = DEFAULT_CHUNK, workers: int | None = None,
-           dask: Any = None, progress: Callable[[int, int], None] | None = None,
-           chunk_fn: Callable = score_chunk, build_reports: bool = True) -> dict[str, Any]:
+def search(
+    source,
+    *,
+    estimator=None,
+    overrides=(),
+    objective: str = "time",
+    top: int = 10,
+    max_gpus: int | None = None,
+    budget_usd: float | None = None,
+    deadline_days: float | None = None,
+    only: Mapping[str, Any] | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+    workers: int | None = None,
+    dask: Any = None,
+    progress: Callable[[int, int], None] | None = None,
+    chunk_fn: Callable = score_chunk,
+    build_reports: bool = True,
+) -> dict[str, Any]:
     """Search a scenario's layouts. Returns the ``plan --json`` document
     (SCENARIO.md): ``evaluated``, ``feasible``, ``seconds``, ``plans`` (best
     first) and the details of the search (``infeasible`` counts per reason key,
@@ -171,8 +203,15 @@ def search(source, *, estimator=None, overrides=(), objective: str = "time", top
     space = compile_space(sc, est, only=only, max_gpus=max_gpus, objective=obj)
     per = max(1, chunk_size // space.R_in)  # prefixes per task
     tasks = [(s, min(s + per, space.n_prefixes)) for s in range(0, space.n_prefixes, per)]
-    acc = {"evaluated": 0, "feasible": 0, "duplicates": 0, "over_deadline": 0, "over_budget": 0, "reasons": {},
-           "best": _empty(obj)}
+    acc = {
+        "evaluated": 0,
+        "feasible": 0,
+        "duplicates": 0,
+        "over_deadline": 0,
+        "over_budget": 0,
+        "reasons": {},
+        "best": _empty(obj),
+    }
     interrupted = False
     gen = run_tasks(chunk_fn, space, tasks, workers=workers, dask=dask)
     try:
@@ -208,8 +247,11 @@ def search(source, *, estimator=None, overrides=(), objective: str = "time", top
         "per_token": obj["steps"] is None,
     }
     if objective == "pareto":
-        doc["front"] = {"time": acc["best"][0].tolist(), "cost": acc["best"][1].tolist(),
-                        "ids": acc["best"][2].tolist()}
+        doc["front"] = {
+            "time": acc["best"][0].tolist(),
+            "cost": acc["best"][1].tolist(),
+            "ids": acc["best"][2].tolist(),
+        }
     else:
         doc["ids"] = acc["best"][1].tolist()
     return doc

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
 
 from ..errors import ShardMeterError
 from ..io import atomic_write
@@ -80,7 +79,11 @@ def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None) -> 
             hi = math.sqrt(xv * pts[j + 1][0]) if j + 1 < len(pts) else xv * 1.4
         else:
             lo = (xv + pts[j - 1][0]) / 2 if j > 0 else xv - 0.5 * ((pts[1][0] - xv) if len(pts) > 1 else 1)
-            hi = (xv + pts[j + 1][0]) / 2 if j + 1 < len(pts) else xv + 0.5 * ((xv - pts[j - 1][0]) if j else 1)
+            hi = (
+                (xv + pts[j + 1][0]) / 2
+                if j + 1 < len(pts)
+                else xv + 0.5 * ((xv - pts[j - 1][0]) if j else 1)
+            )
         ax.axvspan(lo, hi, color=REGIME_COLOURS.get(reg, "#cccccc"), alpha=0.16, lw=0)
         seen.add(reg)
 
@@ -90,17 +93,37 @@ def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None) -> 
         ty = [rows[i]["report"]["tokens_per_s"] for p, i in pts if rows[i]["report"].get("feasible")]
         colour = f"C{n % 10}"
         ax.plot(fx, ty, "o-", color=colour, lw=2, label=f"tokens/s {label}".strip())
-        ey = [(eff[i] if eff else rows[i]["report"].get("mfu")) for p, i in pts if rows[i]["report"].get("feasible")]
-        ax2.plot(fx, ey, "s--", color=colour, alpha=0.75, lw=1.4, label=f"{'efficiency' if eff else 'MFU'} "
-                 f"{label}".strip())
+        ey = [
+            (eff[i] if eff else rows[i]["report"].get("mfu"))
+            for p, i in pts
+            if rows[i]["report"].get("feasible")
+        ]
+        ax2.plot(
+            fx,
+            ey,
+            "s--",
+            color=colour,
+            alpha=0.75,
+            lw=1.4,
+            label=f"{'efficiency' if eff else 'MFU'} {label}".strip(),
+        )
         bad = [p for p, i in pts if not rows[i]["report"].get("feasible")]
         if bad:
-            ax.plot(bad, [0] * len(bad), "x", color="red", ms=9, mew=2, label="infeasible" if n == 0 else None)
+            ax.plot(
+                bad, [0] * len(bad), "x", color="red", ms=9, mew=2, label="infeasible" if n == 0 else None
+            )
     k = an.get("knee")
     if k is not None and _num(k) and numeric:
         ax.axvline(float(k), color="black", ls=":", lw=1.5)
-        ax.annotate(f"knee: {format_value(k)}", xy=(float(k), 0.97), xycoords=("data", "axes fraction"),
-                    ha="right", va="top", fontsize=9, rotation=90)
+        ax.annotate(
+            f"knee: {format_value(k)}",
+            xy=(float(k), 0.97),
+            xycoords=("data", "axes fraction"),
+            ha="right",
+            va="top",
+            fontsize=9,
+            rotation=90,
+        )
     if logx:
         ax.set_xscale("log", base=2 if all(float(v).is_integer() for v in xs_all) else 10)
     if not numeric:
@@ -116,8 +139,9 @@ def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None) -> 
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     regs = [Patch(color=REGIME_COLOURS[r], alpha=0.35, label=r) for r in REGIME_COLOURS if r in seen]
-    ax.legend(h1 + h2 + regs, l1 + l2 + [p.get_label() for p in regs], loc="lower right", fontsize=8,
-              framealpha=0.9)
+    ax.legend(
+        h1 + h2 + regs, l1 + l2 + [p.get_label() for p in regs], loc="lower right", fontsize=8, framealpha=0.9
+    )
     ax.set_title(title or f"ShardMeter sweep over {x_key}")
     fig.tight_layout()
     with atomic_write(path, "wb") as fh:

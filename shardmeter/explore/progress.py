@@ -12,10 +12,17 @@ __all__ = ["Progress"]
 class Progress:
     """Call with ``(done, total)``; draws after ``delay`` seconds at most ``hz`` times a second."""
 
-    def __init__(self, label: str = "", *, enabled: bool | None = None, stream=None, delay: float = 1.0,
-                 hz: float = 8.0):
+    def __init__(
+        self,
+        label: str = "",
+        *,
+        enabled: bool | None = None,
+        stream=None,
+        delay: float = 1.0,
+        hz: float = 8.0,
+    ):
         self.stream = stream or sys.stderr
-        self.enabled = (self.stream.isatty() if enabled is None else enabled)
+        self.enabled = self.stream.isatty() if enabled is None else enabled
         self.label, self.delay, self.period = label, delay, 1.0 / hz
         self.t0 = time.perf_counter()
         self.last = 0.0
@@ -35,8 +42,10 @@ class Progress:
         rate = done / el if el > 0 else 0.0
         eta = (total - done) / rate if rate > 0 else float("inf")
         eta_s = f"{eta:.0f}s" if eta != float("inf") else "?"
-        self.stream.write(f"\r{self.label}[{'#' * fill}{'.' * (width - fill)}] {frac:6.1%} "
-                          f"{_si(done)}/{_si(total)} {_si(rate)}/s ETA {eta_s}  ")
+        self.stream.write(
+            f"\r{self.label}[{'#' * fill}{'.' * (width - fill)}] {frac:6.1%} "
+            f"{_si(done)}/{_si(total)} {_si(rate)}/s ETA {eta_s}  "
+        )
         self.stream.flush()
         self.drawn = True
 

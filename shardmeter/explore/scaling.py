@@ -81,8 +81,15 @@ def analyse(keys: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str, An
         fixed = {k: rows[idx[0]]["vary"][k] for k in others}
         for a, b in zip(fz, fz[1:]):
             if regime[a] != regime[b]:
-                transitions.append({**({"series": fixed} if others else {}), "after": rows[a]["vary"][x],
-                                    "at": rows[b]["vary"][x], "from": regime[a], "to": regime[b]})
+                transitions.append(
+                    {
+                        **({"series": fixed} if others else {}),
+                        "after": rows[a]["vary"][x],
+                        "at": rows[b]["vary"][x],
+                        "from": regime[a],
+                        "to": regime[b],
+                    }
+                )
         if scaling and fz:
             g = [float(rep(i)["gpus"]) for i in fz]
             t = [float(rep(i)["tokens_per_s"]) for i in fz]
@@ -99,6 +106,8 @@ def analyse(keys: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str, An
         out["knee"] = knees[0]["knee"] if len(knees) == 1 else None
         if len(knees) > 1:
             out["knees"] = knees
-        out["knee_definition"] = ("first value past which the throughput bought per added GPU falls below "
-                                  f"{KNEE_FRACTION:g} x the average throughput per GPU")
+        out["knee_definition"] = (
+            "first value past which the throughput bought per added GPU falls below "
+            f"{KNEE_FRACTION:g} x the average throughput per GPU"
+        )
     return out

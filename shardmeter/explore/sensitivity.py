@@ -68,17 +68,23 @@ def sensitivity(source, *, estimator=None, overrides=()) -> dict[str, Any]:
     for row, (rid, label, names, sign, _multi) in enumerate(res, start=1):
         t = float(out["step_time_s"][row])
         gain = (t0 / t - 1.0) * 100.0 if out["feasible"][row] else None
-        rows.append({
-            "resource": rid,
-            "label": label,
-            "change": f"{'+' if sign > 0 else '-'}{STEP:.0%}",
-            "inputs": list(names),
-            "step_time_s": t if out["feasible"][row] else None,
-            "throughput_gain_pct": gain,
-            "elasticity": gain / (STEP * 100.0) if gain is not None else None,
-            "summary": (f"{STEP * 100:.0f} % {'more' if sign > 0 else 'less'} {label} buys "
-                        f"{gain:.2f} % throughput") if gain is not None else f"{label}: infeasible when changed",
-        })
+        rows.append(
+            {
+                "resource": rid,
+                "label": label,
+                "change": f"{'+' if sign > 0 else '-'}{STEP:.0%}",
+                "inputs": list(names),
+                "step_time_s": t if out["feasible"][row] else None,
+                "throughput_gain_pct": gain,
+                "elasticity": gain / (STEP * 100.0) if gain is not None else None,
+                "summary": (
+                    f"{STEP * 100:.0f} % {'more' if sign > 0 else 'less'} {label} buys "
+                    f"{gain:.2f} % throughput"
+                )
+                if gain is not None
+                else f"{label}: infeasible when changed",
+            }
+        )
     rows.sort(key=lambda r: -(r["throughput_gain_pct"] if r["throughput_gain_pct"] is not None else -1e9))
     for rank, r in enumerate(rows, start=1):
         r["rank"] = rank

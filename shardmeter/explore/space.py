@@ -39,18 +39,30 @@ __all__ = ["Axis", "Space", "compile_space", "KNOB_ALIASES", "normalise_only"]
 
 #: Short names accepted by ``--only`` for the knobs of the space.
 KNOB_ALIASES = {
-    "tp": "parallelism.tp", "pp": "parallelism.pp", "dp": "parallelism.dp", "cp": "parallelism.cp",
-    "ep": "parallelism.ep", "sp": "parallelism.sequence_parallel",
-    "sequence_parallel": "parallelism.sequence_parallel", "sharding": "parallelism.sharding",
-    "schedule": "parallelism.schedule", "v": "parallelism.virtual_stages",
-    "virtual_stages": "parallelism.virtual_stages", "mbs": "training.micro_batch",
-    "micro_batch": "training.micro_batch", "recompute": "training.recompute", "strategy": "sync.strategy",
-    "inner_steps": "sync.inner_steps", "bits": "sync.compression_bits", "compression_bits": "sync.compression_bits",
+    "tp": "parallelism.tp",
+    "pp": "parallelism.pp",
+    "dp": "parallelism.dp",
+    "cp": "parallelism.cp",
+    "ep": "parallelism.ep",
+    "sp": "parallelism.sequence_parallel",
+    "sequence_parallel": "parallelism.sequence_parallel",
+    "sharding": "parallelism.sharding",
+    "schedule": "parallelism.schedule",
+    "v": "parallelism.virtual_stages",
+    "virtual_stages": "parallelism.virtual_stages",
+    "mbs": "training.micro_batch",
+    "micro_batch": "training.micro_batch",
+    "recompute": "training.recompute",
+    "strategy": "sync.strategy",
+    "inner_steps": "sync.inner_steps",
+    "bits": "sync.compression_bits",
+    "compression_bits": "sync.compression_bits",
 }
 _KNOBS = set(KNOB_ALIASES.values())
 #: Model inputs read by :func:`structural_bits`.
-STRUCTURAL_INPUTS = frozenset({"dp", "mbs", "pp", "gbs", "v", "over_v", "L", "tp", "cp", "ep", "nodes", "gpn",
-                               "heads", "s", "E"})
+STRUCTURAL_INPUTS = frozenset(
+    {"dp", "mbs", "pp", "gbs", "v", "over_v", "L", "tp", "cp", "ep", "nodes", "gpn", "heads", "s", "E"}
+)
 
 #: Virtual stages tried for schedules whose bubble shrinks with them (Megatron-LM's usual choices).
 VIRTUAL_STAGES = (2, 3, 4, 6, 8)
@@ -68,8 +80,13 @@ class Axis:
     """One regular axis: options, the scenario overrides of each, and the
     model input columns each sets (``cols[name]``: shape (options, 1 or I))."""
 
-    def __init__(self, name: str, overrides: list[dict[str, Any]], cols: dict[str, np.ndarray],
-                 aux: dict[str, np.ndarray] | None = None):
+    def __init__(
+        self,
+        name: str,
+        overrides: list[dict[str, Any]],
+        cols: dict[str, np.ndarray],
+        aux: dict[str, np.ndarray] | None = None,
+    ):
         self.name, self.overrides, self.cols, self.aux = name, overrides, cols, aux or {}
 
     def __len__(self) -> int:
@@ -98,7 +115,7 @@ class Space:
         for j in range(len(axes) - 2, -1, -1):
             strides[j] = strides[j + 1] * self.radix[j + 1]
         self.strides = strides
-        self.R_in = int(np.prod(self.radix[self.n_struct:])) if len(axes) > self.n_struct else 1
+        self.R_in = int(np.prod(self.radix[self.n_struct :])) if len(axes) > self.n_struct else 1
         self.n_layouts = int(len(layout["tp"]))
         self.size = self.n_layouts * self.R
         self.n_prefixes = self.size // self.R_in
@@ -132,12 +149,14 @@ class Space:
         p = np.asarray(prefixes, dtype=np.int64)
         R_s = self.R // self.R_in
         li, r = np.divmod(p, R_s)
-        codes = [(r // (s // self.R_in)) % n for s, n in zip(self.strides[:self.n_struct],
-                                                             self.radix[:self.n_struct])]
-        cols = self._gather(li, self.axes[:self.n_struct], codes)
+        codes = [
+            (r // (s // self.R_in)) % n
+            for s, n in zip(self.strides[: self.n_struct], self.radix[: self.n_struct])
+        ]
+        cols = self._gather(li, self.axes[: self.n_struct], codes)
         bits = structural_bits(self, cols, self.layout["_bits"][li])
         dup = np.zeros(len(p), dtype=bool)
-        for axis, c in zip(self.axes[:self.n_struct], codes):
+        for axis, c in zip(self.axes[: self.n_struct], codes):
             if "dup_if_pp1" in axis.aux:
                 dup |= axis.aux["dup_if_pp1"][c]
         return bits, dup & (self.layout["pp"][li] == 1)
@@ -148,14 +167,15 @@ class Space:
         li = int(li[0])
         lay = {k: v[li] for k, v in self.layout.items() if not k.startswith("_")}
         ov: list[tuple[str, Any]] = [
-            ("parallelism.tp", int(lay["tp"])), ("parallelism.pp", int(lay["pp"])),
-            ("parallelism.cp", int(lay["cp"])), ("parallelism.ep", int(lay["ep"])),
+            ("parallelism.tp", int(lay["tp"])),
+            ("parallelism.pp", int(lay["pp"])),
+            ("parallelism.cp", int(lay["cp"])),
+            ("parallelism.ep", int(lay["ep"])),
             ("parallelism.sequence_parallel", bool(lay["sp"])),
         ]
         dp = np.atleast_1d(lay["dp"]).astype(int)
         if self.n_islands == 1:
             ov.append(("parallelism.dp", int(dp[0])))
-        avail = np.atleast_1d(lay.get("nodes", self.base["nodes"][0])).astype(int)
         gpn = np.broadcast_to(self.base["gpn"][0], (self.n_islands,)).astype(int)
         per_replica = int(lay["tp"]) * int(lay["pp"]) * int(lay["cp"])
         # a plan rents the nodes it uses (dp filling them gives the same dp on several islands)
@@ -166,16 +186,30 @@ class Space:
         d = dict(ov)
         plan = {
             "parallelism": {
-                "tp": int(lay["tp"]), "pp": int(lay["pp"]),
+                "tp": int(lay["tp"]),
+                "pp": int(lay["pp"]),
                 "dp": int(dp[0]) if self.n_islands == 1 else [int(x) for x in dp],
-                "cp": int(lay["cp"]), "ep": int(lay["ep"]), "sequence_parallel": bool(lay["sp"]),
-                "sharding": d.get("parallelism.sharding"), "schedule": d.get("parallelism.schedule"),
+                "cp": int(lay["cp"]),
+                "ep": int(lay["ep"]),
+                "sequence_parallel": bool(lay["sp"]),
+                "sharding": d.get("parallelism.sharding"),
+                "schedule": d.get("parallelism.schedule"),
                 "virtual_stages": d.get("parallelism.virtual_stages", 1),
             },
-            "training": {"micro_batch": d.get("training.micro_batch"), "recompute": d.get("training.recompute")},
-            "islands": [{"name": islands_names[j], "nodes": int(nodes[j]), "dp": int(dp[j]),
-                         "gpus": int(dp[j]) * per_replica, "nodes_available": int(self.nodes_available[j])}
-                        for j in range(self.n_islands)],
+            "training": {
+                "micro_batch": d.get("training.micro_batch"),
+                "recompute": d.get("training.recompute"),
+            },
+            "islands": [
+                {
+                    "name": islands_names[j],
+                    "nodes": int(nodes[j]),
+                    "dp": int(dp[j]),
+                    "gpus": int(dp[j]) * per_replica,
+                    "nodes_available": int(self.nodes_available[j]),
+                }
+                for j in range(self.n_islands)
+            ],
         }
         if any(k.startswith("sync.") for k in d):
             plan["sync"] = {k[5:]: v for k, v in d.items() if k.startswith("sync.")}
@@ -196,8 +230,10 @@ def normalise_only(only: Mapping[str, Any] | None) -> dict[str, list | None]:
 
             close = difflib.get_close_matches(k, sorted(set(KNOB_ALIASES) | _KNOBS), n=2, cutoff=0.5)
             hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-            raise ShardMeterError(f"--only {k}: not a knob of the plan space{hint}; knobs: "
-                                  f"{', '.join(sorted(KNOB_ALIASES))}, island[i].nodes")
+            raise ShardMeterError(
+                f"--only {k}: not a knob of the plan space{hint}; knobs: "
+                f"{', '.join(sorted(KNOB_ALIASES))}, island[i].nodes"
+            )
         out[key] = None if v is None else list(v if isinstance(v, (list, tuple)) else [v])
     return out
 
@@ -213,7 +249,9 @@ def _pick(only, key, default, current):
     return [current] if vals is None else vals
 
 
-def _diff_cols(base: Mapping[str, np.ndarray], variants: list[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def _diff_cols(
+    base: Mapping[str, np.ndarray], variants: list[Mapping[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
     """Input columns that differ between the variants (or from the base): (options, 1 or I)."""
     changed = [k for k in base if any(not np.array_equal(v[k], base[k]) for v in variants)]
     cols = {}
@@ -250,8 +288,14 @@ def plan_raw(sc: Scenario) -> dict[str, Any]:
     return raw
 
 
-def compile_space(sc: Scenario, est, *, only: Mapping[str, Any] | None = None, max_gpus: int | None = None,
-                  objective: Mapping[str, Any] | None = None) -> Space:
+def compile_space(
+    sc: Scenario,
+    est,
+    *,
+    only: Mapping[str, Any] | None = None,
+    max_gpus: int | None = None,
+    objective: Mapping[str, Any] | None = None,
+) -> Space:
     """Build the candidate space of scenario ``sc`` (see the module docstring).
 
     :param only: restrict knobs: ``{key: [values]}``, or ``{key: None}`` for the
@@ -277,18 +321,32 @@ def compile_space(sc: Scenario, est, *, only: Mapping[str, Any] | None = None, m
     # ---- layout table -------------------------------------------------------------------------
     tps = _pick(only, "parallelism.tp", _divisors(m.heads, g_max), par.tp)
     pps = _pick(only, "parallelism.pp", range(1, min(m.layers, g_max) + 1), par.pp)
-    cps = _pick(only, "parallelism.cp", [c for c in CONTEXT_PARALLEL if m.seq_len % c == 0 and c <= g_max], par.cp)
+    cps = _pick(
+        only, "parallelism.cp", [c for c in CONTEXT_PARALLEL if m.seq_len % c == 0 and c <= g_max], par.cp
+    )
     eps = _pick(only, "parallelism.ep", _divisors(m.experts, g_max) if m.experts > 1 else [1], par.ep)
     sps = _pick(only, "parallelism.sequence_parallel", [False, True], par.sequence_parallel)
-    for key, vals in (("parallelism.tp", tps), ("parallelism.pp", pps), ("parallelism.cp", cps),
-                      ("parallelism.ep", eps)):
+    for key, vals in (
+        ("parallelism.tp", tps),
+        ("parallelism.pp", pps),
+        ("parallelism.cp", cps),
+        ("parallelism.ep", eps),
+    ):
         if not vals or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in vals):
             raise ShardMeterError(f"--only {key}: expected integers >= 1, got {vals}")
     if any(not isinstance(x, bool) for x in sps):
         raise ShardMeterError(f"--only parallelism.sequence_parallel: expected true/false, got {sps}")
-    TP, PP, CP, EP, SP = (a.ravel() for a in np.meshgrid(np.array(tps, np.int64), np.array(pps, np.int64),
-                                                         np.array(cps, np.int64), np.array(eps, np.int64),
-                                                         np.array(sps, bool), indexing="ij"))
+    TP, PP, CP, EP, SP = (
+        a.ravel()
+        for a in np.meshgrid(
+            np.array(tps, np.int64),
+            np.array(pps, np.int64),
+            np.array(cps, np.int64),
+            np.array(eps, np.int64),
+            np.array(sps, bool),
+            indexing="ij",
+        )
+    )
     keep = ~(SP & (TP == 1)) if "parallelism.sequence_parallel" not in only else np.ones(TP.shape, bool)
     TP, PP, CP, EP, SP = TP[keep], PP[keep], CP[keep], EP[keep], SP[keep]
     rep = TP * PP * CP  # GPUs of one replica
@@ -305,49 +363,73 @@ def compile_space(sc: Scenario, est, *, only: Mapping[str, Any] | None = None, m
         else:
             counts = np.maximum(limit, 0)
             if int(counts.sum()) > MAX_LAYOUTS:
-                raise ShardMeterError(f"plan: {int(counts.sum()):,} layouts is too many (limit {MAX_LAYOUTS:,}); "
-                                      "restrict with --only dp=..., --only tp=..., --only pp=... or --max-gpus")
+                raise ShardMeterError(
+                    f"plan: {int(counts.sum()):,} layouts is too many (limit {MAX_LAYOUTS:,}); "
+                    "restrict with --only dp=..., --only tp=..., --only pp=... or --max-gpus"
+                )
             idx = np.repeat(np.arange(len(TP)), counts)
             starts = np.cumsum(counts) - counts
             dpv = np.arange(len(idx), dtype=np.int64) - np.repeat(starts, counts) + 1
-        layout = {"tp": TP[idx], "pp": PP[idx], "cp": CP[idx], "ep": EP[idx], "sp": SP[idx],
-                  "dp": dpv[:, None]}
+        layout = {
+            "tp": TP[idx],
+            "pp": PP[idx],
+            "cp": CP[idx],
+            "ep": EP[idx],
+            "sp": SP[idx],
+            "dp": dpv[:, None],
+        }
     else:
         node_opts = []
         for j, n in enumerate(cap_nodes):
             key = f"island[{j}].nodes"
-            default = sorted({2 ** k for k in range(int(math.log2(n)) + 1)} | {int(n)})
+            default = sorted({2**k for k in range(int(math.log2(n)) + 1)} | {int(n)})
             vals = _pick(only, key, default, int(n))
             node_opts.append(np.array(vals, dtype=np.int64))
         n_combos = int(np.prod([len(o) for o in node_opts]))
         if n_combos * len(TP) > MAX_LAYOUTS:
-            raise ShardMeterError(f"plan: {n_combos * len(TP):,} layouts ({n_combos:,} node combinations) is too "
-                                  f"many (limit {MAX_LAYOUTS:,}); restrict with --only island[i].nodes=..., "
-                                  "--only tp=..., --only pp=...")
+            raise ShardMeterError(
+                f"plan: {n_combos * len(TP):,} layouts ({n_combos:,} node combinations) is too "
+                f"many (limit {MAX_LAYOUTS:,}); restrict with --only island[i].nodes=..., "
+                "--only tp=..., --only pp=..."
+            )
         combos = np.array(list(itertools.product(*node_opts)), dtype=np.int64)  # (C, I)
         idx, ci = (a.ravel() for a in np.meshgrid(np.arange(len(TP)), np.arange(len(combos)), indexing="ij"))
         nodes = combos[ci]
         dp = (nodes * gpn[None, :]) // rep[idx][:, None]
         ok = np.all(dp >= 1, axis=1) & (np.sum(dp, axis=1) * rep[idx] <= g_total)
         idx, nodes, dp = idx[ok], nodes[ok], dp[ok]
-        layout = {"tp": TP[idx], "pp": PP[idx], "cp": CP[idx], "ep": EP[idx], "sp": SP[idx], "dp": dp,
-                  "nodes": nodes}
+        layout = {
+            "tp": TP[idx],
+            "pp": PP[idx],
+            "cp": CP[idx],
+            "ep": EP[idx],
+            "sp": SP[idx],
+            "dp": dp,
+            "nodes": nodes,
+        }
     if len(layout["tp"]) == 0:
         raise ShardMeterError("plan: no layout fits (check --max-gpus and --only)")
     layout["_bits"] = _layout_bits(layout, base, n_isl)
 
     # ---- axes ---------------------------------------------------------------------------------
     file = sc.file
-    mbs = _pick(only, "training.micro_batch", [b for b in MICRO_BATCHES if b <= t.global_batch], t.micro_batch)
-    axes = [Axis("micro_batch", [{"training.micro_batch": int(b)} for b in mbs],
-                 {"mbs": np.array(mbs, dtype=float)[:, None]})]
+    mbs = _pick(
+        only, "training.micro_batch", [b for b in MICRO_BATCHES if b <= t.global_batch], t.micro_batch
+    )
+    axes = [
+        Axis(
+            "micro_batch",
+            [{"training.micro_batch": int(b)} for b in mbs],
+            {"mbs": np.array(mbs, dtype=float)[:, None]},
+        )
+    ]
     sched_names = _pick(only, "parallelism.schedule", reg.names("schedule"), par.schedule)
     v_only = only.get("parallelism.virtual_stages", "all") if "parallelism.virtual_stages" in only else "all"
     s_ov = []
     for name in sched_names:
         rec = reg.get("schedule", name, path="--only parallelism.schedule", file=file)
         if rec.bubble_over_virtual:
-            vs = (VIRTUAL_STAGES if v_only == "all" else [par.virtual_stages] if v_only is None else v_only)
+            vs = VIRTUAL_STAGES if v_only == "all" else [par.virtual_stages] if v_only is None else v_only
             vs = [v for v in vs if v <= m.layers]
         else:
             vs = [1]
@@ -358,8 +440,13 @@ def compile_space(sc: Scenario, est, *, only: Mapping[str, Any] | None = None, m
     sched = _axis(est, raw, "schedule", s_ov, base, file)
     # with pp = 1 the model ignores virtual stages (v -> 1) and the interleaving flag (it acts only with
     # v > 1): an option is then an exact copy of an earlier one with the same in-flight rule and bubble
-    sig = [tuple(float(np.asarray(sched.cols[k][j]).ravel()[0]) if k in sched.cols else 0.0
-                 for k in ("sched_all", "bubble_frac")) for j in range(len(s_ov))]
+    sig = [
+        tuple(
+            float(np.asarray(sched.cols[k][j]).ravel()[0]) if k in sched.cols else 0.0
+            for k in ("sched_all", "bubble_frac")
+        )
+        for j in range(len(s_ov))
+    ]
     sched.aux["dup_if_pp1"] = np.array([sig[j] in sig[:j] for j in range(len(s_ov))], bool)
     axes.append(sched)
     recs = _pick(only, "training.recompute", ["none", "selective", "full"], t.recompute)
@@ -398,7 +485,10 @@ def _sync_axis(est, raw, sc, only, base, file) -> Axis:
 
 def _layout_bits(layout, base, n_isl) -> np.ndarray:
     """Reason bits that depend on the layout alone (1, 2, 4, 8 of ``REASONS``), as ``evaluate`` sets them."""
-    f = lambda k: np.asarray(base[k], dtype=float)  # noqa: E731
+
+    def f(k):
+        return np.asarray(base[k], dtype=float)
+
     tp, pp, cp, ep = (layout[k].astype(float)[:, None] for k in ("tp", "pp", "cp", "ep"))
     dp = layout["dp"].astype(float)
     nodes = layout["nodes"].astype(float) if "nodes" in layout else f("nodes")
@@ -415,11 +505,17 @@ def _layout_bits(layout, base, n_isl) -> np.ndarray:
 def structural_bits(space: Space, cols: Mapping[str, np.ndarray], layout_bits: np.ndarray) -> np.ndarray:
     """Every reason bit ``evaluate`` would set that does not need the full model
     (all but memory and precision), with the same floating-point arithmetic."""
-    g = lambda k: np.asarray(cols[k] if k in cols else space.base[k], dtype=float)  # noqa: E731
+
+    def g(k):
+        return np.asarray(cols[k] if k in cols else space.base[k], dtype=float)
+
     dp, mbs, pp = g("dp"), g("mbs"), g("pp")
     gbs = g("gbs")
-    dp_total = np.sum(np.broadcast_to(dp, np.broadcast_shapes(dp.shape, gbs.shape, (1, space.n_islands))),
-                      axis=-1, keepdims=True)
+    dp_total = np.sum(
+        np.broadcast_to(dp, np.broadcast_shapes(dp.shape, gbs.shape, (1, space.n_islands))),
+        axis=-1,
+        keepdims=True,
+    )
     b_isl = gbs * dp / dp_total
     m = b_isl / (dp * mbs)
     m_int = np.maximum(np.floor(m + 1e-9), 1.0)

@@ -38,15 +38,28 @@ CHUNK_ROWS = 1 << 14
 MAX_GRID = 200_000
 
 _ISL = re.compile(r"^islands?\[(\d+)\]\.(.+)$")
-_PAR = {"tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "dp": "dp", "virtual_stages": "v",
-        "sequence_parallel": "sp"}
+_PAR = {
+    "tp": "tp",
+    "pp": "pp",
+    "cp": "cp",
+    "ep": "ep",
+    "dp": "dp",
+    "virtual_stages": "v",
+    "sequence_parallel": "sp",
+}
 #: Keys (besides ``island[i].nodes`` and ``parallelism.<degree>``) with an input-array mapping.
 ARRAY_KEYS = {
-    "training.micro_batch": "mbs", "training.global_batch": "gbs",
-    "network.link.bandwidth_gb_s": "wan_bw", "network.link.latency_us": "wan_lat",
-    "sync.inner_steps": "H", "sync.compression_bits": "bits", "sync.fragments": "F",
+    "training.micro_batch": "mbs",
+    "training.global_batch": "gbs",
+    "network.link.bandwidth_gb_s": "wan_bw",
+    "network.link.latency_us": "wan_lat",
+    "sync.inner_steps": "H",
+    "sync.compression_bits": "bits",
+    "sync.fragments": "F",
 }
-_GPU_KEY = re.compile(r"^(islands?\[\d+\]\.(nodes|gpus_per_node)|parallelism\.dp|islands?\[\d+\]\.parallelism\.dp)$")
+_GPU_KEY = re.compile(
+    r"^(islands?\[\d+\]\.(nodes|gpus_per_node)|parallelism\.dp|islands?\[\d+\]\.parallelism\.dp)$"
+)
 
 
 def gpu_count_key(key: str) -> bool:
@@ -77,8 +90,10 @@ class SweepResult:
         self.analysis: dict[str, Any] = analysis
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rows": [{k: v for k, v in r.items() if k in ("vary", "report", "resumed")} for r in self.rows],
-                "analysis": self.analysis}
+        return {
+            "rows": [{k: v for k, v in r.items() if k in ("vary", "report", "resumed")} for r in self.rows],
+            "analysis": self.analysis,
+        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,12 +124,17 @@ def _mapping(key: str, sc: Scenario):
     return None
 
 
-def row_inputs(est, base_sc: Scenario, row_scs: Sequence[Scenario], rows: Sequence[Mapping[str, Any]],
-               loader: Callable[[Mapping[str, Any]], Scenario]) -> dict[str, np.ndarray]:
+def row_inputs(
+    est,
+    base_sc: Scenario,
+    row_scs: Sequence[Scenario],
+    rows: Sequence[Mapping[str, Any]],
+    loader: Callable[[Mapping[str, Any]], Scenario],
+) -> dict[str, np.ndarray]:
     """Input arrays (N rows, I islands) of the grid rows, built vectorised (see the module docstring)."""
     keys = list(rows[0]) if rows else []
     maps = {k: _mapping(k, base_sc) for k in keys}
-    # a mapped key whose effect needs resolution work (multi-node island without an inter-node link) is unmapped
+    # a mapped key whose effect needs resolution (a multi-node island without an inter-node link): unmapped
     for k, mp in list(maps.items()):
         if mp and mp[0] == "nodes":
             isl = est.resolve(base_sc)[mp[1][0]]
@@ -123,7 +143,11 @@ def row_inputs(est, base_sc: Scenario, row_scs: Sequence[Scenario], rows: Sequen
     # WAN and sync columns depend on the link and strategy: mapped only if those stay the base's
     for k, mp in list(maps.items()):
         table = k.split(".")[0]
-        if mp and table in ("network", "sync") and any(maps[u] is None and u.split(".")[0] == table for u in keys):
+        if (
+            mp
+            and table in ("network", "sync")
+            and any(maps[u] is None and u.split(".")[0] == table for u in keys)
+        ):
             maps[k] = None
     unmapped = [k for k in keys if maps[k] is None]
     groups: dict[tuple, int] = {}
@@ -136,8 +160,10 @@ def row_inputs(est, base_sc: Scenario, row_scs: Sequence[Scenario], rows: Sequen
             sc = loader({k: row[k] for k in unmapped}) if unmapped else base_sc
             group_inputs.append(est.inputs(sc))
         group_of[r] = groups[sig]
-    inp = {k: np.concatenate([np.asarray(g[k], dtype=float) for g in group_inputs], axis=0)[group_of]
-           for k in group_inputs[0]}
+    inp = {
+        k: np.concatenate([np.asarray(g[k], dtype=float) for g in group_inputs], axis=0)[group_of]
+        for k in group_inputs[0]
+    }
     sync = est.sync_strategy(base_sc)[0] if len(base_sc.islands) > 1 else None
     net = est.network_link(base_sc)
     for k, mp in maps.items():
@@ -161,8 +187,11 @@ def row_inputs(est, base_sc: Scenario, row_scs: Sequence[Scenario], rows: Sequen
         for j, isl in enumerate(base_sc.islands):
             par = isl.parallelism or base_sc.parallelism
             if par.dp is None and j not in dp_set_by_vary:
-                fill = np.floor(inp["nodes"][:, j] * inp["gpn"][:, j] / (inp["tp"][:, j] * inp["pp"][:, j]
-                                                                       * inp["cp"][:, j]))
+                fill = np.floor(
+                    inp["nodes"][:, j]
+                    * inp["gpn"][:, j]
+                    / (inp["tp"][:, j] * inp["pp"][:, j] * inp["cp"][:, j])
+                )
                 inp["dp"] = inp["dp"].copy()
                 inp["dp"][:, j] = np.maximum(1.0, fill)
     return inp
@@ -178,10 +207,19 @@ def _eval_rows(inputs: Mapping[str, np.ndarray], bounds: tuple[int, int]) -> dic
 # the sweep
 
 
-def run_sweep(source, vary: Sequence[tuple[str, Sequence[Any]]], *, estimator=None, overrides=(),
-              skip: Mapping[tuple, dict[str, Any]] | None = None, workers: int | None = None, dask: Any = None,
-              chunk_rows: int = CHUNK_ROWS, on_progress: Callable[[list[dict]], None] | None = None,
-              vectorised: bool = True) -> SweepResult:
+def run_sweep(
+    source,
+    vary: Sequence[tuple[str, Sequence[Any]]],
+    *,
+    estimator=None,
+    overrides=(),
+    skip: Mapping[tuple, dict[str, Any]] | None = None,
+    workers: int | None = None,
+    dask: Any = None,
+    chunk_rows: int = CHUNK_ROWS,
+    on_progress: Callable[[list[dict]], None] | None = None,
+    vectorised: bool = True,
+) -> SweepResult:
     """Evaluate the grid of ``vary`` over scenario ``source``.
 
     :param skip: rows already known (``--resume``): formatted vary tuple -> row dict
