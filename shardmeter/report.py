@@ -76,10 +76,11 @@ class Report:
     params: float
     model_flops_per_token: float
     notes: list[str]
-    #: Communication time per step by topology level: ``intra_island`` (every collective inside the
-    #: slowest island, exposed + hidden) and ``wan`` (the cross-island stage: ``time_s`` exposed +
-    #: hidden, ``exposed_s``, ``bytes_per_island`` sent through each island's uplink, ``round_s``
-    #: the WAN's busy time per outer round). Empty when infeasible.
+    #: Communication time per step by topology level: ``intra_island`` (every collective inside an
+    #: island, exposed + hidden, GPU-weighted over islands like the breakdown) and ``wan`` (the
+    #: cross-island stage: ``time_s`` exposed + hidden, ``exposed_s``, ``bytes_per_island`` sent
+    #: through each island's uplink, ``round_s`` the WAN's busy time per outer round). Empty when
+    #: infeasible.
     levels: dict[str, dict[str, float]] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -177,6 +178,8 @@ def _island_entries(sc, islands, out, estimator, row, step, tps, notes):
     * ``tokens_per_s``: the island's share of the global batch (proportional to its
       data-parallel replicas) per averaged step, so the islands sum to the total;
       ``tokens_per_s_per_gpu`` over the GPUs it uses (``gpus``).
+    * ``breakdown_s``: the island's own terms + its ``idle`` + the exposed ``island_sync``,
+      adding up to the global ``step_time_s``.
     * ``step_time_s``: the island's own inner step; ``idle_s`` / ``idle_fraction``:
       time per step it waits for slower islands; ``compute_utilization``: its own
       step over the global step (it waits on the WAN sync and on slower islands).
@@ -219,6 +222,10 @@ def _island_entries(sc, islands, out, estimator, row, step, tps, notes):
         if total_cost is not None:
             total_cost = None if cost is None else total_cost + cost
         idle = max(0.0, float(out["island_idle_s"][row, j]))
+        own = {k: float(v[row, j]) for k, v in out["island_breakdown"].items()}
+        own_bd = {k: v for k, v in own.items() if v > 0 or k == "compute"}
+        own_bd["idle"] = idle
+        own_bd["island_sync"] = max(0.0, float(out["breakdown"]["island_sync"][row]))
         entries.append({
             "name": isl.name,
             "gpu": isl.gpu.name,
@@ -230,6 +237,7 @@ def _island_entries(sc, islands, out, estimator, row, step, tps, notes):
             "idle_s": idle,
             "idle_fraction": idle / step,
             "compute_utilization": float(out["island_util"][row, j]),
+            "breakdown_s": own_bd,
             "memory_per_gpu_gb": float(out["island_memory_gb"][row, j]),
             "batch_per_step": float(out["island_batch"][row, j]),
             "tokens": tokens * isl_tps / tps if tokens else None,

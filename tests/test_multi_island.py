@@ -234,12 +234,16 @@ def test_heterogeneous_islands_faster_ones_wait(est, three):
         assert fast["compute_utilization"] == pytest.approx(fast["step_time_s"] / r.step_time_s)
     # batch split in proportion to data-parallel replicas (us-east 32, eu-north 16, ap-south 64 / tp 2 = 32)
     assert [i["batch_per_step"] for i in r.islands] == pytest.approx([192, 96, 192])
-    # compute utilisation = 1 - (exposed sync + GPU-weighted idle) / step
+    # compute utilisation = 1 - (exposed sync + GPU-weighted idle) / step; the breakdown's idle is that mean
     gpus = sum(i["gpus"] for i in r.islands)
     idle = sum(i["gpus"] * i["idle_s"] for i in r.islands) / gpus
+    assert r.breakdown_s["idle"] == pytest.approx(idle, rel=1e-9)
     assert r.compute_utilization == pytest.approx(1 - (r.breakdown_s["island_sync"] + idle) / r.step_time_s)
-    # the global breakdown is the slowest island's
-    assert sum(v for k, v in r.breakdown_s.items() if k != "island_sync") == pytest.approx(slow["step_time_s"])
+    # the breakdown is the average GPU's: islands' own steps GPU-weighted, + idle + sync
+    own = sum(i["gpus"] * i["step_time_s"] for i in r.islands) / gpus
+    work = sum(v for k, v in r.breakdown_s.items() if k not in ("island_sync", "idle"))
+    assert work == pytest.approx(own, rel=1e-9)
+    assert work + idle == pytest.approx(slow["step_time_s"], rel=1e-9)
 
 
 def test_identical_islands_do_not_idle(est, three):
@@ -296,3 +300,16 @@ def test_docs_commands_run():
         p = subprocess.run([sys.executable, "-m", "shardmeter", *argv[1:]], cwd=ROOT, capture_output=True,
                            text=True, timeout=180)
         assert p.returncode == 0, (shlex.join(argv), p.stderr[-500:])
+
+
+def test_each_island_has_its_own_breakdown(est, three):
+    r = _est(est, three)
+    for isl in r.islands:
+        bd = isl["breakdown_s"]
+        assert sum(bd.values()) == pytest.approx(r.step_time_s, rel=1e-9)
+        assert bd["idle"] == pytest.approx(isl["idle_s"])
+        assert sum(v for k, v in bd.items() if k not in ("idle", "island_sync")) == pytest.approx(isl["step_time_s"])
+    gpus = sum(i["gpus"] for i in r.islands)
+    for k, v in r.breakdown_s.items():
+        assert v == pytest.approx(sum(i["gpus"] * i["breakdown_s"].get(k, 0.0) for i in r.islands) / gpus,
+                                  rel=1e-9, abs=1e-15), k

@@ -330,7 +330,6 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     feasible_isl = reasons == 0
     feasible = np.all(feasible_isl, axis=-1, keepdims=True)
     slow = np.max(np.where(feasible_isl, island_step, 0.0), axis=-1, keepdims=True)
-    slow_idx = np.argmax(np.where(feasible_isl, island_step, -1.0), axis=-1)[..., None]
     # A global all-reduce's WAN stage hides under what is left of each island's last backward pass once
     # that island's own data-parallel reduction is done (hierarchical: inside the island first); the
     # step ends when the last island's WAN stage does. (The slowest island's window alone would switch
@@ -347,21 +346,28 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     # the outer sync; allreduce: at every step) -- the same idle time per step either way.
     idle = slow - island_step
 
-    # Breakdown of the global step = the slowest island's terms + idle (0 for it) + sync.
-    bd = {k: np.take_along_axis(np.broadcast_to(val, island_step.shape), slow_idx, axis=-1)
-          for k, val in terms.items()}
+    isl_gpus = tp * pp * cp * dp
+    total_gpus = np.sum(np.broadcast_to(isl_gpus, island_step.shape), axis=-1, keepdims=True)
+
+    # Breakdown of the global step, as seen by the average GPU: each island's own terms and its idle
+    # time (waiting for the slowest island), GPU-weighted over islands, + the exposed island sync.
+    # Sums to slow + sync = step; with one island (or identical ones) it is that island's breakdown,
+    # and compute_utilization = 1 - (island_sync + idle) / step.
+    w_gpu = np.broadcast_to(isl_gpus, island_step.shape) / total_gpus
+
+    def _mean(x):
+        return np.sum(np.broadcast_to(x, island_step.shape) * w_gpu, axis=-1, keepdims=True)
+
+    bd = {k: _mean(val) for k, val in terms.items()}
     bd["island_sync"] = np.broadcast_to(sync, slow.shape)
-    bd["idle"] = np.zeros_like(slow)
+    bd["idle"] = _mean(idle)
     overlapped = {
-        "tp_comm": np.take_along_axis(np.broadcast_to(m_int * tp_hidden, island_step.shape), slow_idx, -1),
-        "cp_comm": np.take_along_axis(np.broadcast_to(m_int * cp_hidden, island_step.shape), slow_idx, -1),
-        "dp_comm": np.take_along_axis(np.broadcast_to(dp_hidden + m_int * fsdp_hidden_mb, island_step.shape),
-                                      slow_idx, -1),
+        "tp_comm": _mean(m_int * tp_hidden),
+        "cp_comm": _mean(m_int * cp_hidden),
+        "dp_comm": _mean(dp_hidden + m_int * fsdp_hidden_mb),
         "island_sync": np.broadcast_to(sync_hidden, slow.shape),
     }
 
-    isl_gpus = tp * pp * cp * dp
-    total_gpus = np.sum(np.broadcast_to(isl_gpus, island_step.shape), axis=-1, keepdims=True)
     tokens_step = _first(gbs * s, reasons.shape)
     mf_tok, hw_tok, p_total = (_first(x, reasons.shape) for x in (mf_tok, hw_tok, p_total))
     tps = tokens_step / step
@@ -387,6 +393,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
         "step_time_s": step[..., 0],
         "island_step_s": np.broadcast_to(island_step, reasons.shape),
         "island_idle_s": np.broadcast_to(idle, reasons.shape),
+        "island_breakdown": {k: np.broadcast_to(val, reasons.shape) for k, val in terms.items()},
         "island_util": np.broadcast_to(cu_isl, reasons.shape),
         "breakdown": {k: np.asarray(val)[..., 0] for k, val in bd.items()},
         "overlapped": {k: np.asarray(val)[..., 0] for k, val in overlapped.items()},
