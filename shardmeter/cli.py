@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -123,6 +124,15 @@ def _register_optional_commands() -> None:
             COMMANDS.setdefault(name, target)
 
 
+def one_line(msg, limit: int = 400) -> str:
+    """``msg`` as one short line: whitespace runs become one space, a run of more than 160
+    characters without a space (a pasted value, a long key path) is shortened in its middle,
+    and the whole is cut at ``limit`` characters."""
+    text = " ".join(str(msg).split())
+    text = re.sub(r"\S{161,}", lambda m: f"{m.group(0)[:100]}...{m.group(0)[-40:]}", text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _register_optional_commands()
     parser = build_parser()
@@ -133,13 +143,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShardMeterError as exc:
         if debug:
             raise
-        print(f"shardmeter: error: {exc}", file=sys.stderr)
+        print(f"shardmeter: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("shardmeter: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # an output path that is a folder, a missing folder, a full disk
+        if debug:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"shardmeter: error: {one_line(where + (exc.strerror or str(exc)))}", file=sys.stderr)
+        return 2
     except (MemoryError, RecursionError) as exc:
         print(f"shardmeter: error: {type(exc).__name__}: input too large", file=sys.stderr)
         return 2

@@ -55,7 +55,15 @@ def _float(v, _t):
     v = float(v)
     if not math.isfinite(v):
         raise StrictTypeError(f"expected a finite number, got {v!r}")
+    if v != 0.0 and not FLOAT_MIN <= abs(v) <= FLOAT_MAX:
+        # a unit slip or a typo: 1e-300 GB/s or 1e308 tokens would overflow the model to inf
+        raise StrictTypeError(f"{v!r} is absurdly {'large' if abs(v) > 1 else 'small'} "
+                              f"(0 or {FLOAT_MIN:g} to {FLOAT_MAX:g} in magnitude)")
     return v
+
+
+#: Magnitudes a scenario's real number may have (besides 0).
+FLOAT_MIN, FLOAT_MAX = 1e-9, 1e18
 
 
 def _str(v, _t):
@@ -142,6 +150,12 @@ def _walk(exc: BaseException, path: str, out: list[tuple[str, str]]) -> None:
         out.append((path, "required key is missing"))
         return
     msg = str(exc) if str(exc) else type(exc).__name__
+    if len(exc.args) > 1 and isinstance(exc.args[0], str):  # attrs: ValueError(msg, attribute, options, value)
+        msg = exc.args[0]
+        m = re.match(r"^'(\w+)' (must be .+)$", msg, re.S)
+        if m:
+            out.append((_join(path, m.group(1)), m.group(2)))
+            return
     if isinstance(exc, KeyError) and len(msg) >= 2 and msg[0] == msg[-1] and msg[0] in "'\"":
         msg = msg[1:-1]  # str(KeyError('x')) is "'x'"; never cut a quote off a message
     m = _FIELD_MSG.match(msg)
@@ -171,6 +185,8 @@ def format_cattrs_error(exc: BaseException, *, path: str = "", file: str | None 
     _walk(exc, path, found)
     if not found:
         return ScenarioError(str(exc), path=path, file=file)
+    # A misspelt key also leaves its intended key "missing": name the misspelling (it has the hint).
+    found.sort(key=lambda pm: not pm[1].startswith("unknown key"))
     p, m = found[0]
     more = f" (and {len(found) - 1} more problem{'s' if len(found) > 2 else ''})" if len(found) > 1 else ""
     return ScenarioError(m + more, path=p, file=file)
@@ -192,7 +208,11 @@ def structure_record(data: Any, cls, *, path: str = "", file: str | None = None,
     except (ClassValidationError, IterableValidationError, ForbiddenExtraKeysError) as exc:
         raise format_cattrs_error(exc, path=path, file=file) from None
     except (ValueError, TypeError) as exc:
-        msg = str(exc)
+        # attrs' own validators raise ValueError(message, attribute, options, value): keep the message
+        msg = exc.args[0] if len(exc.args) > 1 and isinstance(exc.args[0], str) else str(exc)
+        m = re.match(r"^'(\w+)' (must be .+)$", msg, re.S)
+        if m:
+            raise ScenarioError(m.group(2), path=_join(path, m.group(1)), file=file) from None
         head, _, rest = msg.partition(": ")
         if rest and head.replace(".", "").replace("_", "").isalnum():
             raise ScenarioError(rest, path=_join(path, head), file=file) from None

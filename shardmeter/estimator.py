@@ -91,6 +91,8 @@ def _option_values(record, given: Mapping[str, Any], where: str, file: str | Non
                     "an integer >= 1" if isinstance(default, int) and default >= 1 else
                     "an integer >= 0" if isinstance(default, int) else "a number >= 0")
             raise ScenarioError(f"expected {want}, got {v!r}", path=f"{where}.{k}", file=file)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 2**40:  # an overflow, not a plan
+            raise ScenarioError(f"{v!r} is absurdly large (limit {2**40})", path=f"{where}.{k}", file=file)
         out[k] = v
     return out
 
@@ -171,6 +173,8 @@ class Estimator:
 
     def network_link(self, sc: Scenario) -> Interconnect | None:
         if len(sc.islands) < 2:
+            if sc.network is not None and "network" not in self._levels:  # unused, but must be well-formed
+                self._link(sc.network.link, "network.link", sc.file)
             return None
         ref = self._levels.get("network", sc.network.link if sc.network else "internet")
         return self._link(ref, "network.link", sc.file)

@@ -74,6 +74,12 @@ def _peaks(inst, attribute, value):
             raise ValueError(f"peak_tflops.{k}: expected a finite number > 0, got {v!r}")
 
 
+def _prices(inst, attribute, value):
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ValueError(f"{attribute.name}.{k}: expected a finite number >= 0, got {v!r}")
+
+
 def _freeze_map(value):
     return dict(value) if value is not None else {}
 
@@ -191,8 +197,8 @@ class CostSource:
 
     name: str = attrs.field(validator=_name)
     usd_per_gpu_hour: float | None = attrs.field(default=None, validator=_nonneg)
-    gpu_prices: Mapping[str, float] = attrs.field(factory=dict, converter=_freeze_map)
-    purchase_usd: Mapping[str, float] = attrs.field(factory=dict, converter=_freeze_map)
+    gpu_prices: Mapping[str, float] = attrs.field(factory=dict, converter=_freeze_map, validator=_prices)
+    purchase_usd: Mapping[str, float] = attrs.field(factory=dict, converter=_freeze_map, validator=_prices)
     lifetime_years: float = attrs.field(default=4.0, validator=_positive)
     usd_per_kwh: float = attrs.field(default=0.0, validator=_nonneg)
     pue: float = attrs.field(default=1.0, validator=_positive)

@@ -269,7 +269,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     raw = raw.strip()
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except ValueError:  # TOMLDecodeError, or an integer of more than 4300 digits
         value = raw
     return key, value
 
@@ -329,16 +329,38 @@ def _read_file(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
             raw = fh.read()
     except OSError as exc:
         raise ScenarioError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ScenarioError("UTF-16 text: save the file as UTF-8 (TOML must be UTF-8)", file=name)
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a UTF-8 byte-order mark (Windows editors) is dropped
     except UnicodeDecodeError:
         raise ScenarioError("not a UTF-8 text file (TOML must be UTF-8)", file=name) from None
     if "\x00" in text:
         raise ScenarioError("not a text file (contains NUL bytes)", file=name)
     try:
         return tomllib.loads(text), name
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more than 4300 digits
         raise ScenarioError(f"not valid TOML: {exc}", file=name) from None
+    except RecursionError:
+        raise ScenarioError(f"nested more than {_MAX_DEPTH} levels deep", file=name) from None
+
+
+#: Deepest nesting of tables and arrays a scenario may have (real ones use 4).
+_MAX_DEPTH = 32
+
+
+def _check_depth(data: Any, file: str | None) -> None:
+    """Reject absurdly nested data up front (iteratively), naming the key path, instead of
+    failing later with a RecursionError that names nothing."""
+    stack = [(data, "", 0)]
+    while stack:
+        obj, path, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            raise ScenarioError(f"nested more than {_MAX_DEPTH} levels deep", path=path, file=file)
+        if isinstance(obj, Mapping):
+            stack.extend((v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in obj.items())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(obj))
 
 
 def _check_option_values(defaults: Mapping[str, Any], given: Mapping[str, Any], where: str,
@@ -362,6 +384,8 @@ def _check_option_values(defaults: Mapping[str, Any], given: Mapping[str, Any], 
             ok, want = isinstance(v, type(default)), f"a {type(default).__name__}"
         if not ok:
             raise ScenarioError(f"expected {want}, got {v!r}", path=f"{where}.{k}", file=file)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > _MAX:  # an overflow, not a plan
+            raise ScenarioError(f"{v!r} is absurdly large (limit {_MAX})", path=f"{where}.{k}", file=file)
 
 
 def _split_options(table: dict[str, Any], fields: set[str], known: Mapping[str, set[str]],
@@ -386,7 +410,7 @@ def _split_options(table: dict[str, Any], fields: set[str], known: Mapping[str, 
         else:
             import difflib
 
-            close = difflib.get_close_matches(k, sorted(fields | all_known), n=2, cutoff=0.6)
+            close = difflib.get_close_matches(str(k), sorted(fields | all_known), n=2, cutoff=0.6)
             hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
             raise ScenarioError(f"unknown key{hint}", path=f"{where}.{k}", file=file)
     return base, opts
@@ -402,16 +426,21 @@ def load_scenario(source: str | os.PathLike | Mapping[str, Any], *, overrides=()
     :raises ScenarioError: one line naming the file and key path.
     """
     if isinstance(source, Mapping):
+        _check_depth(source, None)
         data, file = copy.deepcopy(dict(source)), None
     else:
         data, file = _read_file(source)
     try:
+        _check_depth(data, file)
         for ov in overrides:
             key, value = parse_override(ov) if isinstance(ov, str) else ov
             data = apply_override(data, key, value)
+            _check_depth(data, file)
         return _build(data, file, registry)
     except ScenarioError as exc:
         raise exc.with_file(file) if file and not exc.file else exc
+    except RecursionError:  # an absurdly nested --set value
+        raise ScenarioError(f"nested more than {_MAX_DEPTH} levels deep", file=file) from None
 
 
 def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
@@ -422,7 +451,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         if k not in _TOP:
             import difflib
 
-            close = difflib.get_close_matches(k, sorted(_TOP | {"islands"}), n=1, cutoff=0.6)
+            close = difflib.get_close_matches(str(k), sorted(_TOP | {"islands"}), n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ScenarioError(f"unknown table{hint}", path=k, file=file)
     notes: list[str] = []
@@ -519,6 +548,8 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     for k, v in measured.items():
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
             raise ScenarioError("expected a finite number", path=f"measured.{k}", file=file)
+        if v <= 0:  # every report number is >= 0, and a relative error needs a measurement > 0
+            raise ScenarioError(f"expected a number > 0, got {v!r}", path=f"measured.{k}", file=file)
     source = data.get("source", {})
     if not isinstance(source, dict):
         raise ScenarioError("expected a table", path="source", file=file)

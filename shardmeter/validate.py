@@ -57,6 +57,10 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
             failures.append({"file": f, "group": _group(f), "error": str(exc)})
             continue
         if not sc.measured:
+            try:  # not a case, but a broken file is reported whichever stage finds the fault
+                est.inputs(sc)
+            except ScenarioError as exc:
+                failures.append({"file": f, "group": _group(f), "error": str(exc)})
             continue
         try:
             rep = est.estimate(sc)
