@@ -126,6 +126,13 @@ def _run_processes(fn, payload, tasks, workers, retries):
             if broken:
                 pool.shutdown(wait=False, cancel_futures=True)
                 pool = new_pool()
+    except BaseException:
+        # interrupted (Ctrl-C) or abandoned: stop the workers now rather than let them finish their chunks
+        procs = getattr(pool, "_processes", None) or {}  # CPython's pid -> Process map
+        for proc in list(procs.values()):
+            if proc.is_alive():
+                proc.terminate()
+        raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
