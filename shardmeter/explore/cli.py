@@ -450,7 +450,8 @@ def _why(plan, best, objective) -> str:
         share = rep["breakdown_s"][rep["bottleneck"]] / rep["step_time_s"]
         bits.append(f"{rep['bottleneck']} {share:.0%}")
     if rep.get("memory_capacity_gb") and rep.get("memory_per_gpu_gb") is not None:
-        bits.append(f"{rep['memory_capacity_gb'] - rep['memory_per_gpu_gb']:.0f} GB free")
+        free = rep["memory_capacity_gb"] - rep["memory_per_gpu_gb"]
+        bits.append(f"{free:.1f} GB free" if free < 9.95 else f"{free:.0f} GB free")
     if plan is not best and objective != "pareto":
         key = "step_time_s" if objective == "time" else "cost_usd"
         a, b = rep.get(key), best["report"].get(key)
