@@ -61,8 +61,8 @@ REASONS = {
                                   "micro_batch x dp ({mbs_dp})"),
     32: ("training.micro_batch", "needs {mem_gb:.1f} GB per GPU, more than the {cap_gb:.1f} GB the GPU has"),
     64: ("training.precision", "the GPU has no tensor-core rate for this precision"),
-    128: ("parallelism.virtual_stages", "interleaved schedule needs pp >= 2, layers >= pp x virtual_stages "
-                                        "and micro-batches ({m}) divisible by pp ({pp})"),
+    128: ("parallelism.virtual_stages", "the interleaved schedule needs the micro-batches ({m}) to be a "
+                                        "multiple of pp ({pp})"),
     256: ("parallelism.pp", "pp x virtual_stages ({pv}) exceeds model.layers ({L})"),
 }
 
@@ -115,7 +115,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     flat = g["flat"].astype(bool)
     tp_ovl, dp_ovl = g["tp_ovl"].astype(bool), g["dp_ovl"].astype(bool)
     moe = E > 1
-    v = np.where(pp > 1, v, 1.0)
+    v = np.where(pp > 1, v, 1.0)  # one stage: interleaving is a no-op (as 1F1B), not an error
 
     # ---- batch split and micro-batches ---------------------------------------------------------
     n_isl = np.broadcast_shapes(*(np.shape(x) for x in g.values()))[-1] if g["dp"].ndim else 1
@@ -134,7 +134,7 @@ def evaluate(inp) -> dict[str, np.ndarray]:
     reasons |= np.where(tp * pp * cp * dp > gpus, 8, 0)
     reasons |= np.where(np.abs(m - np.round(m)) > 1e-9, 16, 0) | np.where(m < 1 - 1e-9, 16, 0)
     reasons |= np.where(peak <= 0, 64, 0)
-    reasons |= np.where(over_v & (v > 1) & ((pp < 2) | (np.mod(m_int, pp) != 0)), 128, 0)
+    reasons |= np.where(over_v & (v > 1) & (np.mod(m_int, pp) != 0), 128, 0)
     reasons |= np.where(pp * v > L, 256, 0)
     peak = np.where(peak > 0, peak, 1.0)
     peak16 = np.where(peak16 > 0, peak16, peak)
