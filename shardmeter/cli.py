@@ -124,7 +124,7 @@ def _register_optional_commands() -> None:
             COMMANDS.setdefault(name, target)
 
 
-def one_line(msg, limit: int = 400) -> str:
+def one_line(msg, limit: int = 380) -> str:
     """``msg`` as one short line: whitespace runs become one space, a run of more than 160
     characters without a space (a pasted value, a long key path) is shortened in its middle,
     and the whole is cut at ``limit`` characters."""

@@ -9,6 +9,7 @@ keys are rejected (``forbid_extra_keys=True``).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import typing
@@ -127,7 +128,7 @@ def _walk(exc: BaseException, path: str, out: list[tuple[str, str]]) -> None:
     if isinstance(exc, ForbiddenExtraKeysError):
         for k in sorted(exc.extra_fields):
             fields = [f.name for f in attrs.fields(exc.cl)] if attrs.has(exc.cl) else []
-            out.append((_join(path, k), "unknown key" + _suggest(k, fields)))
+            out.append((_join(path, key_path(k)), "unknown key" + _suggest(k, fields)))
         return
     if isinstance(exc, (ClassValidationError, IterableValidationError, ExceptionGroup)):
         if hasattr(exc, "group_exceptions"):
@@ -170,6 +171,12 @@ _FIELD_MSG = re.compile(r"^([A-Za-z_][\w]*(?:\.[\w-]+)*): (.+)$", re.S)
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else str(key)
+
+
+def key_path(key) -> str:
+    """A key as it appears in a ``$.`` path: bare, or quoted as TOML quotes it (``""``, ``"a.b"``)."""
+    k = str(key)
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k, ensure_ascii=False)
 
 
 def _suggest(name: str, options) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import attrs
 
-from .convert import structure_record
+from .convert import key_path, structure_record
 from .errors import ScenarioError
 from .records import PRECISIONS
 
@@ -412,7 +412,7 @@ def _split_options(table: dict[str, Any], fields: set[str], known: Mapping[str, 
 
             close = difflib.get_close_matches(str(k), sorted(fields | all_known), n=2, cutoff=0.6)
             hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-            raise ScenarioError(f"unknown key{hint}", path=f"{where}.{k}", file=file)
+            raise ScenarioError(f"unknown key{hint}", path=f"{where}.{key_path(k)}", file=file)
     return base, opts
 
 
@@ -453,7 +453,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
 
             close = difflib.get_close_matches(str(k), sorted(_TOP | {"islands"}), n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ScenarioError(f"unknown table{hint}", path=k, file=file)
+            raise ScenarioError(f"unknown table{hint}", path=key_path(k), file=file)
     notes: list[str] = []
 
     model = data.get("model")
