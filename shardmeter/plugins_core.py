@@ -9,12 +9,14 @@ that was never installed) does the manager fall back to the dotted names in
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata as md
 import os
 import re
 import sys
-from typing import Iterable
+import time
+from typing import Iterable, Mapping
 
 import attrs
 import pluggy
@@ -34,6 +36,10 @@ BUNDLED = (
     "shardmeter.plugins.costs",
     "shardmeter.strategies.builtin",
 )
+
+
+#: A plugin that takes longer than this to import is named in a warning (seconds).
+SLOW_IMPORT_S = 2.0
 
 
 def _warn(msg: str) -> None:
@@ -99,13 +105,19 @@ def make_plugin_manager(
                     f"ShardMeter plugin name '{ep.name}' is registered by both {dists.get(ep.name)} and "
                     f"{dist_label}; uninstall one of them"
                 )
+            started = time.perf_counter()
             try:
-                obj = ep.load()
+                with contextlib.redirect_stdout(sys.stderr):  # a chatty plugin must not corrupt --json output
+                    obj = ep.load()
+                if obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+                    raise PluginError(f"the entry point names {type(obj).__name__} {obj!r:.40}, not a module "
+                                      "or object with ShardMeter hooks")
                 pm.register(obj, name=ep.name)
                 unknown = _unknown_hooks(pm, obj)
-                if unknown:
+                if unknown or not pm.get_hookcallers(obj):
                     pm.unregister(obj)
-                    raise PluginError(unknown)
+                    raise PluginError(unknown or f"{type(obj).__name__} {getattr(obj, '__name__', '')} "
+                                                 "implements no ShardMeter hook")
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - isolate third-party failures
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 msg = f"Error loading ShardMeter plugin '{ep.name}' from {dist_label}: {type(exc).__name__}"
@@ -114,6 +126,10 @@ def make_plugin_manager(
                     raise PluginError(msg) from exc
                 _warn(msg + " (skipped; SHARDMETER_DISABLE_PLUGINS=" + ep.name + " silences this)")
                 continue
+            took = time.perf_counter() - started
+            if took > SLOW_IMPORT_S:  # no timeout (a plugin is code, run at import): say who is slow
+                _warn(f"ShardMeter plugin '{ep.name}' from {dist_label} took {took:.1f} s to import "
+                      f"(SHARDMETER_DISABLE_PLUGINS={ep.name} skips it)")
             dists[ep.name] = dist_label
     if bundled or (bundled is None and not found_core):
         for dotted in BUNDLED:
@@ -184,12 +200,17 @@ class Registry:
                 plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
                 dist = dists.get(plugin_name, "unknown distribution")
                 try:
-                    items = impl.function()
-                    items = list(items) if items is not None else []
-                except Exception as exc:  # noqa: BLE001
+                    with contextlib.redirect_stdout(sys.stderr):  # a chatty plugin must not corrupt --json output
+                        items = impl.function()
+                        if isinstance(items, (str, bytes, Mapping)) or not (
+                                items is None or hasattr(items, "__iter__")):
+                            raise TypeError(f"returned {type(items).__name__}, not an iterable of records")
+                        items = list(items) if items is not None else []
+                except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin's sys.exit() must not end ours
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                     msg = (
                         f"ShardMeter plugin '{plugin_name}' ({dist}) failed in {hook_name}: "
-                        f"{type(exc).__name__}: {exc}"
+                        f"{type(exc).__name__}" + (f": {first}" if first else "")
                     )
                     if _strict():
                         raise PluginError(msg) from exc
@@ -212,6 +233,16 @@ class Registry:
                         )
                         if _strict():
                             raise PluginError(msg)
+                        _warn(msg)
+                        continue
+                    try:  # validators again: a record changed after construction (object.__setattr__)
+                        attrs.validate(item)
+                    except (ValueError, TypeError) as exc:
+                        first = str(exc.args[0] if exc.args else exc).strip().splitlines()[0]
+                        msg = (f"ShardMeter plugin '{plugin_name}' ({dist}) returned an invalid "
+                               f"{type(item).__name__} from {hook_name}: {first}")
+                        if _strict():
+                            raise PluginError(msg) from exc
                         _warn(msg)
                         continue
                     entries[kind].setdefault(item.name, []).append(Provided(item, plugin_name, dist))

@@ -27,9 +27,8 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from hostile.support import (  # noqa: E402
+from hostile.support import (
     BASES,
-    check_error,
     check_json_report,
     check_outcome,
     run_cli,
@@ -264,7 +263,7 @@ def test_fuzz_set_overrides(tmp_path, capsys):
         check_outcome(code, out, err, where=f"{path.name} {sets}")
 
 
-@pytest.mark.skipif(not os.environ.get("SHARDMETER_FUZZ_EXPLORE", "1") != "0", reason="disabled")
+@pytest.mark.skipif(os.environ.get("SHARDMETER_FUZZ_EXPLORE", "1") == "0", reason="disabled")
 def test_fuzz_sweep(tmp_path, capsys):
     from shardmeter import cli
 
@@ -297,5 +296,5 @@ def test_mutants_through_the_real_entry_point(cases, tmp_path):
         path = tmp_path / f"p{i}.toml"
         path.write_text(text, encoding="utf-8", errors="surrogatepass")
         res = subprocess.run([sys.executable, "-m", "shardmeter", "estimate", str(path), "--json"],
-                             capture_output=True, text=True, timeout=120, env=env)
+                             capture_output=True, text=True, timeout=120, env=env, check=False)
         check_outcome(res.returncode, res.stdout, res.stderr, where=f"{name} {log}")

@@ -124,7 +124,7 @@ def scenario_dicts(draw) -> dict:
     """A well-formed scenario (often feasible, sometimes not: infeasible is a valid outcome)."""
     model = draw(model_tables())
     full = {**model_presets()[model["preset"]], **model} if "preset" in model else model
-    heads, layers, seq = full["heads"], full["layers"], full["seq_len"]
+    heads, layers = full["heads"], full["layers"]
     experts = full.get("experts", 1)
     mbs = draw(st.sampled_from([1, 1, 2, 4]))
     training = {"micro_batch": mbs}
