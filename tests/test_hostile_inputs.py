@@ -512,3 +512,155 @@ def test_no_traceback_at_the_process_level(name, tmp_path):
     res = subprocess.run([sys.executable, "-m", "shardmeter", "estimate", str(path), "--json"],
                          capture_output=True, text=True, timeout=120, env=env, check=False)
     check_error(res.returncode, res.stdout, res.stderr, where=name)
+
+
+# ---------------------------------------------------------------------------------------------
+# interrupted runs lose nothing: output files are written atomically
+
+
+def _debris(folder: pathlib.Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+@pytest.mark.parametrize("exc", [RuntimeError("disk full"), KeyboardInterrupt()])
+@pytest.mark.parametrize("existed", [True, False])
+def test_atomic_write_interrupted_in_the_block_keeps_the_old_file(exc, existed, tmp_path):
+    from shardmeter.io import atomic_write
+
+    target = tmp_path / "out.csv"
+    if existed:
+        target.write_text("old,complete\n1,2\n")
+    with pytest.raises(type(exc)), atomic_write(target) as fh:
+        fh.write("new,half")
+        raise exc
+    if existed:
+        assert target.read_text() == "old,complete\n1,2\n"
+    else:
+        assert not target.exists()
+    assert _debris(tmp_path) == []
+
+
+def test_atomic_write_replaces_whole_files_text_and_binary(tmp_path):
+    from shardmeter.io import atomic_write
+
+    target = tmp_path / "out.bin"
+    target.write_bytes(b"old")
+    with atomic_write(target, "wb") as fh:
+        fh.write(b"\x00new\xff")
+    assert target.read_bytes() == b"\x00new\xff"
+    with atomic_write(tmp_path / "t.csv") as fh:
+        fh.write("a\r\nb\n")  # newline="" : written as given
+    assert (tmp_path / "t.csv").read_bytes() == b"a\r\nb\n"
+    assert _debris(tmp_path) == []
+
+
+_WRITER = """
+import sys, time
+from shardmeter.io import atomic_write
+with atomic_write(sys.argv[1]) as fh:
+    for i in range(100000):
+        fh.write("row %d,%s\\n" % (i, "x" * 100))
+        if i == 1000:
+            fh.flush()
+            print("writing", flush=True)
+            time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("existed", [True, False])
+def test_a_process_killed_mid_write_leaves_the_old_file_or_nothing(sig, existed, tmp_path):
+    import signal
+
+    target = tmp_path / "out.csv"
+    if existed:
+        target.write_text("old,complete\n")
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(target)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        proc.send_signal(getattr(signal, sig))
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+    if existed:
+        assert target.read_text() == "old,complete\n"
+    else:
+        assert not target.exists()
+    # SIGKILL cannot be cleaned up after: at most the hidden temporary sibling remains
+    debris = _debris(tmp_path)
+    assert all(d.startswith(".out.csv.") for d in debris)
+    if sig == "SIGINT":
+        assert debris == []  # KeyboardInterrupt runs the clean-up
+
+
+_SWEEP_DRIVER = """
+import sys, time
+import shardmeter.explore.sweep as sw
+from shardmeter.cli import main
+
+original = sw.run_sweep
+
+def run_slowly(*args, **kw):
+    kw["chunk_rows"] = 1
+    save = kw["on_progress"]
+
+    def on_progress(rows):
+        save(rows)
+        print("saved", len(rows), flush=True)
+        time.sleep(0.3 if len(rows) < 3 else 60)
+
+    kw["on_progress"] = on_progress
+    return original(*args, **kw)
+
+sw.run_sweep = run_slowly
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@needs_explore
+@pytest.mark.skipif(os.name != "posix", reason="signals")
+def test_a_sweep_killed_mid_run_leaves_a_whole_csv_that_resume_completes(tmp_path, capsys):
+    """``sweep --csv`` saves the rows done after every chunk, atomically: a SIGKILL leaves
+    a complete CSV of whole rows, and ``--resume`` computes only the rest."""
+    import csv
+    import signal
+
+    path = tmp_path / "base.toml"
+    path.write_text(to_toml(BASE))
+    out = tmp_path / "sweep.csv"
+    argv = ["sweep", str(path), "--vary", "training.micro_batch=1,2,4,8", "--vary", "parallelism.tp=1,2",
+            "--csv", str(out)]
+    proc = subprocess.Popen([sys.executable, "-c", _SWEEP_DRIVER, *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3):
+            line = proc.stdout.readline()
+            assert line.startswith("saved"), line + proc.stderr.read()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+        proc.stderr.close()
+    with open(out, newline="") as fh:
+        rows = list(csv.reader(fh))
+    header, body = rows[0], rows[1:]
+    assert header[:3] == ["training.micro_batch", "parallelism.tp", "feasible"]
+    done = [r for r in body if r[2] in ("true", "false")]
+    assert len(done) >= 3 and all(len(r) == len(header) for r in body)
+    kept = {tuple(r[:2]): r for r in done}
+    code, stdout, err = run_cli(capsys, *argv, "--resume", "--json")
+    assert code == 0, err
+    doc = json.loads(stdout)
+    assert len(doc["rows"]) == 8
+    assert sum(1 for r in doc["rows"] if r.get("resumed")) == len(done)
+    with open(out, newline="") as fh:
+        final = list(csv.reader(fh))
+    assert len(final) == 9
+    for r in final[1:]:
+        if tuple(r[:2]) in kept:
+            assert r == kept[tuple(r[:2])]  # resumed rows are kept as they were

@@ -127,7 +127,7 @@ IMPORT_FAULTS = {
     "names-None": lambda: None,
     "names-an-int": lambda: 42,
     "names-a-string": lambda: "shardmeter_broken:plugin",
-    "misspelt-hook": lambda: plugin("shardmeter_broken", shardmeter_hardware_profile=lambda: []),
+    "misspelt-hook": lambda: plugin("shardmeter_broken", shardmeter_hardware_profile=lambda: []),  # noqa: PIE807
     "wrong-signature": lambda: plugin("shardmeter_broken", shardmeter_hardware_profiles=lambda gpus: []),
 }
 
