@@ -4,8 +4,8 @@ Valid scenarios are mutated (values replaced by values of other types or absurd
 sizes, keys deleted, renamed or added, tables duplicated or moved, the TOML text
 cut or garbled) and run through ``shardmeter estimate --json`` in this process.
 Every case must end with exit 0 and a finite JSON report, or exit 2 and one
-short line that names the key (``$.`` path) -- never a traceback. ``--set`` and
-``sweep`` get the same treatment, ``validate`` runs over a folder of mutants,
+short line that names the key (``$.`` path) -- never a traceback. ``--set``,
+``sweep`` and ``plan`` get the same treatment, ``validate`` runs over a folder of mutants,
 and a few mutants go through the real console entry point.
 
 ``SHARDMETER_FUZZ_CASES=5000`` runs more cases; ``SHARDMETER_FUZZ_SEED`` picks
@@ -286,6 +286,23 @@ def test_fuzz_sweep(tmp_path, capsys):
         if code == 0:
             for row in json.loads(out)["rows"]:
                 check_json_report(json.dumps(row["report"]), f"sweep {args}")
+
+
+def test_fuzz_plan_on_mutants(cases, tmp_path, capsys):
+    from shardmeter import cli
+
+    cli._register_optional_commands()
+    if "plan" not in cli.COMMANDS:
+        pytest.skip("plan is not installed")
+    picked = [c for c in cases if not c[2]][:30]
+    for i, (name, text, _, log) in enumerate(picked):
+        path = tmp_path / f"p{i}.toml"
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        code, out, err = run_cli(capsys, "plan", path, "--json", "--max-gpus", "16", "--top", "3")
+        check_outcome(code, out, err, where=f"plan {name} {log}")
+        if code == 0:
+            for plan in json.loads(out)["plans"]:
+                check_json_report(json.dumps(plan["report"]), f"plan {name}")
 
 
 def test_mutants_through_the_real_entry_point(cases, tmp_path):
