@@ -279,8 +279,14 @@ def check_report(rep, sc_dict) -> None:
         assert 0.0 <= d["compute_utilization"] <= 1.0 + REL
         for isl in d["islands"]:
             assert isl["tokens_per_s"] is not None and isl["step_time_s"] is not None
+            assert isl["step_time_s"] <= d["step_time_s"] * (1 + REL)
             if isl["cost_usd"] is None:
                 assert d["cost_usd"] is None
+            if "breakdown_s" in isl:  # each island's view of the global step adds up to it too
+                assert sum(isl["breakdown_s"].values()) == pytest.approx(d["step_time_s"], rel=REL), (isl, sc_dict)
+            for f in ("idle_fraction", "compute_utilization"):
+                if f in isl:
+                    assert 0.0 <= isl[f] <= 1.0 + REL, (f, isl, sc_dict)
     else:
         assert rep.reasons, f"infeasible without a reason: {sc_dict}"
         for f in TIME_FIELDS + ("wall_clock_s", "cost_usd"):
