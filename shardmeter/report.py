@@ -115,7 +115,10 @@ def build_report(sc, islands, out: dict[str, Any], estimator, row: int = 0) -> R
         }
         prefix = f"island[{j}]." if n_isl > 1 and isl.parallelism is not sc.parallelism else ""
         for key, msg in reason_messages(bits, vals):
-            label = f"{prefix}{key}" if not key.startswith("training") else key
+            if key.startswith("island["):
+                label = key.format(j=j)
+            else:
+                label = f"{prefix}{key}" if not key.startswith("training") else key
             where = f" (island '{isl.name}')" if n_isl > 1 else ""
             reasons.append(f"{label}: {msg}{where}")
     notes = list(sc.notes)

@@ -293,7 +293,7 @@ def check_report(rep, sc_dict) -> None:
             assert d[f] is None, f"infeasible report invents {f}: {sc_dict}"
         for r in rep.reasons:  # each reason names a key
             key = re.sub(r"^island\[\d+\]\.", "", r.split(":")[0])
-            assert key.split(".")[0] in ("parallelism", "training", "model"), r
+            assert key.split(".")[0] in ("parallelism", "training", "model", "gpu"), r
 
 
 def _close(a, b, rel=REL) -> bool:

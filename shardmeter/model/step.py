@@ -59,7 +59,9 @@ REASONS = {
     8: ("parallelism", "tp x pp x cp x dp = {used} exceeds the island's {gpus} GPUs"),
     16: ("training.global_batch", "the island's share of global_batch ({bi}) is not a multiple of "
                                   "micro_batch x dp ({mbs_dp})"),
-    32: ("training.micro_batch", "needs {mem_gb:.1f} GB per GPU, more than the {cap_gb:.1f} GB the GPU has"),
+    32: ("island[{j}].gpu.memory_gb", "the plan needs {mem_gb:.1f} GB per GPU, more than the {cap_gb:.1f} GB the GPU has "
+                   "(shard more: parallelism.tp/pp/sharding, training.recompute, or a smaller "
+                   "training.micro_batch)"),
     64: ("training.precision", "the GPU has no tensor-core rate for this precision"),
     128: ("parallelism.virtual_stages", "the interleaved schedule needs the micro-batches ({m}) to be a "
                                         "multiple of pp ({pp})"),
