@@ -228,7 +228,7 @@ def search(
     infeasible = {}
     for b, n in sorted(acc["reasons"].items()):
         if n:
-            key = REASONS[b][0]
+            key = REASONS[b][0].replace("[{j}]", "[*]")  # per-island keys, summed over islands
             infeasible[key] = infeasible.get(key, 0) + n
     doc = {
         "evaluated": acc["evaluated"],
