@@ -63,10 +63,7 @@ def _resolve_part(reg: Registry, kind: str, ref: Any, path: str, file: str | Non
             raise ScenarioError("expected a string", path=f"{path}.name", file=file)
         base = reg.get(kind, name, path=f"{path}.name", file=file)
         merged = attrs.asdict(base, recurse=False)
-        merged.update(ref)
-        for k in ref:
-            if k not in merged or k not in {f.name for f in attrs.fields(cls)}:
-                pass
+        merged.update(ref)  # unknown override keys are rejected by the strict converter
         return structure_record(merged, cls, path=path, file=file)
     raise ScenarioError("expected a part name or an inline table { name = ... }", path=path, file=file)
 
