@@ -266,5 +266,3 @@ def describe_bottleneck(report: Report) -> str:
     share = report.breakdown_s[report.bottleneck] / report.step_time_s
     return f"{report.bottleneck}: {_WORDS.get(report.bottleneck, report.bottleneck)}, {share:.0%} of the step"
 
-
-np.seterr(all="ignore")

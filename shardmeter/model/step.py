@@ -95,7 +95,17 @@ def _f(x):
 
 
 def evaluate(inp) -> dict[str, np.ndarray]:
-    """Score every plan in the batch. See the module docstring."""
+    """Score every plan in the batch. See the module docstring.
+
+    Infeasible rows may divide by zero on the way; their outputs are masked by
+    ``feasible``/``reasons``, so those floating-point warnings are silenced here
+    (and only here, not process-wide).
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return _evaluate(inp)
+
+
+def _evaluate(inp) -> dict[str, np.ndarray]:
     g = {k: np.asarray(inp[k]) for k in INPUTS}
     L, h, heads, kvh = _f(g["L"]), _f(g["h"]), _f(g["heads"]), _f(g["kv_heads"])
     q_dim, kv_dim, ffn, V, s = _f(g["q_dim"]), _f(g["kv_dim"]), _f(g["ffn"]), _f(g["V"]), _f(g["s"])
