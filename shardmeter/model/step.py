@@ -22,6 +22,7 @@ from .formulas import (
     KERNEL_OVERHEAD_S,
     activation_bytes_per_layer,
     gemm_time,
+    group_span,
     hierarchical_collective_time,
     layer_flops_per_token,
     model_flops_per_token,
@@ -220,7 +221,7 @@ def _evaluate(inp) -> dict[str, np.ndarray]:
 
     # ---- context parallel (ring attention): K,V chunks around the ring, overlapped with attention ---
     kv_msg = 2.0 * T * kv_t * act_b
-    k_cp, nodes_cp = _span(cp, tp, gpn)
+    k_cp, nodes_cp = group_span(cp, tp, gpn)
     bw_cp = np.where(nodes_cp > 1, bw1, bw0)
     lat_cp = np.where(nodes_cp > 1, lat1, lat0)
     cp_f = (cp - 1.0) * (kv_msg / bw_cp + lat_cp)
@@ -281,7 +282,7 @@ def _evaluate(inp) -> dict[str, np.ndarray]:
 
     # ---- pipeline -----------------------------------------------------------------------------------
     p2p_bytes = act_msg / tp  # Megatron's scatter-gather optimisation sends 1/t per TP rank
-    _, pp_nodes = _span(pp, tp * cp * dp, gpn)
+    _, pp_nodes = group_span(pp, tp * cp * dp, gpn)
     bw_pp = np.where(pp_nodes > 1, bw1, bw0)
     lat_pp = np.where(pp_nodes > 1, lat1, lat0)
     t_p2p = p2p_bytes / bw_pp + lat_pp
@@ -437,11 +438,6 @@ def _first(x, shape):
     """Column 0 of a per-island array whose value is global (same on every island)."""
     return np.broadcast_to(x, shape)[..., :1]
 
-
-def _span(size, stride, gpn):
-    from .formulas import group_span
-
-    return group_span(size, stride, gpn)
 
 
 def reason_messages(bits: int, values: dict) -> list[tuple[str, str]]:
