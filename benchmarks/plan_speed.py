@@ -50,7 +50,11 @@ def run(workers: int | None, cp: bool, trace: bool) -> dict:
     peak = tracemalloc.get_traced_memory()[1] / 1e6 if trace else None
     if trace:
         tracemalloc.stop()
-    survivors = doc["feasible"] + doc["infeasible"].get("training.micro_batch", 0)
+    from shardmeter.model.step import REASONS
+
+    # candidates that reached the full model: feasible ones plus those it found out of memory
+    memory_key = REASONS[32][0].replace("[{j}]", "[*]")
+    survivors = doc["feasible"] + doc["infeasible"].get(memory_key, 0)
     return {
         "workers": workers or 1,
         "evaluated": doc["evaluated"],
