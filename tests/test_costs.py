@@ -7,35 +7,16 @@ from __future__ import annotations
 import copy
 import math
 import pathlib
-import sys
 
 import pytest
 
-import shardmeter
 from shardmeter.records import CostSource
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-THREE = ROOT / "examples" / "multi-island" / "three-islands.toml"
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-
-@pytest.fixture(scope="module")
-def est():
-    return shardmeter.Estimator()
-
 
 @pytest.fixture(scope="module")
 def reg(est):
     return est.registry
-
-
-@pytest.fixture(scope="module")
-def three():
-    return tomllib.loads(THREE.read_text())
 
 
 def _gpu(reg, name):

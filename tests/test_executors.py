@@ -9,21 +9,8 @@ import pytest
 from shardmeter.explore.executors import FailOnce, TaskFailed, run_tasks
 from shardmeter.explore.plan import score_chunk, search
 from shardmeter.explore.sweep import run_sweep
+from shared_scenarios import TINY
 
-TINY = {
-    "model": {"layers": 8, "hidden": 2048, "heads": 16, "vocab": 32000, "seq_len": 2048},
-    "training": {"global_batch": 64, "micro_batch": 1, "tokens": 2e9},
-    "island": [
-        {
-            "name": "c",
-            "gpu": "a100-sxm-40gb",
-            "nodes": 2,
-            "gpus_per_node": 4,
-            "inter_node": "ib-hdr",
-            "price": "cloud-on-demand",
-        }
-    ],
-}
 CHUNK = 5000  # ~25 tasks over the tiny space
 
 

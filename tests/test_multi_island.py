@@ -14,29 +14,12 @@ import sys
 
 import pytest
 
-import shardmeter
+from shared_scenarios import THREE_ISLANDS
 from shardmeter.scenario import load_scenario
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-THREE = ROOT / "examples" / "multi-island" / "three-islands.toml"
 EXAMPLES = sorted((ROOT / "examples" / "multi-island").glob("*.toml"))
 CHECK = ROOT.parent / "shared" / "tools" / "check_report.py"  # the project's contract checker, when present
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-
-@pytest.fixture(scope="module")
-def est():
-    return shardmeter.Estimator()
-
-
-@pytest.fixture(scope="module")
-def three():
-    return tomllib.loads(THREE.read_text())
-
 
 def _est(est, d):
     return est.estimate(copy.deepcopy(d))
@@ -64,7 +47,7 @@ def _bw(d, gb_s):
 
 
 def test_three_island_example_one_command():
-    p = subprocess.run([sys.executable, "-m", "shardmeter", "estimate", str(THREE), "--json"],
+    p = subprocess.run([sys.executable, "-m", "shardmeter", "estimate", str(THREE_ISLANDS), "--json"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)

@@ -16,25 +16,11 @@ from shardmeter.explore.plan import search
 from shardmeter.explore.space import compile_space
 from shardmeter.model.step import REASONS, evaluate
 from shardmeter.scenario import apply_override, load_scenario
+from shared_scenarios import TINY
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT3_1536 = os.path.join(ROOT, "examples", "gpt3-175b-1536-a100.toml")
 
-#: A small model on 2 nodes x 4 GPUs: the whole default space is ~10^5 candidates.
-TINY = {
-    "model": {"layers": 8, "hidden": 2048, "heads": 16, "vocab": 32000, "seq_len": 2048},
-    "training": {"global_batch": 64, "micro_batch": 1, "tokens": 2e9},
-    "island": [
-        {
-            "name": "c",
-            "gpu": "a100-sxm-40gb",
-            "nodes": 2,
-            "gpus_per_node": 4,
-            "inter_node": "ib-hdr",
-            "price": "cloud-on-demand",
-        }
-    ],
-}
 
 TWO_ISLANDS = {
     "model": {"layers": 8, "hidden": 2048, "heads": 16, "vocab": 32000, "seq_len": 2048},
