@@ -50,31 +50,28 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
     if not files:
         raise ShardMeterError("no scenario files found")
     cases, failures = [], []
+
+    def fail(f: str, error: str) -> None:
+        failures.append({"file": f, "group": _group(f), "error": error})
+
     for f in files:
         try:
             sc = est.load(f)
-        except ScenarioError as exc:
-            failures.append({"file": f, "group": _group(f), "error": str(exc)})
-            continue
-        if not sc.measured:
-            try:  # not a case, but a broken file is reported whichever stage finds the fault
+            if not sc.measured:  # not a case, but a broken file is reported whichever stage finds the fault
                 est.inputs(sc)
-            except ScenarioError as exc:
-                failures.append({"file": f, "group": _group(f), "error": str(exc)})
-            continue
-        try:
+                continue
             rep = est.estimate(sc)
         except ScenarioError as exc:
-            failures.append({"file": f, "group": _group(f), "error": str(exc)})
+            fail(f, str(exc))
             continue
         if not rep.feasible:
-            failures.append({"file": f, "group": _group(f), "error": "infeasible: " + "; ".join(rep.reasons)})
+            fail(f, "infeasible: " + "; ".join(rep.reasons))
             continue
         d = rep.to_dict()
         for field, measured in sc.measured.items():
             pred = d.get(field)
             if not isinstance(pred, (int, float)) or isinstance(pred, bool):
-                failures.append({"file": f, "group": _group(f), "error": f"no predicted value for '{field}'"})
+                fail(f, f"no predicted value for '{field}'")
                 continue
             err = (pred - measured) / measured if measured else float("nan")
             cases.append({"file": f, "group": _group(f), "field": field, "measured": measured,
