@@ -31,7 +31,7 @@ def test_every_bundled_case_is_compared_or_listed(result):
 
 
 def test_overall_mape_does_not_regress(result):
-    assert result["overall_mape"] <= 0.085
+    assert result["overall_mape"] <= 0.075
 
 
 @pytest.mark.parametrize("group", ["intellect-1", "korthikanti2022", "llm-foundry-mpt", "megatron-readme-2020",
@@ -50,7 +50,7 @@ def test_korthikanti_table5_cases(result):
     errs = [abs(c["error"]) for c in result["cases"]
             if "korthikanti2022-t5-" in c["file"] and c["field"] == "tokens_per_s_per_gpu"]
     assert len(errs) == 8
-    assert np.mean(errs) <= 0.07
+    assert np.mean(errs) <= 0.03  # the bar (best public analytical model: 3.65 %)
 
 
 def test_selective_recompute_with_sequence_parallel_beats_full_recompute():

@@ -248,3 +248,60 @@ def test_group_span():
     assert tuple(map(float, F.group_span(8, 1, 8))) == (8.0, 1.0)
     assert tuple(map(float, F.group_span(16, 8, 8))) == (1.0, 16.0)
     assert tuple(map(float, F.group_span(16, 2, 8))) == (4.0, 4.0)
+
+
+# ---- fused-attention ramp (ATTENTION_RAMP_KEYS) ----------------------------------------------
+
+
+def _h200_attention_points():
+    import csv
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results", "h200-2026-11-30", "attention.csv")
+    with open(path, newline="") as fh:
+        return [r for r in csv.DictReader(fh) if r["mode"] == "fwd+bwd"]
+
+
+@pytest.mark.parametrize("head_dim", ["64", "128"])
+def test_attention_ramp_reproduces_the_measured_h200_curve(head_dim):
+    """E / (1 + k / kv) with the model's k fits the measured SDPA forward+backward curve (1k-32k tokens,
+    causal and not) within 5 % mean error for the best E; with no ramp (k = 0) no E comes within 15 %."""
+    from shardmeter.model.step import ATTENTION_RAMP_KEYS
+
+    rows = [r for r in _h200_attention_points() if r["head_dim"] == head_dim]
+    kv = np.array([float(r["seq"]) * (0.5 if r["causal"] == "True" else 1.0) for r in rows])
+    frac = np.array([float(r["frac_of_peak"]) for r in rows])
+
+    def best(k):
+        shape = 1.0 / (1.0 + k / kv)
+        return min(np.mean(np.abs(e * shape - frac) / frac) for e in np.linspace(0.2, 0.9, 701))
+
+    assert best(ATTENTION_RAMP_KEYS) < 0.05
+    assert best(0.0) > 0.15
+
+
+def test_attention_runs_closer_to_its_asymptote_at_long_sequences():
+    """Per attention FLOP, a 32k-token sequence is faster than a 2k one, and the ratio is the ramp's."""
+    from shardmeter.estimator import Estimator
+    from shardmeter.model.step import ATTENTION_RAMP_KEYS, evaluate
+
+    import os
+
+    est = Estimator()
+    sc = est.load(os.path.join(os.path.dirname(__file__), "..", "examples", "gpt3-175b-a100.toml"))
+    base = est.inputs(sc)
+    times = []
+    for s, att_eff in ((2048.0, 0.3), (2048.0, 0.6), (32768.0, 0.3), (32768.0, 0.6)):
+        inp = {k: np.array(v, dtype=float) for k, v in base.items()}
+        inp.update(s=np.full_like(inp["s"], s), att_eff=np.full_like(inp["att_eff"], att_eff),
+                   gbs=np.full_like(inp["gbs"], 1536.0 * 2048 / s), pp=np.ones_like(inp["pp"]),
+                   tp=np.full_like(inp["tp"], 8.0), dp=np.full_like(inp["dp"], 1.0),
+                   nodes=np.ones_like(inp["nodes"]), L=np.full_like(inp["L"], 2.0), materialized=np.zeros_like(inp["s"]),
+                   mem=np.full_like(inp["mem"], 1e15))
+        times.append(float(evaluate(inp)["breakdown"]["compute"][0]))
+    # The attention part is what changes with att_eff: t(0.3) - t(0.6) = t_att(0.6).
+    att_short, att_long = times[0] - times[1], times[2] - times[3]
+    flops_ratio = 32768.0 / 2048.0  # same tokens per step, keys per query 16x longer
+    per_flop = (att_short * flops_ratio) / att_long
+    expected = (1 + ATTENTION_RAMP_KEYS / 1024.0) / (1 + ATTENTION_RAMP_KEYS / 16384.0)
+    assert per_flop == pytest.approx(expected, rel=0.02)

@@ -20,7 +20,9 @@ relative error over all cases, plus a steep penalty for any source group
 group cannot buy its accuracy with a small group's; ``--weighting group``
 weights each group equally instead. Coordinate
 descent over a 0.01 grid in [0.20, 1.00], a few rounds. Infeasible cases do not
-depend on these parameters and are left out. The printed values are copied by
+depend on these parameters and are left out; a parameter no case depends on
+(attention efficiency where every run of the GPU materialises its scores) keeps
+its catalogue value. The printed values are copied by
 hand into ``hardware_catalog/gpus.toml`` with the fit's date; nothing is fitted
 per case.
 """
@@ -153,15 +155,19 @@ def main(argv=None):
     for _ in range(args.rounds):
         for key, idx in sorted(params.items()):
             col = "gemm_eff" if key[0] == "matmul" else "att_eff"
-            best_v, best_o = None, None
+            best_v, best_o, seen = None, None, []
             for v in grid:
                 trial = dict(batch)
                 arr = batch[col].copy()
                 arr[idx] = v
                 trial[col] = arr
                 o, _, _ = objective(trial, meta, weights, multi, {**values, key: float(v)}, cap)
+                seen.append(o)
                 if best_o is None or o < best_o - 1e-12:
                     best_v, best_o = v, o
+            if max(seen) - min(seen) < 1e-12:  # no case depends on it (e.g. only materialised attention)
+                print(f"  {key[0]} {key[1]} {key[2]}: no case depends on it; kept at {values[key]:.2f}")
+                continue
             arr = batch[col].copy()
             arr[idx] = best_v
             batch[col] = arr

@@ -86,6 +86,19 @@ ADAM_BYTES_PER_PARAM = 30.0
 #: scores: 5 matrix products against 2; Dao 2023, FlashAttention-2, Sec. 3).
 FLASH_BWD_FACTOR = 2.5
 
+#: Fused attention's ramp, in keys per query row per kernel call: a fixed cost per
+#: query tile (loading Q, the online-softmax rescale, writing O and the log-sum-exp;
+#: in backward the dO.O pre-pass and the dQ accumulation) equal to this many keys
+#: of work. Attention efficiency at ``kv`` keys is ``attention_efficiency / (1 +
+#: ATTENTION_RAMP_KEYS / kv)``, so short sequences run less efficiently than long ones
+#: (FlashAttention-2, Dao 2023, Fig. 4-7: throughput rises with sequence length).
+#: Measured, not fitted to training runs: torch SDPA forward+backward on one H200,
+#: head_dim 64 and 128, causal and not, 1k-32k tokens
+#: (benchmarks/results/h200-2026-11-30/attention.csv); a least-squares fit of
+#: ``E / (1 + k / kv)`` to those 24 points gives k = 730 (752 at head_dim 128,
+#: 704 at 64), mean error 3.5 %.
+ATTENTION_RAMP_KEYS = 730.0
+
 #: Gradient bucket (Megatron-LM DDP default 40M elements; PyTorch DDP 25 MB)
 #: whose reduction cannot hide under backward: the last one.
 LAST_BUCKET_BYTES = 25e6
@@ -181,7 +194,11 @@ def _evaluate(inp) -> dict[str, np.ndarray]:
     heads_t = heads / tp
     att_flops = 4.0 * T * s * q_t  # full count; keys span the whole sequence (ring attention for cp > 1)
     causal_frac = np.where(causal, 0.5, 1.0)
-    t_flash_f = att_flops * causal_frac / (peak16 * att_eff) + 2 * KERNEL_OVERHEAD_S
+    # Keys one query row meets per kernel call: the whole local sequence, half of it when causal
+    # (ring attention calls the kernel once per K/V chunk of s / cp).
+    kv_call = s_loc * causal_frac
+    t_flash_f = att_flops * causal_frac / (peak16 * att_eff) * (1.0 + ATTENTION_RAMP_KEYS / kv_call) + \
+        2 * KERNEL_OVERHEAD_S
     score_el = heads_t * T * s  # score matrix elements of this GPU
     t_mat_f = gemm_time(s_loc, s, q_dim / heads, peak16, eff, hbm, sms, count=2.0 * heads_t * mbs) + \
         9.0 * score_el / hbm
