@@ -200,7 +200,8 @@ class Estimator:
                 "fp8": t.precision == "fp8" and "fp8" in gpu.peak_tflops,
                 "mem": gpu.memory_gb * 1e9, "hbm": gpu.memory_bandwidth_gb_s * 1e9,
                 "gemm_eff": (gpu.matmul_efficiency_fp8 or gpu.matmul_efficiency) if t.precision == "fp8"
-                else gpu.matmul_efficiency, "att_eff": gpu.attention_efficiency, "hbm_eff": gpu.hbm_efficiency, "sms": gpu.sm_count,
+                else gpu.matmul_efficiency, "att_eff": (gpu.attention_efficiency_flash2 or gpu.attention_efficiency)
+                if t.attention == "flash2" else gpu.attention_efficiency, "hbm_eff": gpu.hbm_efficiency, "sms": gpu.sm_count,
                 "gpn": isl.gpus_per_node, "nodes": isl.nodes,
                 "bw0": isl.intra.bandwidth_gb_s * 1e9 * isl.intra.efficiency,
                 "lat0": isl.intra.latency_us * 1e-6,

@@ -100,7 +100,15 @@ class HardwareProfile:
     * ``attention_efficiency`` = 0.30 (about the mean of the fitted GPUs): achieved fraction of the 16-bit dense
       peak by fused (flash) attention, forward and backward (Dao 2023,
       FlashAttention-2: 50-73 % on A100; ~35-40 % for FA2 on H100, Shah et al.
-      2024, FlashAttention-3: up to 75 % on H100).
+      2024, FlashAttention-3: up to 75 % on H100). It is the long-sequence value of the
+      GPU's current-generation kernel (FlashAttention-2 on Ampere; FlashAttention-3 or
+      cuDNN fused attention on Hopper and Blackwell); the model lowers it for short
+      sequences (``ATTENTION_RAMP_KEYS``).
+    * ``attention_efficiency_flash2`` = None: the same for the FlashAttention-2 kernels
+      (``training.attention = "flash2"``), written for Ampere and not using Hopper's
+      asynchronous tensor cores, so well below the native kernel there (FlashAttention-3,
+      Shah et al. 2024: FA2 reaches about 35 % of H100 peak against 75 %); None = the
+      GPU's ``attention_efficiency`` (Ampere and older, where FA2 is the native kernel).
     * ``hbm_efficiency`` = 0.90: achievable fraction of HBM bandwidth for
       streaming kernels (scaling-book measures ~94 % on H100).
     * ``sm_count`` = 0 (unknown): streaming multiprocessors, used for GEMM
@@ -120,6 +128,7 @@ class HardwareProfile:
     matmul_efficiency: float = attrs.field(default=0.80, validator=_fraction)
     matmul_efficiency_fp8: float | None = attrs.field(default=None, validator=_fraction)
     attention_efficiency: float = attrs.field(default=0.30, validator=_fraction)
+    attention_efficiency_flash2: float | None = attrs.field(default=None, validator=_fraction)
     hbm_efficiency: float = attrs.field(default=0.90, validator=_fraction)
     sm_count: int = attrs.field(default=0, validator=_nonneg)
     tile_m: int = attrs.field(default=128, validator=_positive)

@@ -126,15 +126,18 @@ class ModelSpec:
 class TrainingSpec:
     """``[training]``. Defaults: ``micro_batch = 1``, ``precision = "bf16"``,
     ``recompute = "none"``, ``optimizer = "adam"``, ``attention = "flash"``
-    (fused attention that skips masked blocks; ``"materialized"`` stores and
-    computes the full score matrix, as Megatron-LM did before FlashAttention)."""
+    (the GPU's current fused-attention kernel, which skips masked blocks:
+    FlashAttention-2 on Ampere, FlashAttention-3 / cuDNN on Hopper and later;
+    ``"flash2"`` the FlashAttention-2 kernels on any GPU, as stacks of 2023-2024 ran
+    them on H100; ``"materialized"`` stores and computes the full score matrix, as
+    Megatron-LM did before FlashAttention)."""
 
     global_batch: int = attrs.field(validator=[_count, _bounded])
     micro_batch: int = attrs.field(default=1, validator=[_count, _bounded])
     precision: str = attrs.field(default="bf16", validator=_one_of(*PRECISIONS))
     recompute: str = attrs.field(default="none", validator=_one_of("none", "selective", "full"))
     optimizer: str = attrs.field(default="adam", validator=_one_of("adam", "adamw", "sgd"))
-    attention: str = attrs.field(default="flash", validator=_one_of("flash", "materialized"))
+    attention: str = attrs.field(default="flash", validator=_one_of("flash", "flash2", "materialized"))
     tokens: float | None = attrs.field(default=None, validator=_pos)
 
 

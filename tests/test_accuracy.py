@@ -31,13 +31,14 @@ def test_every_bundled_case_is_compared_or_listed(result):
 
 
 def test_overall_mape_does_not_regress(result):
-    assert result["overall_mape"] <= 0.075
+    assert result["overall_mape"] <= 0.055  # 5.1 % on 2026-12-01; the issue's bar is 6 %
 
 
 @pytest.mark.parametrize("group", ["intellect-1", "korthikanti2022", "llm-foundry-mpt", "megatron-readme-2020",
                                    "narayanan2021", "nemo-2407", "nemo-longseq"])
 def test_no_source_group_above_twelve_percent(result, group):
     assert result["mape_by_group"][group] <= 0.12
+    assert result["mape_by_group"][group] <= 0.105  # worst today: narayanan2021, 9.9 %
 
 
 def test_only_known_memory_failures(result):
@@ -72,3 +73,14 @@ def test_bigger_micro_batch_never_lowers_memory():
     batch["gbs"] = np.full((5, 1), 1536.0 * 16)
     mem = evaluate(batch)["memory_per_gpu_gb"]
     assert np.all(np.diff(mem) > 0)
+
+
+def test_flash2_on_hopper_is_slower_than_the_native_kernel_and_the_same_on_ampere():
+    """``training.attention = "flash2"`` reads the Hopper-only FA2 figure; on A100 FA2 is native."""
+    est = Estimator()
+    path = os.path.join(PUBLISHED, "llm-foundry-mpt", "llmfoundry-h100-bf16-mpt1b-s32768-n8-gbs32.toml")
+    fa2 = est.estimate(path)
+    native = est.estimate(path, overrides=["training.attention=\"flash\""])
+    assert fa2.step_time_s > 1.3 * native.step_time_s  # attention is ~70 % of this run's FLOPs
+    a100 = os.path.join(PUBLISHED, "llm-foundry-mpt", "llmfoundry-a100-80g-mpt1b-s32768-n8-gbs32.toml")
+    assert est.estimate(a100).step_time_s == est.estimate(a100, overrides=["training.attention=\"flash\""]).step_time_s

@@ -133,7 +133,7 @@ def scenario_dicts(draw) -> dict:
     if draw(st.booleans()):
         training["recompute"] = draw(st.sampled_from(["none", "selective", "full"]))
     if draw(st.integers(0, 3)) == 0:
-        training["attention"] = draw(st.sampled_from(["flash", "materialized"]))
+        training["attention"] = draw(st.sampled_from(["flash", "flash2", "materialized"]))
     if draw(st.booleans()):
         training["tokens"] = draw(st.floats(1e6, 1e13))
 

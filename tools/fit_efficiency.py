@@ -8,7 +8,9 @@ Parameters fitted (and only these):
   ``matmul_efficiency_fp8``, the achievable fraction of dense peak of large
   GEMMs in real training stacks;
 * per GPU: ``attention_efficiency``, the fraction of the 16-bit peak fused
-  attention achieves.
+  attention achieves at long sequences, and where the catalogue has it,
+  ``attention_efficiency_flash2``, the same for the FlashAttention-2 kernels
+  (cases with ``training.attention = "flash2"``).
 
 Procedure: every single-island scenario with ``[measured] tokens_per_s_per_gpu``
 is turned into one row of the model's input arrays; the rows are evaluated
@@ -19,7 +21,7 @@ relative error over all cases, plus a steep penalty for any source group
 (folder) whose mean error exceeds ``--group-cap`` (10 %), so that the largest
 group cannot buy its accuracy with a small group's; ``--weighting group``
 weights each group equally instead. Coordinate
-descent over a 0.01 grid in [0.20, 1.00], a few rounds. Infeasible cases do not
+descent over a 0.01 grid in [0.10, 1.00], a few rounds. Infeasible cases do not
 depend on these parameters and are left out; a parameter no case depends on
 (attention efficiency where every run of the GPU materialises its scores) keeps
 its catalogue value. The printed values are copied by
@@ -41,6 +43,14 @@ from shardmeter.model.step import INPUTS, evaluate
 from shardmeter.validate import bundled_validation_dir, collect_files
 
 
+def _kernel(sc, isl):
+    """Which attention parameter a case reads: "flash2" where the scenario runs the FlashAttention-2
+    kernels on a GPU that has a separate figure for them, "" (the GPU's own kernel) otherwise."""
+    if sc.training.attention == "flash2" and isl.gpu.attention_efficiency_flash2 is not None:
+        return "flash2"
+    return ""
+
+
 def load_multi(paths):
     """Multi-island cases with ``[measured] compute_utilization`` (DiLoCo runs): each kept whole."""
     est = Estimator()
@@ -55,7 +65,8 @@ def load_multi(paths):
         except Exception:  # noqa: BLE001
             continue
         out.append((inp, {"file": f, "group": os.path.basename(os.path.dirname(f)), "gpu": isl.gpu.name,
-                          "fp8": sc.training.precision == "fp8", "measured": sc.measured["compute_utilization"]}))
+                          "fp8": sc.training.precision == "fp8", "kernel": _kernel(sc, isl),
+                          "measured": sc.measured["compute_utilization"]}))
     return out
 
 
@@ -76,7 +87,8 @@ def load_rows(paths):
             continue
         rows.append(inp)
         meta.append({"file": f, "group": os.path.basename(os.path.dirname(f)), "gpu": isl.gpu.name,
-                     "fp8": sc.training.precision == "fp8", "measured": sc.measured["tokens_per_s_per_gpu"]})
+                     "fp8": sc.training.precision == "fp8", "kernel": _kernel(sc, isl),
+                     "measured": sc.measured["tokens_per_s_per_gpu"]})
     batch = {k: np.concatenate([r[k] for r in rows], axis=0) for k in INPUTS}
     return batch, meta
 
@@ -96,7 +108,8 @@ def objective(batch, meta, weights, multi=(), values=None, cap=None):
         for inp, m in multi:
             trial = dict(inp)
             for (kind, gpu, prec), v in (values or {}).items():
-                if gpu == m["gpu"] and (kind == "attention" or (prec == "fp8") == m["fp8"]):
+                if gpu == m["gpu"] and ((kind == "attention" and prec == m["kernel"])
+                                        or (kind == "matmul" and (prec == "fp8") == m["fp8"])):
                     col = "gemm_eff" if kind == "matmul" else "att_eff"
                     trial[col] = np.full_like(inp[col], v)
             o = evaluate(trial)
@@ -140,8 +153,8 @@ def main(argv=None):
     params = {}
     for i, m in enumerate(meta):
         params.setdefault(("matmul", m["gpu"], "fp8" if m["fp8"] else "16bit"), []).append(i)
-        params.setdefault(("attention", m["gpu"], ""), []).append(i)
-    grid = np.round(np.arange(0.20, 1.0001, 0.01), 2)
+        params.setdefault(("attention", m["gpu"], m["kernel"]), []).append(i)
+    grid = np.round(np.arange(0.10, 1.0001, 0.01), 2)
     values = {}
 
     def current(key, idx):
