@@ -1,6 +1,10 @@
 """Fit ShardMeter's few physical efficiency parameters on the bundled published runs.
 
-Usage: python tools/fit_efficiency.py [PATH ...] [--rounds 3]
+Usage: python tools/fit_efficiency.py [PATH ...] [--rounds 3] [--holdout]
+
+``--holdout`` measures how the fit carries to unseen runs: each source group is
+left out in turn, the parameters are fitted on the others, and the group's error
+is reported (cases whose parameter only that group informs are counted apart).
 
 Parameters fitted (and only these):
 
@@ -128,6 +132,95 @@ def objective(batch, meta, weights, multi=(), values=None, cap=None):
     return float(total / wsum), err, ok
 
 
+def _param_keys(m):
+    return (("matmul", m["gpu"], "fp8" if m["fp8"] else "16bit"), ("attention", m["gpu"], m["kernel"]))
+
+
+def _col(key):
+    return "gemm_eff" if key[0] == "matmul" else "att_eff"
+
+
+def fit(batch, meta, weights, multi, cap, rounds, verbose=True):
+    """Coordinate descent over the 0.01 grid -> (fitted values by parameter key, updated batch)."""
+    batch = dict(batch)
+    params = {}
+    for i, m in enumerate(meta):
+        for key in _param_keys(m):
+            params.setdefault(key, []).append(i)
+    grid = np.round(np.arange(0.10, 1.0001, 0.01), 2)
+    values = {key: float(batch[_col(key)][idx[0], 0]) for key, idx in params.items()}
+    for _ in range(rounds):
+        for key, idx in sorted(params.items()):
+            col = _col(key)
+            best_v, best_o, seen = None, None, []
+            for v in grid:
+                trial = dict(batch)
+                arr = batch[col].copy()
+                arr[idx] = v
+                trial[col] = arr
+                o, _, _ = objective(trial, meta, weights, multi, {**values, key: float(v)}, cap)
+                seen.append(o)
+                if best_o is None or o < best_o - 1e-12:
+                    best_v, best_o = v, o
+            if max(seen) - min(seen) < 1e-12:  # no case depends on it (e.g. only materialised attention)
+                if verbose:
+                    print(f"  {key[0]} {key[1]} {key[2]}: no case depends on it; kept at {values[key]:.2f}")
+                continue
+            arr = batch[col].copy()
+            arr[idx] = best_v
+            batch[col] = arr
+            values[key] = float(best_v)
+    return values, params, batch
+
+
+def _subset(batch, idx):
+    return {k: v[idx] for k, v in batch.items()}
+
+
+def holdout(batch, meta, multi, cap, rounds, groups):
+    """Leave one source group out: fit on the others, predict the group. A held-out case whose
+    GPU/precision/kernel parameter no other group informs keeps the catalogue value, which was
+    fitted with it, so it is reported apart as not testable this way."""
+    print("leave-one-group-out (fit on the other groups, predict this one):")
+    for g in groups:
+        train = [i for i, m in enumerate(meta) if m["group"] != g]
+        test = [i for i, m in enumerate(meta) if m["group"] == g]
+        tmulti = [c for c in multi if c[1]["group"] != g]
+        tmeta = [meta[i] for i in train]
+        values, _, _ = fit(_subset(batch, train), tmeta, np.ones(len(train)), tmulti, cap, rounds, verbose=False)
+        if test:
+            tb = _subset(batch, test)
+            known = np.ones(len(test), dtype=bool)
+            for j, i in enumerate(test):
+                for key in _param_keys(meta[i]):
+                    if key in values:
+                        tb[_col(key)] = tb[_col(key)].copy()
+                        tb[_col(key)][j] = values[key]
+                    else:
+                        known[j] = False
+            out = evaluate(tb)
+            meas = np.array([meta[i]["measured"] for i in test])
+            err = np.abs(out["tokens_per_s_per_gpu"] - meas) / meas
+            ok = out["feasible"]
+            sel = ok & known
+            held = f"{np.mean(err[sel]):.1%} over {int(sel.sum())} cases" if sel.any() else "-"
+            print(f"  {g:22s} held-out MAPE {held}; {int((ok & ~known).sum())} cases need a parameter only "
+                  f"this group informs")
+        else:  # multi-island only (compute utilisation)
+            errs = []
+            for inp, m in multi:
+                if m["group"] != g:
+                    continue
+                trial = dict(inp)
+                for key in _param_keys(m):
+                    if key in values:
+                        trial[_col(key)] = np.full_like(inp[_col(key)], values[key])
+                o = evaluate(trial)
+                errs.append(abs(float(o["compute_utilization"][0]) - m["measured"]))
+            print(f"  {g:22s} held-out compute utilisation error {np.mean(errs) * 100:.1f} points "
+                  f"over {len(errs)} cases")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("paths", nargs="*")
@@ -138,6 +231,8 @@ def main(argv=None):
                     "(the shape of the accuracy bar: an overall mean and a per-group ceiling); "
                     "group: each source group weighted equally")
     ap.add_argument("--group-cap", type=float, default=0.10)
+    ap.add_argument("--holdout", action="store_true",
+                    help="instead of fitting once, leave each source group out in turn and report its error")
     args = ap.parse_args(argv)
     paths = args.paths or [bundled_validation_dir()]
     batch, meta = load_rows(paths)
@@ -150,46 +245,17 @@ def main(argv=None):
     else:
         weights = np.ones(len(meta))
     cap = args.group_cap if args.weighting == "case" else None
-    params = {}
-    for i, m in enumerate(meta):
-        params.setdefault(("matmul", m["gpu"], "fp8" if m["fp8"] else "16bit"), []).append(i)
-        params.setdefault(("attention", m["gpu"], m["kernel"]), []).append(i)
-    grid = np.round(np.arange(0.10, 1.0001, 0.01), 2)
-    values = {}
-
-    def current(key, idx):
-        col = "gemm_eff" if key[0] == "matmul" else "att_eff"
-        return float(batch[col][idx[0], 0])
-
-    for key, idx in params.items():
-        values[key] = current(key, idx)
-    base, err, ok = objective(batch, meta, weights, multi, values, cap)
+    if args.holdout:
+        holdout(batch, meta, multi, cap, args.rounds, sorted(set(groups) | {m["group"] for _, m in multi}))
+        return 0
+    values0 = {key: float(batch[_col(key)][i, 0]) for i, m in enumerate(meta) for key in _param_keys(m)}
+    base, err, ok = objective(batch, meta, weights, multi, values0, cap)
     print(f"{len(meta)} single-island cases, {len(multi)} multi-island; objective before: {base:.2%}")
-    for _ in range(args.rounds):
-        for key, idx in sorted(params.items()):
-            col = "gemm_eff" if key[0] == "matmul" else "att_eff"
-            best_v, best_o, seen = None, None, []
-            for v in grid:
-                trial = dict(batch)
-                arr = batch[col].copy()
-                arr[idx] = v
-                trial[col] = arr
-                o, _, _ = objective(trial, meta, weights, multi, {**values, key: float(v)}, cap)
-                seen.append(o)
-                if best_o is None or o < best_o - 1e-12:
-                    best_v, best_o = v, o
-            if max(seen) - min(seen) < 1e-12:  # no case depends on it (e.g. only materialised attention)
-                print(f"  {key[0]} {key[1]} {key[2]}: no case depends on it; kept at {values[key]:.2f}")
-                continue
-            arr = batch[col].copy()
-            arr[idx] = best_v
-            batch[col] = arr
-            values[key] = float(best_v)
+    values, params, batch = fit(batch, meta, weights, multi, cap, args.rounds)
     final, err, ok = objective(batch, meta, weights, multi, values, cap)
     print(f"objective after: {final:.2%}")
     for key, idx in sorted(params.items()):
-        col = "gemm_eff" if key[0] == "matmul" else "att_eff"
-        print(f"  {key[0]:9s} {key[1]:16s} {key[2]:6s} = {float(batch[col][idx[0], 0]):.2f}   ({len(idx)} cases)")
+        print(f"  {key[0]:9s} {key[1]:16s} {key[2]:6s} = {values[key]:.2f}   ({len(idx)} cases)")
     by = defaultdict(list)
     for m, e, k in zip(meta, err, ok):
         if k:
