@@ -37,8 +37,7 @@ def test_overall_mape_does_not_regress(result):
 @pytest.mark.parametrize("group", ["intellect-1", "korthikanti2022", "llm-foundry-mpt", "megatron-readme-2020",
                                    "narayanan2021", "nemo-2407", "nemo-longseq"])
 def test_no_source_group_above_twelve_percent(result, group):
-    assert result["mape_by_group"][group] <= 0.12
-    assert result["mape_by_group"][group] <= 0.105  # worst today: narayanan2021, 9.9 %
+    assert result["mape_by_group"][group] <= 0.105  # the bar is 12 %; worst today: narayanan2021, 9.9 %
 
 
 def test_only_known_memory_failures(result):

@@ -16,6 +16,9 @@ Sources (figures in ``shared/reference/``):
 
 from __future__ import annotations
 
+import csv
+import os
+
 import numpy as np
 import pytest
 
@@ -254,9 +257,6 @@ def test_group_span():
 
 
 def _h200_attention_points():
-    import csv
-    import os
-
     path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results", "h200-2026-11-30", "attention.csv")
     with open(path, newline="") as fh:
         return [r for r in csv.DictReader(fh) if r["mode"] == "fwd+bwd"]
@@ -284,8 +284,6 @@ def test_attention_runs_closer_to_its_asymptote_at_long_sequences():
     """Per attention FLOP, a 32k-token sequence is faster than a 2k one, and the ratio is the ramp's."""
     from shardmeter.estimator import Estimator
     from shardmeter.model.step import ATTENTION_RAMP_KEYS, evaluate
-
-    import os
 
     est = Estimator()
     sc = est.load(os.path.join(os.path.dirname(__file__), "..", "examples", "gpt3-175b-a100.toml"))

@@ -370,14 +370,7 @@ def compile_space(
             idx = np.repeat(np.arange(len(TP)), counts)
             starts = np.cumsum(counts) - counts
             dpv = np.arange(len(idx), dtype=np.int64) - np.repeat(starts, counts) + 1
-        layout = {
-            "tp": TP[idx],
-            "pp": PP[idx],
-            "cp": CP[idx],
-            "ep": EP[idx],
-            "sp": SP[idx],
-            "dp": dpv[:, None],
-        }
+        extra = {"dp": dpv[:, None]}
     else:
         node_opts = []
         for j, n in enumerate(cap_nodes):
@@ -398,15 +391,8 @@ def compile_space(
         dp = (nodes * gpn[None, :]) // rep[idx][:, None]
         ok = np.all(dp >= 1, axis=1) & (np.sum(dp, axis=1) * rep[idx] <= g_total)
         idx, nodes, dp = idx[ok], nodes[ok], dp[ok]
-        layout = {
-            "tp": TP[idx],
-            "pp": PP[idx],
-            "cp": CP[idx],
-            "ep": EP[idx],
-            "sp": SP[idx],
-            "dp": dp,
-            "nodes": nodes,
-        }
+        extra = {"dp": dp, "nodes": nodes}
+    layout = {"tp": TP[idx], "pp": PP[idx], "cp": CP[idx], "ep": EP[idx], "sp": SP[idx], **extra}
     if len(layout["tp"]) == 0:
         raise ShardMeterError("plan: no layout fits (check --max-gpus and --only)")
     layout["_bits"] = _layout_bits(layout, base, n_isl)
