@@ -1,7 +1,7 @@
 """Reading record catalogs (TOML data files) for plugins.
 
 A catalog file holds an array of tables, one per record, whose keys are the
-record's fields, e.g. ``hardware_catalog/gpus.toml``::
+record's fields, e.g. ``shardmeter/hardware_catalog/gpus.toml``::
 
     [[gpu]]
     name = "a100-sxm-80gb"

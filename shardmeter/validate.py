@@ -19,7 +19,7 @@ __all__ = ["validate_paths", "collect_files", "bundled_validation_dir", "add_par
 
 
 def bundled_validation_dir() -> str:
-    """The published runs shipped with ShardMeter (``validation/published``)."""
+    """The published runs shipped with ShardMeter (``shardmeter/validation_data/published``)."""
     return str(resources.files("shardmeter.validation_data").joinpath("published"))
 
 

@@ -1,4 +1,4 @@
-"""The bundled hardware, interconnect and cost catalogs (hardware_catalog/*.toml).
+"""The bundled hardware, interconnect and cost catalogs (shardmeter/hardware_catalog/*.toml).
 
 Checks the names SCENARIO.md ("Bundled names") promises, that every GPU's
 default links exist, a few sourced figures from

@@ -1,4 +1,4 @@
-"""Cost sources (plugins/costs.py, hardware_catalog/prices.toml, CostSource.gpu_hour_usd)
+"""Cost sources (shardmeter/plugins/costs.py, shardmeter/hardware_catalog/prices.toml, CostSource.gpu_hour_usd)
 and the report's wall-clock time and dollar cost, per island and total, against hand
 calculations."""
 

@@ -14,7 +14,7 @@ from shardmeter.model.islands import WAN_BUCKET_BYTES, island_sync
 from shardmeter.model.step import evaluate
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-INTELLECT = ROOT / "validation" / "published" / "intellect-1"
+INTELLECT = ROOT / "shardmeter" / "validation_data" / "published" / "intellect-1"
 
 #: INTELLECT-1 (arXiv 2412.01152, Table 2): 100 inner steps take 38 min.
 INNER_STEP_S = 38 * 60 / 100

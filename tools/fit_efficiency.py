@@ -29,7 +29,7 @@ descent over a 0.01 grid in [0.10, 1.00], a few rounds. Infeasible cases do not
 depend on these parameters and are left out; a parameter no case depends on
 (attention efficiency where every run of the GPU materialises its scores) keeps
 its catalogue value. The printed values are copied by
-hand into ``hardware_catalog/gpus.toml`` with the fit's date; nothing is fitted
+hand into ``shardmeter/hardware_catalog/gpus.toml`` with the fit's date; nothing is fitted
 per case.
 """
 

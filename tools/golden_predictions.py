@@ -28,7 +28,7 @@ N_RANDOM = 400
 
 
 def _scenario_files() -> list[pathlib.Path]:
-    files = sorted((ROOT / "validation" / "published").glob("*/*.toml"))
+    files = sorted((ROOT / "shardmeter" / "validation_data" / "published").glob("*/*.toml"))
     files += sorted(p for p in (ROOT / "examples").rglob("*.toml") if "plugins" not in p.parts)
     return files
 

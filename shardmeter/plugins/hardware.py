@@ -1,4 +1,4 @@
-"""Bundled accelerator profiles (data in ``hardware_catalog/gpus.toml``).
+"""Bundled accelerator profiles (data in ``shardmeter/hardware_catalog/gpus.toml``).
 
 Registers the NVIDIA, AMD, Intel and Google parts listed in SCENARIO.md
 ("Bundled names") through the public plugin API, exactly as a third-party

@@ -1,4 +1,4 @@
-"""Bundled cost sources (data in ``hardware_catalog/prices.toml``).
+"""Bundled cost sources (data in ``shardmeter/hardware_catalog/prices.toml``).
 
 ``cloud-on-demand`` (dated per-GPU-hour rent), ``owned`` (purchase price
 amortised over a lifetime plus energy) and ``egress`` (traffic between

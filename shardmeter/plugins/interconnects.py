@@ -1,4 +1,4 @@
-"""Bundled interconnect models (data in ``hardware_catalog/links.toml``).
+"""Bundled interconnect models (data in ``shardmeter/hardware_catalog/links.toml``).
 
 Scale-up fabrics (NVLink, PCIe, xGMI, Gaudi RoCE, TPU ICI), scale-out
 networks (InfiniBand, RoCE, EFA, Ethernet; bandwidth per NIC) and the
