@@ -4,6 +4,18 @@ from __future__ import annotations
 
 from .errors import PluginError, ScenarioError, ShardMeterError
 from .hookspecs import hookimpl
+from .parts import (
+    CommEvent,
+    PipeInputs,
+    PipeTerms,
+    SchedulePart,
+    ShardingPart,
+    ShardInputs,
+    StateBytes,
+    SyncPart,
+    SyncTerms,
+    WanInputs,
+)
 from .plugins_core import Registry, get_registry, make_plugin_manager
 from .records import CostSource, HardwareProfile, Interconnect, PipelineSchedule, ShardingStrategy, SyncStrategy
 
@@ -46,6 +58,16 @@ __all__ = [
     "ShardingStrategy",
     "PipelineSchedule",
     "SyncStrategy",
+    "ShardingPart",
+    "SchedulePart",
+    "SyncPart",
+    "ShardInputs",
+    "StateBytes",
+    "CommEvent",
+    "PipeInputs",
+    "PipeTerms",
+    "WanInputs",
+    "SyncTerms",
     "Registry",
     "get_registry",
     "make_plugin_manager",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import typing
 from typing import Any, Mapping
 
@@ -20,6 +21,9 @@ import cattrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError, IterableValidationError
 
 from .errors import ScenarioError
+
+if sys.version_info < (3, 11):  # the builtin arrived in 3.11; cattrs depends on the backport below it
+    from exceptiongroup import ExceptionGroup
 
 __all__ = ["make_converter", "structure_record", "format_cattrs_error", "CONVERTER"]
 

@@ -1,4 +1,4 @@
-"""Hook specifications: the four ways a plugin contributes parts to ShardMeter.
+"""Hook specifications: the six ways a plugin contributes parts to ShardMeter.
 
 Every hook takes no arguments and returns (or yields) records with a unique
 ``name``. pluggy calls every registered implementation and the registry
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterable
 import pluggy
 
 if TYPE_CHECKING:  # records are named in the signatures only
+    from .parts import SchedulePart, ShardingPart, SyncPart
     from .records import (
         CostSource,
         HardwareProfile,
@@ -68,17 +69,18 @@ def shardmeter_interconnect_models() -> Iterable[Interconnect]:
 
 
 @hookspec
-def shardmeter_sharding_strategies() -> Iterable[ShardingStrategy | PipelineSchedule | SyncStrategy]:
-    """Contribute strategies: sharding, pipeline schedules and island sync.
+def shardmeter_sharding_strategies() -> Iterable[ShardingPart | ShardingStrategy]:
+    """Contribute sharding strategies (how model state is split over the data-parallel group).
 
-    :returns: an iterable of :class:`shardmeter.ShardingStrategy`,
-        :class:`shardmeter.PipelineSchedule` or :class:`shardmeter.SyncStrategy`
-        records (each kind has its own namespace of names).
+    :returns: an iterable of :class:`shardmeter.ShardingPart` subclasses' instances (behaviour:
+        ``state()`` and ``traffic()``), or declarative :class:`shardmeter.ShardingStrategy`
+        records (sugar for the bundled ZeRO family with those flags).
 
-    Called once per plugin manager; all results are collected. Names are what
-    scenarios write as ``[parallelism] sharding``, ``schedule`` and
-    ``[sync] strategy``. A strategy's ``options`` declare the extra keys it
-    reads from ``[parallelism]`` (sharding, schedule) or ``[sync]``.
+    Called once per plugin manager; all results are collected. A strategy's ``name`` is what
+    scenarios write as ``[parallelism] sharding``; its ``options`` class declares the extra
+    ``[parallelism]`` keys it reads. Until the next release this hook also accepts pipeline
+    schedules and sync strategies, with a ``DeprecationWarning``: yield those from
+    :func:`shardmeter_pipeline_schedules` and :func:`shardmeter_sync_strategies`.
 
     Example::
 
@@ -86,6 +88,45 @@ def shardmeter_sharding_strategies() -> Iterable[ShardingStrategy | PipelineSche
         def shardmeter_sharding_strategies():
             yield shardmeter.ShardingStrategy(
                 name="acme-zero2", shard_optimizer=True, shard_gradients=True)
+    """
+
+
+@hookspec
+def shardmeter_pipeline_schedules() -> Iterable[SchedulePart | PipelineSchedule]:
+    """Contribute pipeline-parallel schedules.
+
+    :returns: an iterable of :class:`shardmeter.SchedulePart` instances (behaviour:
+        ``terms()`` returns the bubble, micro-batches in flight and point-to-point transfers),
+        or declarative :class:`shardmeter.PipelineSchedule` records.
+
+    Called once per plugin manager; all results are collected. A schedule's ``name`` is what
+    scenarios write as ``[parallelism] schedule``.
+
+    Example::
+
+        @shardmeter.hookimpl
+        def shardmeter_pipeline_schedules():
+            yield shardmeter.PipelineSchedule(name="half-bubble", bubble_fraction=0.5)
+    """
+
+
+@hookspec
+def shardmeter_sync_strategies() -> Iterable[SyncPart | SyncStrategy]:
+    """Contribute strategies that synchronise islands (two islands or more).
+
+    :returns: an iterable of :class:`shardmeter.SyncPart` instances (behaviour:
+        ``exchange()`` returns the exposed cross-island time and bytes), or declarative
+        :class:`shardmeter.SyncStrategy` records.
+
+    Called once per plugin manager; all results are collected. A strategy's ``name`` is what
+    scenarios write as ``[sync] strategy``; its ``options`` are the ``[sync]`` keys it reads.
+
+    Example::
+
+        @shardmeter.hookimpl
+        def shardmeter_sync_strategies():
+            yield shardmeter.SyncStrategy(
+                name="acme-diloco", local_steps=True, options={"inner_steps": 100})
     """
 
 

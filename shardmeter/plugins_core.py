@@ -23,7 +23,9 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError, ScenarioError
-from .records import PART_KINDS
+import warnings
+
+from .records import LEGACY_STRATEGY_HOOK, PART_KINDS, as_part, part_kinds
 
 __all__ = ["make_plugin_manager", "Registry", "Provided", "BUNDLED", "get_registry"]
 
@@ -193,7 +195,7 @@ class Registry:
     def from_plugin_manager(cls, pm: pluggy.PluginManager) -> "Registry":
         dists = getattr(pm, "_shardmeter_dists", {})
         entries: dict[str, dict[str, list[Provided]]] = {k: {} for k in PART_KINDS}
-        hooks = sorted({hook for _, hook in PART_KINDS.values()})
+        hooks = sorted({hook for _, hook in part_kinds().values()})
         for hook_name in hooks:
             caller = getattr(pm.hook, hook_name)
             for impl in caller.get_hookimpls():
@@ -217,24 +219,26 @@ class Registry:
                     _warn(msg)
                     continue
                 for item in items:
-                    kind = next(
-                        (
-                            k
-                            for k, (cls_, h) in PART_KINDS.items()
-                            if h == hook_name and type(item) is cls_
-                        ),
-                        None,
-                    )
+                    kind = kind_of(item, hook_name)
                     if kind is None:
+                        accepted = [c.__name__ for k, (cs, h) in part_kinds().items() if h == hook_name for c in cs]
                         msg = (
                             f"ShardMeter plugin '{plugin_name}' ({dist}) returned "
                             f"{type(item).__name__} from {hook_name}, which expects "
-                            + " or ".join(c.__name__ for k, (c, h) in PART_KINDS.items() if h == hook_name)
+                            + " or ".join(accepted)
                         )
                         if _strict():
                             raise PluginError(msg)
                         _warn(msg)
                         continue
+                    if part_kinds()[kind][1] != hook_name:
+                        warnings.warn(
+                            f"ShardMeter plugin '{plugin_name}' ({dist}) yields a {kind} part "
+                            f"'{getattr(item, 'name', '?')}' from {hook_name}; yield it from "
+                            f"{part_kinds()[kind][1]} (the old union hook goes in the next release)",
+                            DeprecationWarning,
+                            stacklevel=2,
+                        )
                     try:  # validators again: a record changed after construction (object.__setattr__)
                         attrs.validate(item)
                     except (ValueError, TypeError) as exc:
@@ -245,7 +249,16 @@ class Registry:
                             raise PluginError(msg) from exc
                         _warn(msg)
                         continue
-                    entries[kind].setdefault(item.name, []).append(Provided(item, plugin_name, dist))
+                    try:
+                        part = as_part(item)
+                    except (ValueError, TypeError) as exc:
+                        msg = (f"ShardMeter plugin '{plugin_name}' ({dist}) returned an invalid "
+                               f"{type(item).__name__} from {hook_name}: {exc}")
+                        if _strict():
+                            raise PluginError(msg) from exc
+                        _warn(msg)
+                        continue
+                    entries[kind].setdefault(item.name, []).append(Provided(part, plugin_name, dist))
         final: dict[str, dict[str, Provided]] = {}
         for kind, names in entries.items():
             final[kind] = {}
@@ -282,10 +295,25 @@ class Registry:
         return [(n, p) for n, p in sorted(self._entries[kind].items())]
 
     def override(self, kind: str, record, *, plugin: str = "override") -> "Registry":
-        """A copy of this registry with ``record`` replacing (or adding) a part."""
+        """A copy of this registry with ``record`` replacing (or adding) a part (a declarative
+        strategy record is turned into its part)."""
         entries = {k: dict(v) for k, v in self._entries.items()}
-        entries[kind][record.name] = Provided(record, plugin, "registered in code")
+        entries[kind][record.name] = Provided(as_part(record), plugin, "registered in code")
         return Registry(entries)
+
+
+def kind_of(item: object, hook_name: str) -> str | None:
+    """The registry kind of a contributed item: a behaviour part (any subclass) or a declarative
+    record (its exact class) of a kind this hook contributes, or of the schedule/sync kinds from
+    the legacy union hook."""
+    for kind, (classes, hook) in part_kinds().items():
+        legacy = hook_name == LEGACY_STRATEGY_HOOK and kind in ("schedule", "sync")
+        if hook != hook_name and not legacy:
+            continue
+        part_cls, record_cls = classes[0], classes[-1]
+        if type(item) is record_cls or (len(classes) > 1 and isinstance(item, part_cls)):
+            return kind
+    return None
 
 
 def _suggest(name: str, options) -> str:

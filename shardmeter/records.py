@@ -330,12 +330,70 @@ class SyncStrategy:
     source: str = ""
 
 
-#: Part kinds: registry namespace -> (record class, hook that contributes it).
+#: What each declarative record is sugar for: the bundled part class that implements its flags
+#: (the core names bundled code only here, as dotted strings).
+SUGAR = {
+    "ShardingStrategy": "shardmeter.strategies.zero:ZeroSharding",
+    "PipelineSchedule": "shardmeter.strategies.schedules:ClassicSchedule",
+    "SyncStrategy": ("shardmeter.strategies.sync:GlobalAllReduce", "shardmeter.strategies.sync:DiLoCo"),
+}
+
+
+def _load(dotted: str):
+    import importlib
+
+    mod, _, attr = dotted.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+def as_part(record):
+    """The behaviour part a declarative strategy record stands for (a part is returned as is).
+
+    ``ShardingStrategy`` -> ZeRO-family sharding with its flags, ``PipelineSchedule`` ->
+    the classic GPipe/1F1B/interleaved schedule, ``SyncStrategy`` -> the global all-reduce or,
+    with ``local_steps``, DiLoCo; the record's ``options`` table becomes an options class.
+    """
+    from .parts import make_options_class
+
+    kind = type(record).__name__
+    if kind not in SUGAR or not attrs.has(type(record)):
+        return record
+    fields = attrs.asdict(record, recurse=False)
+    opts = make_options_class(record.name, fields.pop("options"))
+    if kind == "SyncStrategy":
+        local = fields.pop("local_steps")
+        outer = fields.pop("outer_state_bytes_per_param")
+        cls = _load(SUGAR[kind][1] if local else SUGAR[kind][0])
+        extra = {"outer_state_bytes_per_param": outer} if local else {}
+        return cls(name=record.name, options=opts, description=record.description, source=record.source,
+                   **extra)
+    return _load(SUGAR[kind])(options=opts, **fields)
+
+
+def part_kinds() -> dict[str, tuple[tuple[type, ...], str]]:
+    """Registry namespace -> (classes it accepts, hook that contributes them)."""
+    from .parts import SchedulePart, ShardingPart, SyncPart
+
+    return {
+        "hardware": ((HardwareProfile,), "shardmeter_hardware_profiles"),
+        "interconnect": ((Interconnect,), "shardmeter_interconnect_models"),
+        "sharding": ((ShardingPart, ShardingStrategy), "shardmeter_sharding_strategies"),
+        "schedule": ((SchedulePart, PipelineSchedule), "shardmeter_pipeline_schedules"),
+        "sync": ((SyncPart, SyncStrategy), "shardmeter_sync_strategies"),
+        "cost": ((CostSource,), "shardmeter_cost_sources"),
+    }
+
+
+#: The hook that yielded all three strategy kinds before they were split (issue 10); schedules
+#: and sync strategies from it still register, with a DeprecationWarning, for one release.
+LEGACY_STRATEGY_HOOK = "shardmeter_sharding_strategies"
+
+#: Part kinds: registry namespace -> (declarative record class, hook that contributes it).
 PART_KINDS = {
     "hardware": (HardwareProfile, "shardmeter_hardware_profiles"),
     "interconnect": (Interconnect, "shardmeter_interconnect_models"),
     "sharding": (ShardingStrategy, "shardmeter_sharding_strategies"),
-    "schedule": (PipelineSchedule, "shardmeter_sharding_strategies"),
-    "sync": (SyncStrategy, "shardmeter_sharding_strategies"),
+    "schedule": (PipelineSchedule, "shardmeter_pipeline_schedules"),
+    "sync": (SyncStrategy, "shardmeter_sync_strategies"),
     "cost": (CostSource, "shardmeter_cost_sources"),
 }

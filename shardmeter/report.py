@@ -9,39 +9,14 @@ from typing import Any
 import attrs
 import numpy as np
 
-from .model.step import BREAKDOWN_TERMS, reason_messages
+from .model.evaluate import BREAKDOWN_TERMS
+from .model.feasibility import reason_messages
+from .pricing import gpu_hour_usd, island_cost_usd
+from .resolve import Resolved
+from .table import format_report
+from .words import describe_bottleneck, regime_of
 
-__all__ = ["Report", "build_report", "regime_of"]
-
-_COMM = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "island_sync")
-
-_WORDS = {
-    "compute": "matrix multiplies and attention (compute-bound)",
-    "memory_ops": "memory-bound elementwise kernels (norms, activations, dropout)",
-    "tp_comm": "tensor-parallel communication",
-    "cp_comm": "context-parallel (ring attention) communication",
-    "ep_comm": "expert-parallel all-to-all",
-    "pp_comm": "pipeline point-to-point transfers",
-    "pp_bubble": "the pipeline bubble",
-    "dp_comm": "data-parallel gradient / parameter communication",
-    "optimizer": "the optimizer step",
-    "island_sync": "synchronisation between islands over the WAN",
-    "idle": "waiting for slower islands",
-}
-
-
-def regime_of(breakdown: dict[str, float]) -> str:
-    """``compute-bound``, ``communication-bound``, ``memory-bound`` or ``bubble-bound``:
-    whichever group of breakdown terms is largest (communication sums every
-    exposed ``*_comm`` term and the island sync)."""
-    groups = {
-        "compute-bound": breakdown.get("compute", 0.0) + breakdown.get("optimizer", 0.0),
-        "communication-bound": sum(breakdown.get(k, 0.0) for k in _COMM),
-        "memory-bound": breakdown.get("memory_ops", 0.0),
-        "bubble-bound": breakdown.get("pp_bubble", 0.0) + breakdown.get("idle", 0.0),
-    }
-    return max(groups, key=groups.get)
-
+__all__ = ["Report", "build_report", "regime_of", "describe_bottleneck"]
 
 def _num(x) -> float | None:
     x = float(x)
@@ -90,13 +65,13 @@ class Report:
         return json.dumps(self.to_dict(), **({"indent": 2} | kw))
 
     def __str__(self) -> str:
-        from .table import format_report
-
         return format_report(self)
 
 
-def build_report(sc, islands, out: dict[str, Any], estimator, row: int = 0) -> Report:
-    """Turn row ``row`` of :func:`evaluate`'s output into a :class:`Report`."""
+def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
+    """Row ``row`` of :func:`~shardmeter.model.evaluate.evaluate`'s output, for the resolved
+    scenario ``res``, as a :class:`Report` (from those two alone)."""
+    sc, islands = res.scenario, res.islands
     feasible = bool(out["feasible"][row])
     reasons: list[str] = []
     n_isl = len(islands)
@@ -113,7 +88,7 @@ def build_report(sc, islands, out: dict[str, Any], estimator, row: int = 0) -> R
             "cap_gb": float(out["_mem_cap_gb"][row, j]), "m": _fmt_int(out["micro_batches"][row, j]),
             "pp": par.pp, "pv": par.pp * par.virtual_stages, "L": sc.model.layers,
         }
-        prefix = f"island[{j}]." if n_isl > 1 and isl.parallelism is not sc.parallelism else ""
+        prefix = f"island[{j}]." if n_isl > 1 and isl.own_parallelism else ""
         for key, msg in reason_messages(bits, vals):
             if key.startswith("island["):
                 label = key.format(j=j)
@@ -153,7 +128,7 @@ def build_report(sc, islands, out: dict[str, Any], estimator, row: int = 0) -> R
     ov = {k: v for k, v in ov.items() if v > 0 or (k == "island_sync" and n_isl > 1)}
     bottleneck = max(bd, key=bd.get)
     tps = float(out["tokens_per_s"][row])
-    isl_reports, total_cost, wall = _island_entries(sc, islands, out, estimator, row, step, tps, notes)
+    isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
     comm_in = sum(bd.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
     levels = {
         "intra_island": {"time_s": comm_in + sum(ov.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm")),
@@ -175,7 +150,7 @@ def build_report(sc, islands, out: dict[str, Any], estimator, row: int = 0) -> R
     )
 
 
-def _island_entries(sc, islands, out, estimator, row, step, tps, notes):
+def _island_entries(res: Resolved, out, row, step, tps, notes):
     """Per-island report entries, the total cost and the wall-clock time.
 
     * ``tokens_per_s``: the island's share of the global batch (proportional to its
@@ -198,26 +173,24 @@ def _island_entries(sc, islands, out, estimator, row, step, tps, notes):
       when the price is unknown (``CostSource.gpu_hour_usd`` is nan); the total
       is then null too.
     """
+    sc, islands, net = res.scenario, res.islands, res.network
     tokens = sc.training.tokens
     wall = tokens / tps if tokens else None
     steps = tokens / (sc.training.global_batch * sc.model.seq_len) if tokens else None
     egress_step = float(out["egress_bytes_per_step"][row])
-    net = estimator.network_link(sc)
     entries = []
     total_cost = 0.0 if wall is not None else None
     for j, isl in enumerate(islands):
         g = int(out["island_gpus"][row, j])
         billed = isl.nodes * isl.gpus_per_node
         isl_tps = float(out["island_tokens_per_s"][row, j])
-        price = isl.cost.gpu_hour_usd(isl.gpu) if isl.cost is not None else float("nan")
-        egress_price = isl.cost.egress_usd_per_gb if isl.cost is not None else (
-            net.egress_usd_per_gb if net is not None else 0.0)
+        price = gpu_hour_usd(isl)
         egress_gb = egress_step * steps / 1e9 if steps is not None else None
         cost = gpu_cost = egress_cost = None
         if wall is not None:
-            if math.isfinite(price):
-                gpu_cost = billed * wall / 3600.0 * price
-                egress_cost = egress_gb * egress_price
+            priced = island_cost_usd(isl, net, wall, egress_gb)
+            if priced is not None:
+                gpu_cost, egress_cost = priced
                 cost = gpu_cost + egress_cost
             else:
                 notes.append(f"island '{isl.name}': no GPU-hour price for '{isl.gpu.name}' in cost source "
@@ -260,9 +233,4 @@ def _fmt_int(x) -> str:
     return str(int(round(x))) if abs(x - round(x)) < 1e-9 else f"{x:.3g}"
 
 
-def describe_bottleneck(report: Report) -> str:
-    if not report.feasible or not report.bottleneck:
-        return "infeasible"
-    share = report.breakdown_s[report.bottleneck] / report.step_time_s
-    return f"{report.bottleneck}: {_WORDS.get(report.bottleneck, report.bottleneck)}, {share:.0%} of the step"
 

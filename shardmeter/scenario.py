@@ -21,6 +21,7 @@ import attrs
 
 from .convert import key_path, structure_record
 from .errors import ScenarioError
+from .parts import option_defaults
 from .records import PRECISIONS
 
 if sys.version_info >= (3, 11):
@@ -174,6 +175,22 @@ class SyncSpec:
     options: dict[str, Any] = attrs.field(factory=dict)
 
 
+def _at_least_one(inst, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
+        raise ValueError(f"expected a number >= 1, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class TierSpec:
+    """One network tier of an island (``tiers = [...]``, innermost first): ``link`` (a registered
+    interconnect or an inline table), ``gpus`` joined by one domain of it (omit on the last:
+    the whole island) and ``oversubscription`` (>= 1; bandwidth across the tier divided by it)."""
+
+    link: Any
+    gpus: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    oversubscription: float = attrs.field(default=1.0, validator=_at_least_one)
+
+
 @attrs.frozen(kw_only=True)
 class IslandSpec:
     """``[[island]]``: one cluster. Parts (``gpu``, links, ``price``) are a
@@ -187,6 +204,7 @@ class IslandSpec:
     inter_node: Any = None
     nics_per_node: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
     price: Any = None
+    tiers: tuple[TierSpec, ...] | None = None
     parallelism: ParallelismSpec | None = None
 
 
@@ -419,6 +437,29 @@ def _split_options(table: dict[str, Any], fields: set[str], known: Mapping[str, 
     return base, opts
 
 
+def _check_tiers(rec: IslandSpec, where: str, file: str | None) -> None:
+    """``tiers`` replaces ``intra_node``/``inter_node``; domains grow outwards; only the last may
+    omit ``gpus`` (it joins the whole island)."""
+    if rec.tiers is None:
+        return
+    if not rec.tiers:
+        raise ScenarioError("expected at least one tier", path=f"{where}.tiers", file=file)
+    for key in ("intra_node", "inter_node"):
+        if getattr(rec, key) is not None:
+            raise ScenarioError(f"give either tiers or {key}, not both", path=f"{where}.{key}", file=file)
+    last = 0
+    for t, tier in enumerate(rec.tiers):
+        if tier.gpus is None:
+            if t != len(rec.tiers) - 1:
+                raise ScenarioError("required on every tier but the last (which joins the whole island)",
+                                    path=f"{where}.tiers[{t}].gpus", file=file)
+            continue
+        if tier.gpus <= last:
+            raise ScenarioError(f"expected more GPUs than the tier inside it ({last}), got {tier.gpus}",
+                                path=f"{where}.tiers[{t}].gpus", file=file)
+        last = tier.gpus
+
+
 def load_scenario(source: str | os.PathLike | Mapping[str, Any], *, overrides=(), registry=None) -> Scenario:
     """Load a scenario from a TOML file path or a dict of raw tables.
 
@@ -483,9 +524,9 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
                             path="training", file=file)
     training_rec = structure_record(training, TrainingSpec, path="training", file=file)
 
-    par_known = {n: set(reg.get("sharding", n).options) for n in reg.names("sharding")}
+    par_known = {n: set(option_defaults(reg.get("sharding", n).options)) for n in reg.names("sharding")}
     for n in reg.names("schedule"):
-        par_known[n] = set(reg.get("schedule", n).options)
+        par_known[n] = set(option_defaults(reg.get("schedule", n).options))
 
     def parse_par(table, where):
         if not isinstance(table, dict):
@@ -496,7 +537,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         rec = structure_record(base, ParallelismSpec, path=where, file=file)
         for kind, name in (("sharding", rec.sharding), ("schedule", rec.schedule)):
             if name in reg.names(kind):
-                _check_option_values(reg.get(kind, name).options, opts, where, file)
+                _check_option_values(option_defaults(reg.get(kind, name).options), opts, where, file)
         return attrs.evolve(rec, options=opts)
 
     par_rec = parse_par(data.get("parallelism", {}), "parallelism")
@@ -516,6 +557,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         rec = structure_record(isl, IslandSpec, path=where, file=file)
         if rec.gpu is None:
             raise ScenarioError("required key is missing", path=f"{where}.gpu", file=file)
+        _check_tiers(rec, where, file)
         if ipar is not None:
             merged = {**data.get("parallelism", {}), **ipar} if isinstance(ipar, dict) else ipar
             rec = attrs.evolve(rec, parallelism=parse_par(merged, f"{where}.parallelism"))
@@ -534,7 +576,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
             # `--set network.link.bandwidth_gb_s=0.5` without a [network] table: override the default link
             network = {**network, "link": {"name": "internet", **network["link"]}}
         net_rec = structure_record(network, NetworkSpec, path="network", file=file)
-    sync_known = {n: set(reg.get("sync", n).options) for n in reg.names("sync")}
+    sync_known = {n: set(option_defaults(reg.get("sync", n).options)) for n in reg.names("sync")}
     sync = data.get("sync", {})
     if not isinstance(sync, dict):
         raise ScenarioError("expected a table", path="sync", file=file)
@@ -542,6 +584,8 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     base, opts = _split_options(sync, _SYNC_FIELDS, sync_known, chosen if isinstance(chosen, str) else "",
                                 "sync", file, notes)
     sync_rec = attrs.evolve(structure_record(base, SyncSpec, path="sync", file=file), options=opts)
+    if sync_rec.strategy in reg.names("sync"):
+        _check_option_values(option_defaults(reg.get("sync", sync_rec.strategy).options), opts, "sync", file)
     if len(isl_recs) < 2 and (data.get("sync") or network is not None):
         notes.append("[sync] and [network] apply only with two islands or more: ignored")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .words import describe_bottleneck
+
 __all__ = ["render_table", "format_report", "fmt_time", "fmt_num"]
 
 
@@ -57,7 +59,6 @@ def fmt_num(x: float | None, digits: int = 4) -> str:
 
 
 def format_report(r) -> str:
-    from .report import describe_bottleneck
 
     out = []
     if not r.feasible:

@@ -31,8 +31,9 @@ import attrs
 
 from . import hookspecs
 from .errors import PluginError
-from .plugins_core import Registry, make_plugin_manager
-from .records import PART_KINDS
+from .parts import Part, option_defaults
+from .plugins_core import Registry, kind_of, make_plugin_manager
+from .records import PART_KINDS, part_kinds
 
 __all__ = ["fresh_registry", "make_estimator", "check_records", "HOOKS"]
 
@@ -112,16 +113,17 @@ def check_records(plugin: object, *, bundled: bool = True) -> dict[str, list]:
         result = fn()
         if result is None or isinstance(result, (str, bytes, Mapping)) or not hasattr(result, "__iter__"):
             _fail(f"{name} must return or yield records, returned {type(result).__name__}")
-        expected = {cls: kind for kind, (cls, hook) in PART_KINDS.items() if hook == name}
         for rec in result:
-            kind = expected.get(type(rec))
+            kind = kind_of(rec, name)
             if kind is None:
-                want = " or ".join(c.__name__ for c in expected)
+                want = " or ".join(c.__name__ for k, (cs, h) in part_kinds().items() if h == name for c in cs)
                 _fail(f"{name} yielded {type(rec).__name__}, expected {want}")
             attrs.evolve(rec)  # re-runs every validator
             if any(r.name == rec.name for r in found[kind]):
                 _fail(f"{name} yields {kind} name {rec.name!r} twice")
             options = getattr(rec, "options", None)
+            if isinstance(rec, Part):
+                options = option_defaults(rec.options)
             if options:
                 fixed = _SYNC_FIELDS if kind == "sync" else _PAR_FIELDS
                 for k, v in options.items():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from shardmeter.estimator import Estimator
-from shardmeter.model.step import evaluate
+from shardmeter.model.evaluate import evaluate_columns
 from shardmeter.validate import bundled_validation_dir, validate_paths
 
 PUBLISHED = bundled_validation_dir()
@@ -65,12 +65,12 @@ def test_selective_recompute_with_sequence_parallel_beats_full_recompute():
 def test_bigger_micro_batch_never_lowers_memory():
     est = Estimator()
     sc = est.load(os.path.join(os.path.dirname(__file__), "..", "examples", "gpt3-175b-a100.toml"))
-    inp = est.inputs(sc)
+    inp, table = est.inputs(sc)
     mbs = np.array([1, 2, 4, 8, 16], dtype=float)[:, None]
-    batch = {k: np.broadcast_to(v, (5, v.shape[1])) for k, v in inp.items()}
-    batch["mbs"] = mbs
-    batch["gbs"] = np.full((5, 1), 1536.0 * 16)
-    mem = evaluate(batch)["memory_per_gpu_gb"]
+    batch = {k: np.broadcast_to(v, (5, *v.shape[1:])) for k, v in inp.columns().items()}
+    batch["training.micro_batch"] = mbs
+    batch["training.global_batch"] = np.full((5, 1), 1536.0 * 16)
+    mem = evaluate_columns(batch, table)["memory_per_gpu_gb"]
     assert np.all(np.diff(mem) > 0)
 
 

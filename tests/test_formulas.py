@@ -23,6 +23,9 @@ import numpy as np
 import pytest
 
 from shardmeter.model import formulas as F
+from shardmeter.model.compute import ATTENTION_RAMP_KEYS
+from shardmeter.model.inputs import ModelInputs, Topology
+from shardmeter.model.tiers import collective_time
 
 # -- FLOPs (Narayanan et al. 2021) ------------------------------------------------------------------
 
@@ -187,26 +190,6 @@ def test_activation_memory_is_vectorised_over_plans():
     np.testing.assert_allclose(stored, scalar, rtol=1e-15)
 
 
-# -- pipeline bubble (Narayanan et al. 2021, Sec. 2.2) ---------------------------------------------
-
-
-@pytest.mark.parametrize(("p", "m"), [(8, 64), (12, 128), (64, 512), (1, 16)])
-def test_1f1b_bubble_fraction_is_p_minus_1_over_m(p, m):
-    assert F.pipeline_bubble_fraction(p, m, 1, False) / m == pytest.approx((p - 1) / m)
-
-
-@pytest.mark.parametrize(("p", "m", "v"), [(8, 64, 2), (8, 64, 4), (16, 128, 3)])
-def test_interleaved_bubble_fraction_is_p_minus_1_over_v_m(p, m, v):
-    assert F.pipeline_bubble_fraction(p, m, v, True) / m == pytest.approx((p - 1) / (v * m))
-    # a non-interleaved schedule ignores v
-    assert F.pipeline_bubble_fraction(p, m, v, False) / m == pytest.approx((p - 1) / m)
-
-
-def test_bubble_is_vectorised():
-    out = F.pipeline_bubble_fraction(np.array([1, 2, 8]), 16, np.array([1, 2, 4]), np.array([False, True, True]))
-    np.testing.assert_allclose(out, [0.0, 0.5, 7 / 4])
-
-
 # -- collectives (Thakur, Rabenseifner and Gropp 2005) ---------------------------------------------
 
 ALPHA = 5e-6  # s per step
@@ -223,28 +206,69 @@ def test_ring_over_one_rank_costs_nothing():
     assert F.ring_collective_time(S, 1, BW, ALPHA) == 0.0
 
 
+def _two_tiers(gpn, bw0, lat0, bw1, lat1) -> Topology:
+    """A node of ``gpn`` GPUs, then the network (the two-tier spelling of SCENARIO.md)."""
+    return Topology(gpus_per_node=gpn, nodes=1, domain_gpus=gpn, tier_gpus=np.array([gpn, np.inf]),
+                    tier_bytes_s=np.array([bw0, bw1]), tier_latency_s=np.array([lat0, lat1]))
+
+
 @pytest.mark.parametrize("n", [2, 8])
 def test_ring_all_reduce_is_reduce_scatter_plus_all_gather(n):
     """Inside one node: 2 (n-1) alpha + 2 (n-1)/n S beta."""
-    t = F.hierarchical_collective_time("ar", S, n, 1, 8, BW, ALPHA, BW / 4, 10 * ALPHA)
+    topo = _two_tiers(8, BW, ALPHA, BW / 4, 10 * ALPHA)
+    t = collective_time("all_reduce", S, n, 1, topo)
     assert t == pytest.approx(2 * (n - 1) * ALPHA + 2 * (n - 1) / n * S / BW)
-    rs = F.hierarchical_collective_time("rs", S, n, 1, 8, BW, ALPHA, BW / 4, 10 * ALPHA)
-    ag = F.hierarchical_collective_time("ag", S, n, 1, 8, BW, ALPHA, BW / 4, 10 * ALPHA)
+    rs = collective_time("reduce_scatter", S, n, 1, topo)
+    ag = collective_time("all_gather", S, n, 1, topo)
     assert rs == pytest.approx(ag) and t == pytest.approx(rs + ag)
 
 
 def test_group_with_one_member_per_node_rings_over_the_network():
     """A data-parallel group with stride 8 (TP fills the node): one rank per node, 16 nodes."""
     bw1, lat1 = 25e9, 20e-6
-    t = F.hierarchical_collective_time("ag", S, 16, 8, 8, BW, ALPHA, bw1, lat1)
+    t = collective_time("all_gather", S, 16, 8, _two_tiers(8, BW, ALPHA, bw1, lat1))
     assert t == pytest.approx(15 * lat1 + 15 / 16 * S / bw1)
 
 
 def test_two_level_collective_splits_the_volume():
     """k = 8 members per node on 2 nodes: (k-1)/k S inside, (n-1)/n S/k across."""
     bw1, lat1 = 25e9, 20e-6
-    t = F.hierarchical_collective_time("rs", S, 16, 1, 8, BW, ALPHA, bw1, lat1)
+    t = collective_time("reduce_scatter", S, 16, 1, _two_tiers(8, BW, ALPHA, bw1, lat1))
     assert t == pytest.approx(7 * ALPHA + 7 / 8 * S / BW + 1 * lat1 + 1 / 2 * (S / 8) / bw1)
+
+
+def test_flat_collective_carries_the_whole_share_across_the_network():
+    """flat: one ring over all 16 members, each GPU's (n-1)/n S crossing its NIC (not S/k)."""
+    bw1, lat1 = 25e9, 20e-6
+    t = collective_time("all_gather", S, 16, 1, _two_tiers(8, BW, ALPHA, bw1, lat1), flat=True)
+    assert t == pytest.approx(7 * ALPHA + 7 / 8 * S / BW + 1 * lat1 + 1 / 2 * S / bw1)
+
+
+def test_three_tier_all_reduce_against_a_hand_calculation():
+    """NVL72 domains, then rail-optimised IB joining 8 domains (576 GPUs), then a 2:1 spine.
+
+    A 2304-rank all-reduce of 1 GB (stride 1): 72 members per domain ring over NVLink, 8 domains
+    per rail group ring over IB carrying S/72, 4 rail groups ring over the spine carrying
+    S/(72 x 8) at half the IB bandwidth; an all-reduce is twice the reduce-scatter.
+    """
+    nvl, ib = 900e9 * 0.8, 50e9 * 0.85
+    lat = (1e-6, 5e-6, 8e-6)
+    topo = Topology(gpus_per_node=4, nodes=576, domain_gpus=72, tier_gpus=np.array([72.0, 576.0, np.inf]),
+                    tier_bytes_s=np.array([nvl, ib, ib / 2.0]), tier_latency_s=np.array(lat))
+    t = collective_time("all_reduce", S, 2304, 1, topo)
+    hand = 2.0 * (71 * lat[0] + 71 / 72 * S / nvl
+                  + 7 * lat[1] + 7 / 8 * (S / 72) / ib
+                  + 3 * lat[2] + 3 / 4 * (S / 576) / (ib / 2.0))
+    assert t == pytest.approx(hand, rel=1e-12)
+    # a group inside one NVLink domain never touches IB; one spanning two domains pays IB only
+    assert collective_time("all_reduce", S, 72, 1, topo) == pytest.approx(2 * (71 * lat[0] + 71 / 72 * S / nvl))
+    two = collective_time("reduce_scatter", S, 144, 1, topo)
+    assert two == pytest.approx(71 * lat[0] + 71 / 72 * S / nvl + 1 * lat[1] + 1 / 2 * (S / 72) / ib)
+    # all-to-all over 2304 ranks: each tier carries its share at once; the slowest tier sets the time
+    a2a = collective_time("all_to_all", S, 2304, 1, topo)
+    parts = (71 / 2304 * S / nvl + 71 * lat[0], (576 - 72) / 2304 * S / ib + 7 * lat[1],
+             (2304 - 576) / 2304 * S / (ib / 2.0) + 3 * lat[2])
+    assert a2a == pytest.approx(max(parts), rel=1e-12)
 
 
 def test_group_span():
@@ -266,8 +290,6 @@ def _h200_attention_points():
 def test_attention_ramp_reproduces_the_measured_h200_curve(head_dim):
     """E / (1 + k / kv) with the model's k fits the measured SDPA forward+backward curve (1k-32k tokens,
     causal and not) within 5 % mean error for the best E; with no ramp (k = 0) no E comes within 15 %."""
-    from shardmeter.model.step import ATTENTION_RAMP_KEYS
-
     rows = [r for r in _h200_attention_points() if r["head_dim"] == head_dim]
     kv = np.array([float(r["seq"]) * (0.5 if r["causal"] == "True" else 1.0) for r in rows])
     frac = np.array([float(r["frac_of_peak"]) for r in rows])
@@ -283,20 +305,20 @@ def test_attention_ramp_reproduces_the_measured_h200_curve(head_dim):
 def test_attention_runs_closer_to_its_asymptote_at_long_sequences():
     """Per attention FLOP, a 32k-token sequence is faster than a 2k one, and the ratio is the ramp's."""
     from shardmeter.estimator import Estimator
-    from shardmeter.model.step import ATTENTION_RAMP_KEYS, evaluate
+    from shardmeter.model.evaluate import evaluate
 
     est = Estimator()
     sc = est.load(os.path.join(os.path.dirname(__file__), "..", "examples", "gpt3-175b-a100.toml"))
-    base = est.inputs(sc)
+    base, table = est.inputs(sc)
     times = []
     for s, att_eff in ((2048.0, 0.3), (2048.0, 0.6), (32768.0, 0.3), (32768.0, 0.6)):
-        inp = {k: np.array(v, dtype=float) for k, v in base.items()}
-        inp.update(s=np.full_like(inp["s"], s), att_eff=np.full_like(inp["att_eff"], att_eff),
-                   gbs=np.full_like(inp["gbs"], 1536.0 * 2048 / s), pp=np.ones_like(inp["pp"]),
-                   tp=np.full_like(inp["tp"], 8.0), dp=np.full_like(inp["dp"], 1.0),
-                   nodes=np.ones_like(inp["nodes"]), L=np.full_like(inp["L"], 2.0), materialized=np.zeros_like(inp["s"]),
-                   mem=np.full_like(inp["mem"], 1e15))
-        times.append(float(evaluate(inp)["breakdown"]["compute"][0]))
+        cols = {k: np.array(v, dtype=float) for k, v in base.columns().items()}
+        set_to = {"model.seq_len": s, "hardware.attention_efficiency": att_eff,
+                  "training.global_batch": 1536.0 * 2048 / s, "layout.pp": 1.0, "layout.tp": 8.0, "layout.dp": 1.0,
+                  "topology.nodes": 1.0, "model.layers": 2.0, "training.materialized": 0.0,
+                  "hardware.memory_bytes": 1e15}
+        cols.update({k: np.full_like(cols[k], v) for k, v in set_to.items()})
+        times.append(float(evaluate(ModelInputs.from_columns(cols), table)["breakdown"]["compute"][0]))
     # The attention part is what changes with att_eff: t(0.3) - t(0.6) = t_att(0.6).
     att_short, att_long = times[0] - times[1], times[2] - times[3]
     flops_ratio = 32768.0 / 2048.0  # same tokens per step, keys per query 16x longer

@@ -14,7 +14,8 @@ from shardmeter.estimator import Estimator
 from shardmeter.explore.pareto import dominated_by_any, pareto_front, top_k
 from shardmeter.explore.plan import search
 from shardmeter.explore.space import compile_space
-from shardmeter.model.step import REASONS, evaluate
+from shardmeter.model.evaluate import evaluate_columns
+from shardmeter.model.feasibility import REASONS
 from shardmeter.scenario import apply_override, load_scenario
 from shared_scenarios import TINY
 
@@ -43,7 +44,7 @@ def _brute(scenario, only=None, max_gpus=None):
     inp = dict(sp.base)
     inp.update(sp.columns(ids))
     with np.errstate(all="ignore"):
-        out = evaluate(inp)
+        out = evaluate_columns(inp, sp.table)
     return sp, ids, out
 
 
@@ -104,7 +105,7 @@ def test_structural_reason_bits_match_evaluate_on_the_gpt3_space():
     inp = dict(sp.base)
     inp.update(sp.columns(ids))
     with np.errstate(all="ignore"):
-        out = evaluate(inp)
+        out = evaluate_columns(inp, sp.table)
     ev = np.bitwise_or.reduce(out["reasons"], axis=-1) & ~(32 | 64)
     bits, _dup = sp.prefix_verdict(ids // sp.R_in)
     assert np.array_equal(ev, bits)

@@ -3,7 +3,7 @@
 Scenarios are built as plain dicts (the raw tables of a scenario file) from
 the parts a fresh registry holds, loaded with :func:`shardmeter.load_scenario`
 and evaluated in batches: every hypothesis example draws a list of scenarios,
-their input rows are stacked and :func:`shardmeter.model.step.evaluate` runs
+their input columns are stacked and :func:`shardmeter.model.evaluate.evaluate` runs
 once per batch (and once per perturbed copy of it), so a few thousand
 scenarios run in seconds.
 
@@ -39,7 +39,8 @@ from hypothesis import strategies as st
 
 import shardmeter
 from shardmeter.estimator import Estimator
-from shardmeter.model.step import BREAKDOWN_TERMS, INPUTS, evaluate
+from shardmeter.model.evaluate import BREAKDOWN_TERMS, evaluate_columns
+from shardmeter.model.inputs import COLUMNS, PartTable
 from shardmeter.records import PRECISIONS
 from shardmeter.report import build_report
 from shardmeter.scenario import load_scenario, model_presets
@@ -231,9 +232,12 @@ class Batch:
         for i, sc in enumerate(self.scenarios):
             self.groups.setdefault(len(sc.islands), []).append(i)
         self.inputs: dict[int, dict[str, np.ndarray]] = {}
+        self.table = PartTable()  # one table: a strategy has one code in every row
+        self.resolved = [EST.resolve(sc) for sc in self.scenarios]
         for n, idx in self.groups.items():
-            rows = [EST.inputs(self.scenarios[i]) for i in idx]
-            self.inputs[n] = {k: np.concatenate([r[k] for r in rows], axis=0) for k in INPUTS}
+            rows = [EST.inputs(self.resolved[i], self.table)[0].columns() for i in idx]
+            self.inputs[n] = {k: np.concatenate([np.asarray(r[k], dtype=float) for r in rows], axis=0)
+                              for k in COLUMNS}
 
     def evaluate(self, change=None) -> dict[int, dict]:
         out = {}
@@ -241,7 +245,7 @@ class Batch:
             inp = {k: v.copy() for k, v in inp.items()}
             if change is not None:
                 change(inp)
-            out[n] = evaluate(inp)
+            out[n] = evaluate_columns(inp, self.table)
         return out
 
     def where(self, n: int, row: int) -> dict:
@@ -326,8 +330,7 @@ def test_reports_are_finite_and_breakdowns_add_up(dicts):
             assert np.all(o["breakdown"][k][feas] >= 0), k
         np.testing.assert_allclose(parts[feas], step[feas], rtol=REL)
         for row, i in enumerate(b.groups[n]):
-            sc = b.scenarios[i]
-            rep = build_report(sc, EST.resolve(sc), o, EST, row=row)
+            rep = build_report(b.resolved[i], o, row=row)
             check_report(rep, dicts[i])
 
 
@@ -345,8 +348,7 @@ def test_batch_path_agrees_with_single_scenario_path_and_is_deterministic(dicts)
             else:
                 np.testing.assert_array_equal(v, again[n][k])
         for row, i in enumerate(b.groups[n]):
-            sc = b.scenarios[i]
-            batched = build_report(sc, EST.resolve(sc), out[n], EST, row=row).to_dict()
+            batched = build_report(b.resolved[i], out[n], row=row).to_dict()
             single = EST.estimate(dicts[i]).to_dict()
             assert _close(batched, single), (dicts[i], batched, single)
             assert EST.estimate(dicts[i]).to_dict() == single  # deterministic
@@ -362,19 +364,33 @@ IMPROVEMENTS = [
 ]
 
 
+#: The short names above -> (input column, tier index or None).
+NAMES = {
+    "bw0": ("topology.tier_bytes_s", 0), "bw1": ("topology.tier_bytes_s", 1),
+    "lat0": ("topology.tier_latency_s", 0), "lat1": ("topology.tier_latency_s", 1),
+    "wan_bw": ("network.wan_bytes_s", None), "wan_lat": ("network.wan_latency_s", None),
+    "peak": ("hardware.peak_flops", None), "peak16": ("hardware.peak16_flops", None),
+    "hbm": ("hardware.hbm_bytes_s", None), "gemm_eff": ("hardware.gemm_efficiency", None),
+    "hbm_eff": ("hardware.hbm_efficiency", None), "mem": ("hardware.memory_bytes", None),
+}
+
+
 def _improve(keys, factor, island=None):
     keys = (keys,) if isinstance(keys, str) else keys
 
     def change(inp):
         for k in keys:
-            arr = inp[k].astype(float)
-            if island is None:
-                arr = arr * factor
-            elif island < arr.shape[1]:
-                arr[:, island] = arr[:, island] * factor
+            col, tier = NAMES[k]
+            arr = np.array(inp[col], dtype=float)
+            where = (slice(None),) if island is None else (slice(None), island)
+            if island is not None and island >= arr.shape[1]:
+                continue
+            if tier is not None:
+                where = (*where, *([slice(None)] * (2 - len(where))), tier)
+            arr[where] = arr[where] * factor
             if k.endswith("_eff"):
                 arr = np.minimum(arr, 1.0)
-            inp[k] = arr
+            inp[col] = arr
 
     return change
 
@@ -430,13 +446,14 @@ def test_bigger_island_with_same_per_gpu_work_never_lowers_throughput_unexplaine
     base = b.evaluate()
 
     def change(inp):
-        j = min(which, inp["dp"].shape[1] - 1)
-        dp_total = inp["dp"].sum(axis=1, keepdims=True)
-        inp["nodes"] = inp["nodes"].copy()
-        inp["nodes"][:, j] *= grow
-        inp["dp"] = inp["dp"].copy()
-        inp["dp"][:, j] *= grow
-        inp["gbs"] = inp["gbs"] * inp["dp"].sum(axis=1, keepdims=True) // dp_total  # exact: gbs = m x mbs x dp_total
+        j = min(which, inp["layout.dp"].shape[1] - 1)
+        dp_total = inp["layout.dp"].sum(axis=1, keepdims=True)
+        inp["topology.nodes"] = inp["topology.nodes"].copy()
+        inp["topology.nodes"][:, j] *= grow
+        inp["layout.dp"] = inp["layout.dp"].copy()
+        inp["layout.dp"][:, j] *= grow
+        gbs = inp["training.global_batch"]  # exact: gbs = m x mbs x dp_total
+        inp["training.global_batch"] = gbs * inp["layout.dp"].sum(axis=1, keepdims=True) // dp_total
 
     new = b.evaluate(change)
     for n in base:

@@ -86,8 +86,8 @@ def test_documented_defaults(reg):
 
 
 def test_platform_defaults_come_from_the_gpu_profile(est):
-    isl = est.resolve(est.load(_base()))[0]
-    assert (isl.intra.name, isl.inter.name, isl.nics_per_node, isl.gpus_per_node) == ("nvlink4", "ib-ndr", 8, 8)
+    isl = est.resolve(est.load(_base())).islands[0]
+    assert (isl.tiers[0].link.name, isl.tiers[-1].link.name, isl.nics_per_node, isl.gpus_per_node) == ("nvlink4", "ib-ndr", 8, 8)
     assert isl.dp == 16  # dp fills the island
 
 
@@ -126,14 +126,14 @@ def test_set_dotted_paths_with_list_indices(reg):
 def test_set_a_field_of_a_named_part_makes_an_inline_override(est):
     sc = est.load(_base(), overrides=["island[0].gpu.memory_gb=96.0"])
     assert sc.islands[0].gpu == {"name": "h100-sxm", "memory_gb": 96.0}
-    gpu = est.resolve(sc)[0].gpu
+    gpu = est.resolve(sc).islands[0].gpu
     assert (gpu.name, gpu.memory_gb, gpu.peak_tflops["bf16"]) == ("h100-sxm", 96.0, pytest.approx(989.4, abs=1))
 
 
 def test_network_link_override_prices_the_wan(est):
     slow = est.estimate(_two_islands(), overrides=["network.link.bandwidth_gb_s=0.05"])
     fast = est.estimate(_two_islands(), overrides=["network.link.bandwidth_gb_s=50.0"])
-    assert est.network_link(est.load(_two_islands(), ["network.link.bandwidth_gb_s=0.05"])).bandwidth_gb_s == 0.05
+    assert est.resolve(est.load(_two_islands(), ["network.link.bandwidth_gb_s=0.05"])).network.bandwidth_gb_s == 0.05
     assert slow.feasible and fast.feasible
     assert slow.step_time_s > fast.step_time_s
 
@@ -158,14 +158,14 @@ def test_inline_gpu_table_overrides_fields_of_a_named_profile(est):
                         "nodes": 2}])
     report = est.estimate(sc)
     assert report.memory_capacity_gb == 96.0
-    gpu = est.resolve(est.load(sc))[0].gpu
+    gpu = est.resolve(est.load(sc)).islands[0].gpu
     assert gpu.peak_tflops == {"bf16": 800.0} and gpu.memory_bandwidth_gb_s == pytest.approx(3350.0)
 
 
 def test_inline_link_table(est):
     sc = _two_islands()
     sc["network"] = {"link": {"name": "internet", "bandwidth_gb_s": 0.5, "latency_us": 80000}}
-    link = est.network_link(est.load(sc))
+    link = est.resolve(est.load(sc)).network
     assert (link.name, link.bandwidth_gb_s, link.latency_us, link.kind) == ("internet", 0.5, 80000, "wan")
 
 

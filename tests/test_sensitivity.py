@@ -55,9 +55,9 @@ def test_one_batch_of_evaluate(monkeypatch):
     calls = []
     real = sens.evaluate
 
-    def counting(inp):
-        calls.append(inp["peak"].shape[0])
-        return real(inp)
+    def counting(inp, table):
+        calls.append(inp.hardware.peak_flops.shape[0])
+        return real(inp, table)
 
     monkeypatch.setattr(sens, "evaluate", counting)
     doc = sensitivity(WAN_BOUND)

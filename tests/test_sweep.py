@@ -16,6 +16,7 @@ from shardmeter.estimator import Estimator
 from shardmeter.explore.scaling import analyse, knee
 from shardmeter.explore.sweep import row_inputs, run_sweep
 from shardmeter.explore.values import parse_values, parse_vary
+from shardmeter.model.inputs import PartTable
 from shardmeter.scenario import load_scenario
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -102,15 +103,17 @@ def test_vectorised_inputs_equal_per_row_inputs(scenario, vary):
     base = load_scenario(scenario, registry=est.registry)
     rows = grid(vary)
     scs = [load_scenario(scenario, overrides=list(r.items()), registry=est.registry) for r in rows]
+    table = PartTable()  # one table: a strategy has the same code in every row
     vec = row_inputs(
         est,
         base,
         scs,
         rows,
         lambda ov: load_scenario(scenario, overrides=list(ov.items()), registry=est.registry),
+        table,
     )
     for sc, r in zip(scs, range(len(rows))):
-        one = est.inputs(sc)
+        one = est.inputs(sc, table)[0].columns()
         for k, v in one.items():
             np.testing.assert_allclose(vec[k][r], np.asarray(v, dtype=float)[0], rtol=1e-12, err_msg=k)
     a = run_sweep(scenario, vary).to_dict()
@@ -124,9 +127,9 @@ def test_whole_grid_is_one_evaluate_call(monkeypatch):
     calls = []
     real = sw.evaluate
 
-    def counting(inp):
+    def counting(inp, table):
         calls.append(1)
-        return real(inp)
+        return real(inp, table)
 
     monkeypatch.setattr(sw, "evaluate", counting)
     res = run_sweep(

@@ -35,7 +35,7 @@ def test_check_records_returns_the_example_plugins_records(acme):
     assert [r.name for r in found["hardware"]] == ["acme-x1"]
     assert [r.name for r in found["interconnect"]] == ["acme-link"]
     assert [r.name for r in found["sharding"]] == ["acme-zero2"]
-    assert found["sharding"][0].options == {"acme_bucket_mb": 25}
+    assert found["sharding"][0].option_defaults() == {"acme_bucket_mb": 25.0}
     assert [r.name for r in found["cost"]] == ["acme-cloud"]
 
 

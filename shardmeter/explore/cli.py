@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import ShardMeterError
 from ..io import atomic_write
+from ..model.evaluate import BREAKDOWN_TERMS
 from ..table import fmt_num, fmt_time, render_table
 from .values import format_value, parse_values, parse_vary
 
@@ -112,8 +113,6 @@ def add_sweep_parser(sub) -> None:
 
 
 def _flat(report: dict[str, Any]) -> dict[str, Any]:
-    from ..model.step import BREAKDOWN_TERMS
-
     row = {}
     for f in CSV_FIELDS:
         v = report.get(f)
@@ -126,8 +125,6 @@ def _flat(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _csv_header(keys):
-    from ..model.step import BREAKDOWN_TERMS
-
     return [*keys, *CSV_FIELDS, *(f"breakdown_{t}" for t in BREAKDOWN_TERMS), "scaling_efficiency"]
 
 

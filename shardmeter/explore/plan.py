@@ -18,14 +18,17 @@ virtual-stage options when ``pp = 1``) are counted as ``duplicates``.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from ..errors import ShardMeterError
-from ..model.step import REASONS, evaluate
+from ..model.evaluate import evaluate
+from ..model.feasibility import REASONS
+from ..model.inputs import ModelInputs
+from ..pricing import egress_usd, egress_usd_per_gb, gpu_hour_usd, gpu_time_usd, unpriced_island
+from ..report import build_report
 from .executors import run_tasks
 from .pareto import merge_fronts, merge_top_k, pareto_front
 from .space import Space, compile_space, plan_raw
@@ -72,7 +75,7 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
         inp = dict(space.base)
         inp.update(space.columns(cid))
         with np.errstate(all="ignore"):
-            out = evaluate(inp)
+            out = evaluate(ModelInputs.from_columns(inp), space.table)
         feas = out["feasible"]
         rb = np.bitwise_or.reduce(out["reasons"], axis=-1)
         for b in REASONS:
@@ -106,10 +109,8 @@ def _cost_per_step(out, obj) -> np.ndarray:
     gpn = obj["gpn"][None, :]
     billed = np.ceil(out["island_gpus"] / gpn - 1e-9) * gpn
     with np.errstate(all="ignore"):
-        return (
-            np.sum(billed * obj["price"][None, :], axis=-1) * out["step_time_s"] / 3600.0
-            + out["egress_bytes_per_step"] / 1e9 * obj["egress_price"]
-        )
+        gpu = np.sum(gpu_time_usd(billed, obj["price"][None, :], out["step_time_s"][:, None]), axis=-1)
+        return gpu + egress_usd(out["egress_bytes_per_step"], obj["egress_price"])
 
 
 def _merge(acc, res, obj):
@@ -124,7 +125,8 @@ def _merge(acc, res, obj):
 
 
 def _objective(sc, est, kind: str, k: int, deadline_days, budget_usd) -> dict[str, Any]:
-    islands = est.resolve(sc)
+    res = est.resolve(sc)
+    islands = res.islands
     tokens = sc.training.tokens
     tokens_per_step = sc.training.global_batch * sc.model.seq_len
     if (deadline_days is not None or budget_usd is not None) and not tokens:
@@ -132,27 +134,16 @@ def _objective(sc, est, kind: str, k: int, deadline_days, budget_usd) -> dict[st
         raise ShardMeterError(
             f"{flag} needs training.tokens in the scenario (set it, or --set training.tokens=3e11)"
         )
-    prices = []
-    for isl in islands:
-        p = isl.cost.gpu_hour_usd(isl.gpu) if isl.cost is not None else float("nan")
-        prices.append(p)
-    price = np.array(prices, dtype=float)
+    price = np.array([gpu_hour_usd(isl) for isl in islands], dtype=float)
     need_cost = kind in ("cost", "pareto") or budget_usd is not None
-    if need_cost and not np.all(np.isfinite(price)):
-        bad = [isl for isl, p in zip(islands, prices) if not math.isfinite(p)][0]
+    bad = unpriced_island(res)
+    if need_cost and bad is not None:
         raise ShardMeterError(
             f"plan --objective {kind}: no GPU-hour price for '{bad.gpu.name}' in cost source "
             f"'{bad.cost.name if bad.cost else 'none'}' (island '{bad.name}'); set island.price"
         )
-    net = est.network_link(sc)
-    egress = 0.0  # every island pays its own cost source's egress price (else the link's) for what it sends
-    if len(islands) > 1:
-        for isl in islands:
-            egress += (
-                isl.cost.egress_usd_per_gb
-                if isl.cost is not None
-                else (net.egress_usd_per_gb if net is not None else 0.0)
-            )
+    # every island pays its own cost source's egress price (else the link's) for what it sends
+    egress = sum(egress_usd_per_gb(isl, res.network) for isl in islands) if len(islands) > 1 else 0.0
     return {
         "kind": kind,
         "k": int(k),
@@ -271,13 +262,12 @@ def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
         data = raw
         for k, v in ov:
             data = apply_override(data, k, v)
-        variant = load_scenario(data, registry=est.registry)
-        report = est.estimate(variant).to_dict()
-        plan["report"] = report
+        variant = est.resolve(load_scenario(data, registry=est.registry))
+        o = evaluate(*est.inputs(variant))
+        plan["report"] = build_report(variant, o).to_dict()
         plan["rank"] = rank + 1
         plan["id"] = int(i)
         tps = obj["tokens_per_step"]
-        o = evaluate(est.inputs(variant))
         step = float(o["step_time_s"][0])
         plan["time_per_token_s"] = step / tps
         if obj["price"] is not None:

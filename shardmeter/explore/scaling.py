@@ -29,8 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .sweep import gpu_count_key
-from .values import format_value
+from .values import format_value, gpu_count_key
 
 __all__ = ["analyse", "knee", "KNEE_FRACTION"]
 

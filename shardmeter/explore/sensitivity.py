@@ -1,6 +1,6 @@
 """``shardmeter sensitivity``: which resource would buy the most throughput.
 
-One batch of :func:`~shardmeter.model.step.evaluate`: row 0 is the scenario,
+One batch of :func:`~shardmeter.model.evaluate.evaluate`: row 0 is the scenario,
 each other row perturbs one resource on every island by :data:`STEP`
 (+10 %; latencies -10 %). For each resource the report gives the throughput
 gained, ``Y = (t_0 / t_r - 1) x 100 %``, and the elasticity ``Y / 10 %``
@@ -14,23 +14,27 @@ from typing import Any
 
 import numpy as np
 
-from ..model.step import evaluate
+from ..model.evaluate import evaluate
+from ..model.inputs import ModelInputs
+from ..report import build_report
 
 __all__ = ["RESOURCES", "sensitivity", "STEP"]
 
 #: Relative perturbation of each resource.
 STEP = 0.10
 
-#: (id, label, input arrays scaled together, direction: +1 more, -1 less, multi-island only)
+#: (id, label, input columns scaled together, direction: +1 more, -1 less, multi-island only).
+#: A tier column with ``:inner`` / ``:outer`` scales the tiers within a node (its own NVLink or
+#: PCIe, and padding) or beyond it.
 RESOURCES = (
-    ("gpu_flops", "GPU FLOP/s (peak)", ("peak", "peak16"), +1, False),
-    ("hbm_bandwidth", "HBM bandwidth", ("hbm",), +1, False),
-    ("intra_node_bandwidth", "intra-node link bandwidth (bw0)", ("bw0",), +1, False),
-    ("inter_node_bandwidth", "inter-node network bandwidth (bw1)", ("bw1",), +1, False),
-    ("intra_node_latency", "intra-node link latency", ("lat0",), -1, False),
-    ("inter_node_latency", "inter-node network latency", ("lat1",), -1, False),
-    ("wan_bandwidth", "WAN bandwidth between islands", ("wan_bw",), +1, True),
-    ("wan_latency", "WAN latency between islands", ("wan_lat",), -1, True),
+    ("gpu_flops", "GPU FLOP/s (peak)", ("hardware.peak_flops", "hardware.peak16_flops"), +1, False),
+    ("hbm_bandwidth", "HBM bandwidth", ("hardware.hbm_bytes_s",), +1, False),
+    ("intra_node_bandwidth", "intra-node link bandwidth", ("topology.tier_bytes_s:inner",), +1, False),
+    ("inter_node_bandwidth", "inter-node network bandwidth", ("topology.tier_bytes_s:outer",), +1, False),
+    ("intra_node_latency", "intra-node link latency", ("topology.tier_latency_s:inner",), -1, False),
+    ("inter_node_latency", "inter-node network latency", ("topology.tier_latency_s:outer",), -1, False),
+    ("wan_bandwidth", "WAN bandwidth between islands", ("network.wan_bytes_s",), +1, True),
+    ("wan_latency", "WAN latency between islands", ("network.wan_latency_s",), -1, True),
 )
 
 
@@ -39,18 +43,24 @@ def sensitivity(source, *, estimator=None, overrides=()) -> dict[str, Any]:
     from ..estimator import Estimator
 
     est = estimator or Estimator()
-    sc = est.load(source, overrides)
-    base = est.inputs(sc)
-    n_isl = len(sc.islands)
+    resolved = est.resolve(est.load(source, overrides))
+    base, table = est.inputs(resolved)
+    n_isl = len(resolved.islands)
     res = [r for r in RESOURCES if n_isl > 1 or not r[4]]
     n = 1 + len(res)
-    inp = {k: np.repeat(np.asarray(v, dtype=float), n, axis=0) for k, v in base.items()}
+    inp = {k: np.repeat(np.asarray(v, dtype=float), n, axis=0) for k, v in base.columns().items()}
+    inner = inp["topology.tier_gpus"][0] <= inp["topology.gpus_per_node"][0][..., None]  # (I, T)
     for row, (_id, _label, names, sign, _multi) in enumerate(res, start=1):
         for name in names:
-            inp[name][row] *= 1.0 + sign * STEP
+            col, _, which = name.partition(":")
+            scale = 1.0 + sign * STEP
+            if which:
+                inp[col][row] = np.where(inner if which == "inner" else ~inner, inp[col][row] * scale, inp[col][row])
+            else:
+                inp[col][row] *= scale
     with np.errstate(all="ignore"):
-        out = evaluate(inp)
-    report = est.estimate(sc)
+        out = evaluate(ModelInputs.from_columns(inp), table)
+    report = build_report(resolved, out, row=0)
     doc: dict[str, Any] = {
         "feasible": bool(out["feasible"][0]),
         "reasons": report.reasons,

@@ -21,7 +21,9 @@ array operations: no per-candidate Python.
 
 Each axis option's effect on the model's input arrays is not hand-coded:
 it is read off :meth:`Estimator.inputs` of the scenario with that option
-set, so the planner scores exactly what ``estimate`` would.
+set (resolved once per option, never per candidate), so the planner scores
+exactly what ``estimate`` would. Every variant codes its strategies in one
+shared :class:`~shardmeter.model.inputs.PartTable`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,11 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import ScenarioError, ShardMeterError
-from ..scenario import Scenario, load_scenario
+from ..model.dispatch import by_code
+from ..model.feasibility import Reason, batch_reasons, batch_split, layout_reasons
+from ..model.inputs import PartTable
+from ..parts import PipeInputs, option_defaults
+from ..scenario import Scenario, apply_override, load_scenario
 
 __all__ = ["Axis", "Space", "compile_space", "KNOB_ALIASES", "normalise_only"]
 
@@ -59,10 +65,15 @@ KNOB_ALIASES = {
     "compression_bits": "sync.compression_bits",
 }
 _KNOBS = set(KNOB_ALIASES.values())
-#: Model inputs read by :func:`structural_bits`.
+#: Model input columns read by :func:`structural_bits`.
 STRUCTURAL_INPUTS = frozenset(
-    {"dp", "mbs", "pp", "gbs", "v", "over_v", "L", "tp", "cp", "ep", "nodes", "gpn", "heads", "s", "E"}
+    {"layout.dp", "training.micro_batch", "layout.pp", "training.global_batch", "layout.virtual_stages",
+     "layout.schedule", "model.layers", "layout.tp", "layout.cp", "layout.ep", "topology.nodes",
+     "topology.gpus_per_node", "model.heads", "model.seq_len", "model.experts"}
 )
+#: Layout table keys -> model input columns.
+LAYOUT_COLUMNS = {"tp": "layout.tp", "pp": "layout.pp", "cp": "layout.cp", "ep": "layout.ep",
+                  "sp": "layout.sequence_parallel", "dp": "layout.dp", "nodes": "topology.nodes"}
 
 #: Virtual stages tried for schedules whose bubble shrinks with them (Megatron-LM's usual choices).
 VIRTUAL_STAGES = (2, 3, 4, 6, 8)
@@ -97,9 +108,10 @@ class Space:
     """A compiled search space; picklable (numpy arrays and plain data), so it
     travels once to each worker process or dask worker."""
 
-    def __init__(self, base, layout, axes, n_islands, objective, nodes_available=None):
+    def __init__(self, base, layout, axes, n_islands, objective, nodes_available=None, table=None):
         self.base: dict[str, np.ndarray] = base
-        self.nodes_available = list(nodes_available or np.atleast_1d(base["nodes"][0]).astype(int))
+        self.table: PartTable = table if table is not None else PartTable()
+        self.nodes_available = list(nodes_available or np.atleast_1d(base["topology.nodes"][0]).astype(int))
         self.layout: dict[str, np.ndarray] = layout
         # axes that change an input of the structural checks come first: a candidate's
         # structural verdict then depends on its *prefix* (layout, leading axes) only
@@ -132,7 +144,7 @@ class Space:
         for k, arr in self.layout.items():
             if not k.startswith("_"):
                 c = arr[li]
-                cols[k] = c[:, None] if c.ndim == 1 else c
+                cols[LAYOUT_COLUMNS[k]] = c[:, None] if c.ndim == 1 else c
         for axis, c in zip(axes, codes):
             for k, arr in axis.cols.items():
                 cols[k] = arr[c]
@@ -176,7 +188,7 @@ class Space:
         dp = np.atleast_1d(lay["dp"]).astype(int)
         if self.n_islands == 1:
             ov.append(("parallelism.dp", int(dp[0])))
-        gpn = np.broadcast_to(self.base["gpn"][0], (self.n_islands,)).astype(int)
+        gpn = np.broadcast_to(self.base["topology.gpus_per_node"][0], (self.n_islands,)).astype(int)
         per_replica = int(lay["tp"]) * int(lay["pp"]) * int(lay["cp"])
         # a plan rents the nodes it uses (dp filling them gives the same dp on several islands)
         nodes = np.maximum(1, -(-(dp * per_replica) // gpn))
@@ -263,9 +275,7 @@ def _diff_cols(
     return cols
 
 
-def _axis(est, raw, name, overrides: list[dict[str, Any]], base_inputs, file) -> Axis:
-    from ..scenario import apply_override
-
+def _axis(est, raw, name, overrides: list[dict[str, Any]], base_inputs, file, table: PartTable) -> Axis:
     variants = []
     for ov in overrides:
         data = raw
@@ -275,7 +285,7 @@ def _axis(est, raw, name, overrides: list[dict[str, Any]], base_inputs, file) ->
             sc = load_scenario(data, registry=est.registry)
         except ScenarioError as exc:
             raise ShardMeterError(f"plan: option {ov} of '{name}' does not load: {exc}") from None
-        variants.append(est.inputs(sc))
+        variants.append(est.inputs(sc, table)[0].columns())
     return Axis(name, overrides, _diff_cols(base_inputs, variants))
 
 
@@ -307,8 +317,10 @@ def compile_space(
     m, t = sc.model, sc.training
     raw = plan_raw(sc)
     base_sc = load_scenario(raw, registry=reg)
-    base = est.inputs(base_sc)
-    islands = est.resolve(base_sc)
+    resolved = est.resolve(base_sc)
+    islands = resolved.islands
+    table = PartTable()
+    base = est.inputs(resolved, table)[0].columns()
     n_isl = len(islands)
     par = sc.parallelism
     gpn = np.array([isl.gpus_per_node for isl in islands], dtype=np.int64)
@@ -395,7 +407,7 @@ def compile_space(
     layout = {"tp": TP[idx], "pp": PP[idx], "cp": CP[idx], "ep": EP[idx], "sp": SP[idx], **extra}
     if len(layout["tp"]) == 0:
         raise ShardMeterError("plan: no layout fits (check --max-gpus and --only)")
-    layout["_bits"] = _layout_bits(layout, base, n_isl)
+    layout["_bits"] = _layout_bits(layout, base)
 
     # ---- axes ---------------------------------------------------------------------------------
     file = sc.file
@@ -406,7 +418,7 @@ def compile_space(
         Axis(
             "micro_batch",
             [{"training.micro_batch": int(b)} for b in mbs],
-            {"mbs": np.array(mbs, dtype=float)[:, None]},
+            {"training.micro_batch": np.array(mbs, dtype=float)[:, None]},
         )
     ]
     sched_names = _pick(only, "parallelism.schedule", reg.names("schedule"), par.schedule)
@@ -414,7 +426,7 @@ def compile_space(
     s_ov = []
     for name in sched_names:
         rec = reg.get("schedule", name, path="--only parallelism.schedule", file=file)
-        if rec.bubble_over_virtual:
+        if _uses_virtual_stages(rec):
             vs = VIRTUAL_STAGES if v_only == "all" else [par.virtual_stages] if v_only is None else v_only
             vs = [v for v in vs if v <= m.layers]
         else:
@@ -423,91 +435,106 @@ def compile_space(
             s_ov.append({"parallelism.schedule": name, "parallelism.virtual_stages": int(v)})
     if not s_ov:
         raise ShardMeterError("plan: no pipeline schedule left (check --only)")
-    sched = _axis(est, raw, "schedule", s_ov, base, file)
-    # with pp = 1 the model ignores virtual stages (v -> 1) and the interleaving flag (it acts only with
-    # v > 1): an option is then an exact copy of an earlier one with the same in-flight rule and bubble
-    sig = [
-        tuple(
-            float(np.asarray(sched.cols[k][j]).ravel()[0]) if k in sched.cols else 0.0
-            for k in ("sched_all", "bubble_frac")
-        )
-        for j in range(len(s_ov))
-    ]
+    sched = _axis(est, raw, "schedule", s_ov, base, file, table)
+    # with pp = 1 the model ignores virtual stages (v -> 1): an option whose schedule then computes
+    # the same terms as an earlier option's is an exact copy of it
+    codes = [int(np.asarray(sched.cols["layout.schedule"][j]).ravel()[0]) if "layout.schedule" in sched.cols
+             else int(np.asarray(base["layout.schedule"]).ravel()[0]) for j in range(len(s_ov))]
+    sig = [_pp1_signature(*table.get("schedule", c)) for c in codes]
     sched.aux["dup_if_pp1"] = np.array([sig[j] in sig[:j] for j in range(len(s_ov))], bool)
     axes.append(sched)
     recs = _pick(only, "training.recompute", ["none", "selective", "full"], t.recompute)
-    axes.append(_axis(est, raw, "recompute", [{"training.recompute": r} for r in recs], base, file))
+    axes.append(_axis(est, raw, "recompute", [{"training.recompute": r} for r in recs], base, file, table))
     shard = _pick(only, "parallelism.sharding", reg.names("sharding"), par.sharding)
-    axes.append(_axis(est, raw, "sharding", [{"parallelism.sharding": s} for s in shard], base, file))
+    axes.append(_axis(est, raw, "sharding", [{"parallelism.sharding": s} for s in shard], base, file, table))
     if n_isl > 1:
-        axes.append(_sync_axis(est, raw, sc, only, base, file))
+        axes.append(_sync_axis(est, raw, sc, only, base, file, table))
     axes = [a for a in axes if len(a)]
-    return Space(base, layout, axes, n_isl, dict(objective or {}), [int(n) for n in cap_nodes])
+    return Space(base, layout, axes, n_isl, dict(objective or {}), [int(n) for n in cap_nodes], table)
 
 
-def _sync_axis(est, raw, sc, only, base, file) -> Axis:
+def _uses_virtual_stages(schedule) -> bool:
+    """Does the schedule's bubble shrink with virtual stages (probed: pp = 4, m = 8, v = 1 vs 2)?"""
+    opts = schedule.options()
+    b = [float(np.asarray(schedule.terms(_probe(4.0, 8.0, v), opts).bubble_s).ravel()[0]) for v in (1.0, 2.0)]
+    return b[1] < b[0]
+
+
+def _probe(pp: float, m, v: float) -> PipeInputs:
+    one = np.ones_like(np.asarray(m, dtype=float))
+    return PipeInputs(pp=pp * one, micro_batches=np.asarray(m, dtype=float), virtual_stages=v * one,
+                      stage_s=one, forward_s=one / 3.0, weight_grad_s=one / 3.0)
+
+
+def _pp1_signature(schedule, opts) -> tuple:
+    """A schedule's terms at ``pp = 1`` over a few micro-batch counts (what it computes there)."""
+    t = schedule.terms(_probe(1.0, np.array([1.0, 2.0, 3.0, 8.0, 16.0]), 1.0), opts)
+    return tuple(tuple(np.broadcast_to(np.asarray(x, dtype=float), (5,)).tolist())
+                 for x in (t.bubble_s, t.in_flight, t.p2p_transfers))
+
+
+def _sync_axis(est, raw, sc, only, base, file, table) -> Axis:
     reg = est.registry
     strategies = _pick(only, "sync.strategy", reg.names("sync"), sc.sync.strategy)
     opts = dict(sc.sync.options)
     ovs = []
     for name in strategies:
         rec = reg.get("sync", name, path="--only sync.strategy", file=file)
-        if not rec.local_steps:
+        defaults = option_defaults(rec.options)
+        if "inner_steps" not in defaults:  # a strategy without local steps
             ovs.append({"sync.strategy": name})
             continue
-        h_now = int(opts.get("inner_steps", rec.options.get("inner_steps", 1)))
+        h_now = int(opts.get("inner_steps", defaults.get("inner_steps", 1)))
         hs = _pick(only, "sync.inner_steps", sorted({h for h in INNER_STEPS if h <= h_now} | {h_now}), h_now)
-        b_now = opts.get("compression_bits", rec.options.get("compression_bits", 16))
+        b_now = opts.get("compression_bits", defaults.get("compression_bits", 16))
         bits = _pick(only, "sync.compression_bits", [b_now], b_now)
         for h, b in itertools.product(hs, bits):
             ov = {"sync.strategy": name}
-            if "inner_steps" in rec.options:
+            if "inner_steps" in defaults:
                 ov["sync.inner_steps"] = h
-            if "compression_bits" in rec.options:
+            if "compression_bits" in defaults:
                 ov["sync.compression_bits"] = b
             ovs.append(ov)
-    return _axis(est, raw, "sync", ovs, base, file)
+    return _axis(est, raw, "sync", ovs, base, file, table)
 
 
-def _layout_bits(layout, base, n_isl) -> np.ndarray:
-    """Reason bits that depend on the layout alone (1, 2, 4, 8 of ``REASONS``), as ``evaluate`` sets them."""
+def _layout_bits(layout, base) -> np.ndarray:
+    """Reasons that depend on the layout alone, as ``evaluate`` sets them."""
 
     def f(k):
         return np.asarray(base[k], dtype=float)
 
     tp, pp, cp, ep = (layout[k].astype(float)[:, None] for k in ("tp", "pp", "cp", "ep"))
     dp = layout["dp"].astype(float)
-    nodes = layout["nodes"].astype(float) if "nodes" in layout else f("nodes")
-    E = f("E")
-    moe = E > 1
-    bits = np.zeros(np.broadcast_shapes(tp.shape, dp.shape, (1, n_isl)), dtype=np.int64)
-    bits |= np.where(np.mod(f("heads"), tp) != 0, 1, 0)
-    bits |= np.where(np.mod(f("s"), cp) != 0, 2, 0)
-    bits |= np.where(moe & ((np.mod(E, ep) != 0) | (np.mod(dp * cp, ep) != 0)) | (~moe & (ep > 1)), 4, 0)
-    bits |= np.where(tp * pp * cp * dp > nodes * f("gpn"), 8, 0)
-    return np.bitwise_or.reduce(bits, axis=-1)
+    nodes = layout["nodes"].astype(float) if "nodes" in layout else f("topology.nodes")
+    bits = layout_reasons(f("model.heads"), f("model.seq_len"), f("model.experts"), tp, pp, cp, dp, ep,
+                          nodes * f("topology.gpus_per_node"))
+    return np.bitwise_or.reduce(np.atleast_2d(bits), axis=-1)
 
 
 def structural_bits(space: Space, cols: Mapping[str, np.ndarray], layout_bits: np.ndarray) -> np.ndarray:
-    """Every reason bit ``evaluate`` would set that does not need the full model
-    (all but memory and precision), with the same floating-point arithmetic."""
+    """Every reason bit ``evaluate`` would set that does not need the full model (all but memory
+    and precision), with the same functions (:mod:`shardmeter.model.feasibility`, the schedule's
+    own :meth:`~shardmeter.SchedulePart.infeasible`)."""
 
     def g(k):
         return np.asarray(cols[k] if k in cols else space.base[k], dtype=float)
 
-    dp, mbs, pp = g("dp"), g("mbs"), g("pp")
-    gbs = g("gbs")
-    dp_total = np.sum(
-        np.broadcast_to(dp, np.broadcast_shapes(dp.shape, gbs.shape, (1, space.n_islands))),
-        axis=-1,
-        keepdims=True,
-    )
-    b_isl = gbs * dp / dp_total
-    m = b_isl / (dp * mbs)
-    m_int = np.maximum(np.floor(m + 1e-9), 1.0)
-    v = np.where(pp > 1, np.maximum(g("v"), 1.0), 1.0)
-    over_v = g("over_v").astype(bool)
-    bits = np.where(np.abs(m - np.round(m)) > 1e-9, 16, 0) | np.where(m < 1 - 1e-9, 16, 0)
-    bits = bits | np.where(over_v & (v > 1) & ((pp < 2) | (np.mod(m_int, pp) != 0)), 128, 0)
-    bits = bits | np.where(pp * v > g("L"), 256, 0)
+    dp, pp = g("layout.dp"), g("layout.pp")
+    _, m, m_int = batch_split(g("training.global_batch"), dp, g("training.micro_batch"))
+    v = np.where(pp > 1, np.maximum(g("layout.virtual_stages"), 1.0), 1.0)
+    bits = batch_reasons(m, pp, v, g("model.layers"))
+    shape = np.broadcast_shapes(np.shape(bits), np.shape(g("layout.schedule")))
+    pipe = PipeInputs(pp=pp, micro_batches=m_int, virtual_stages=v, stage_s=np.zeros(()), forward_s=np.zeros(()),
+                      weight_grad_s=np.zeros(()))
+
+    def run(code: int, take) -> dict[str, Any]:
+        part, opts = space.table.get("schedule", code)
+        sub = PipeInputs(pp=take(pipe.pp), micro_batches=take(pipe.micro_batches),
+                         virtual_stages=take(pipe.virtual_stages), stage_s=pipe.stage_s, forward_s=pipe.forward_s,
+                         weight_grad_s=pipe.weight_grad_s)
+        return {"bad": np.asarray(part.infeasible(sub, opts), dtype=float)}
+
+    bad = by_code(g("layout.schedule"), shape, run)["bad"]
+    bits = bits | np.where(np.broadcast_to(bad, shape) > 0, int(Reason.SCHEDULE), 0)
     return np.bitwise_or.reduce(np.asarray(bits, dtype=np.int64), axis=-1) | layout_bits

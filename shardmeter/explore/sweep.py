@@ -1,16 +1,16 @@
 """``shardmeter sweep``: evaluate a grid of scenario variants in one vectorised pass.
 
 Several ``--vary KEY=VALUES`` form a grid (the first key varies slowest).
-The whole grid is scored by one :func:`~shardmeter.model.step.evaluate` call
+The whole grid is scored by one :func:`~shardmeter.model.evaluate.evaluate` call
 (or one per chunk of :data:`CHUNK_ROWS` rows, mapped over an executor):
 
-* keys that map onto an input array of the model (:data:`ARRAY_KEYS`: node
-  counts, parallel degrees, batch sizes, WAN bandwidth and latency, DiLoCo
-  inner steps, compression bits, fragments) replace that array's column for
-  every row; ``dp`` is recomputed where it fills the island;
-* any other key (a GPU name, a precision, a recompute mode, a link name...)
-  is resolved by :meth:`Estimator.inputs` once per distinct value (or
-  combination of such values), and the rows gather those inputs.
+* keys that map onto an input column of the model (:data:`ARRAY_KEYS`: node
+  counts, parallel degrees, batch sizes, WAN bandwidth and latency) replace
+  that column for every row; ``dp`` is recomputed where it fills the island;
+* any other key (a GPU name, a precision, a recompute mode, a link name, a
+  strategy's option such as ``sync.inner_steps``...) is resolved once per
+  distinct value (or combination of such values), and the rows gather those
+  inputs; every variant codes its strategies in one shared part table.
 
 Each row is also loaded as a scenario (so an invalid value is an error naming
 the key) and turned into a full report by :func:`~shardmeter.report.build_report`.
@@ -25,10 +25,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import ScenarioError, ShardMeterError
-from ..model.step import evaluate
+from ..model.evaluate import evaluate
+from ..model.inputs import ModelInputs, PartTable
+from ..report import build_report
 from ..scenario import Scenario, load_scenario
 from .executors import run_tasks
-from .values import format_value
+from .scaling import analyse
+from .values import format_value, gpu_count_key
 
 __all__ = ["SweepResult", "run_sweep", "grid", "ARRAY_KEYS", "gpu_count_key", "CHUNK_ROWS", "row_inputs"]
 
@@ -38,35 +41,14 @@ CHUNK_ROWS = 1 << 14
 MAX_GRID = 200_000
 
 _ISL = re.compile(r"^islands?\[(\d+)\]\.(.+)$")
-_PAR = {
-    "tp": "tp",
-    "pp": "pp",
-    "cp": "cp",
-    "ep": "ep",
-    "dp": "dp",
-    "virtual_stages": "v",
-    "sequence_parallel": "sp",
-}
-#: Keys (besides ``island[i].nodes`` and ``parallelism.<degree>``) with an input-array mapping.
+_PAR = {k: f"layout.{k}" for k in ("tp", "pp", "cp", "ep", "dp", "virtual_stages", "sequence_parallel")}
+#: Keys (besides ``island[i].nodes`` and ``parallelism.<degree>``) with an input-column mapping.
 ARRAY_KEYS = {
-    "training.micro_batch": "mbs",
-    "training.global_batch": "gbs",
-    "network.link.bandwidth_gb_s": "wan_bw",
-    "network.link.latency_us": "wan_lat",
-    "sync.inner_steps": "H",
-    "sync.compression_bits": "bits",
-    "sync.fragments": "F",
+    "training.micro_batch": "training.micro_batch",
+    "training.global_batch": "training.global_batch",
+    "network.link.bandwidth_gb_s": "network.wan_bytes_s",
+    "network.link.latency_us": "network.wan_latency_s",
 }
-_GPU_KEY = re.compile(
-    r"^(islands?\[\d+\]\.(nodes|gpus_per_node)|parallelism\.dp|islands?\[\d+\]\.parallelism\.dp)$"
-)
-
-
-def gpu_count_key(key: str) -> bool:
-    """Does ``key`` set how many GPUs are used (nodes, GPUs per node, dp)?"""
-    return bool(_GPU_KEY.match(key))
-
-
 def grid(vary: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
     """The cross product of the varied values, first key slowest."""
     keys = [k for k, _ in vary]
@@ -109,7 +91,7 @@ def _mapping(key: str, sc: Scenario):
         if i >= n_isl:
             return None
         if rest == "nodes":
-            return "nodes", [i], float
+            return "topology.nodes", [i], float
         if rest.startswith("parallelism.") and rest[12:] in _PAR and sc.islands[i].parallelism is not None:
             return _PAR[rest[12:]], [i], float
         return None
@@ -118,7 +100,7 @@ def _mapping(key: str, sc: Scenario):
         return (_PAR[key[12:]], idx, float) if idx else None
     if key in ARRAY_KEYS:
         name = ARRAY_KEYS[key]
-        if name in ("wan_bw", "wan_lat", "H", "bits", "F") and n_isl < 2:
+        if name.startswith("network.") and n_isl < 2:
             return name, [], float  # no effect on one island
         return name, list(range(n_isl)), float
     return None
@@ -130,23 +112,23 @@ def row_inputs(
     row_scs: Sequence[Scenario],
     rows: Sequence[Mapping[str, Any]],
     loader: Callable[[Mapping[str, Any]], Scenario],
+    table: PartTable,
 ) -> dict[str, np.ndarray]:
-    """Input arrays (N rows, I islands) of the grid rows, built vectorised (see the module docstring)."""
+    """Input columns (N rows, I islands) of the grid rows, built vectorised (see the module docstring)."""
     keys = list(rows[0]) if rows else []
     maps = {k: _mapping(k, base_sc) for k in keys}
+    base_res = est.resolve(base_sc)
     # a mapped key whose effect needs resolution (a multi-node island without an inter-node link): unmapped
     for k, mp in list(maps.items()):
-        if mp and mp[0] == "nodes":
-            isl = est.resolve(base_sc)[mp[1][0]]
-            if isl.inter is None:
-                maps[k] = None
+        if mp and mp[0] == "topology.nodes" and not base_res.islands[mp[1][0]].has_inter_node:
+            maps[k] = None
     # WAN and sync columns depend on the link and strategy: mapped only if those stay the base's
     for k, mp in list(maps.items()):
-        table = k.split(".")[0]
+        top = k.split(".")[0]
         if (
             mp
-            and table in ("network", "sync")
-            and any(maps[u] is None and u.split(".")[0] == table for u in keys)
+            and top in ("network", "sync")
+            and any(maps[u] is None and u.split(".")[0] == top for u in keys)
         ):
             maps[k] = None
     unmapped = [k for k in keys if maps[k] is None]
@@ -158,14 +140,13 @@ def row_inputs(
         if sig not in groups:
             groups[sig] = len(groups)
             sc = loader({k: row[k] for k in unmapped}) if unmapped else base_sc
-            group_inputs.append(est.inputs(sc))
+            group_inputs.append(est.inputs(sc, table)[0].columns())
         group_of[r] = groups[sig]
     inp = {
         k: np.concatenate([np.asarray(g[k], dtype=float) for g in group_inputs], axis=0)[group_of]
         for k in group_inputs[0]
     }
-    sync = est.sync_strategy(base_sc)[0] if len(base_sc.islands) > 1 else None
-    net = est.network_link(base_sc)
+    net = base_res.network
     for k, mp in maps.items():
         if mp is None:
             continue
@@ -173,34 +154,33 @@ def row_inputs(
         if not idx:
             continue
         vals = np.array([float(row[k]) for row in rows])
-        if name == "wan_bw":
+        if name == "network.wan_bytes_s":
             vals = vals * 1e9 * net.efficiency
-        elif name == "wan_lat":
+        elif name == "network.wan_latency_s":
             vals = vals * 1e-6
-        elif name == "H" and not (sync is not None and sync.local_steps):
-            continue
         inp[name] = inp[name].copy()
         inp[name][:, idx] = vals[:, None]
     # dp fills each island unless set: recompute where a degree, nodes or gpn changed
-    if any(mp and mp[0] in ("nodes", "tp", "pp", "cp", "gpn") for mp in maps.values()):
-        dp_set_by_vary = {j for k, mp in maps.items() if mp and mp[0] == "dp" for j in mp[1]}
+    if any(mp and mp[0] in ("topology.nodes", "layout.tp", "layout.pp", "layout.cp") for mp in maps.values()):
+        dp_set_by_vary = {j for k, mp in maps.items() if mp and mp[0] == "layout.dp" for j in mp[1]}
         for j, isl in enumerate(base_sc.islands):
             par = isl.parallelism or base_sc.parallelism
             if par.dp is None and j not in dp_set_by_vary:
                 fill = np.floor(
-                    inp["nodes"][:, j]
-                    * inp["gpn"][:, j]
-                    / (inp["tp"][:, j] * inp["pp"][:, j] * inp["cp"][:, j])
+                    inp["topology.nodes"][:, j]
+                    * inp["topology.gpus_per_node"][:, j]
+                    / (inp["layout.tp"][:, j] * inp["layout.pp"][:, j] * inp["layout.cp"][:, j])
                 )
-                inp["dp"] = inp["dp"].copy()
-                inp["dp"][:, j] = np.maximum(1.0, fill)
+                inp["layout.dp"] = inp["layout.dp"].copy()
+                inp["layout.dp"][:, j] = np.maximum(1.0, fill)
     return inp
 
 
-def _eval_rows(inputs: Mapping[str, np.ndarray], bounds: tuple[int, int]) -> dict[str, Any]:
+def _eval_rows(payload: tuple[Mapping[str, np.ndarray], PartTable], bounds: tuple[int, int]) -> dict[str, Any]:
+    inputs, table = payload
     a, b = bounds
     with np.errstate(all="ignore"):
-        return evaluate({k: v[a:b] for k, v in inputs.items()})
+        return evaluate(ModelInputs.from_columns({k: v[a:b] for k, v in inputs.items()}), table)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,9 +207,7 @@ def run_sweep(
     :param on_progress: called with the rows known so far (grid order) after each chunk.
     :param vectorised: ``False`` builds every row's inputs with ``Estimator.inputs`` (a check).
     """
-    from ..estimator import Estimator
-    from ..report import build_report
-    from .scaling import analyse
+    from ..estimator import Estimator  # the estimator imports nothing of explore; explore is above it
 
     est = estimator or Estimator()
     if isinstance(source, Scenario):
@@ -254,24 +232,25 @@ def run_sweep(
     todo = [i for i, s in enumerate(sigs) if s not in skip]
     row_scs = {i: loader(rows_all[i]) for i in todo}
     todo_rows = [rows_all[i] for i in todo]
+    table = PartTable()
     if todo:
         if vectorised:
-            inputs = row_inputs(est, base_sc, [row_scs[i] for i in todo], todo_rows, loader)
+            inputs = row_inputs(est, base_sc, [row_scs[i] for i in todo], todo_rows, loader, table)
         else:
-            per = [est.inputs(row_scs[i]) for i in todo]
+            per = [est.inputs(row_scs[i], table)[0].columns() for i in todo]
             inputs = {k: np.concatenate([np.asarray(p[k], dtype=float) for p in per], axis=0) for k in per[0]}
     results: list[dict[str, Any] | None] = [None] * len(rows_all)
     for i, s in enumerate(sigs):
         if s in skip:
             results[i] = skip[s]
     tasks = [(a, min(a + chunk_rows, len(todo))) for a in range(0, len(todo), chunk_rows)]
-    gen = run_tasks(_eval_rows, inputs, tasks, workers=workers, dask=dask) if todo else iter(())
+    gen = run_tasks(_eval_rows, (inputs, table), tasks, workers=workers, dask=dask) if todo else iter(())
     try:
         for (a, b), out in gen:
             for r in range(a, b):
                 i = todo[r]
                 sc = row_scs[i]
-                rep = build_report(sc, est.resolve(sc), out, est, row=r - a)
+                rep = build_report(est.resolve(sc), out, row=r - a)
                 results[i] = {"vary": rows_all[i], "report": rep.to_dict()}
             if on_progress is not None:
                 on_progress([x for x in results if x is not None])

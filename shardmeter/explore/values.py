@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import ShardMeterError
 from ..scenario import parse_override
 
-__all__ = ["parse_vary", "parse_values", "format_value", "MAX_RANGE"]
+__all__ = ["parse_vary", "parse_values", "format_value", "MAX_RANGE", "gpu_count_key"]
 
 #: A range longer than this is an error (a typo like ``1..1e9+1``).
 MAX_RANGE = 100_000
@@ -111,3 +111,13 @@ def format_value(v: Any) -> str:
 
         return json.dumps(v, sort_keys=True)
     return str(v)
+
+
+_GPU_KEY = re.compile(
+    r"^(islands?\[\d+\]\.(nodes|gpus_per_node)|parallelism\.dp|islands?\[\d+\]\.parallelism\.dp)$"
+)
+
+
+def gpu_count_key(key: str) -> bool:
+    """Does ``key`` set how many GPUs are used (nodes, GPUs per node, dp)?"""
+    return bool(_GPU_KEY.match(key))

@@ -17,9 +17,7 @@ __all__ = [
     "activation_bytes_per_layer",
     "gemm_time",
     "ring_collective_time",
-    "hierarchical_collective_time",
     "group_span",
-    "pipeline_bubble_fraction",
     "KERNEL_OVERHEAD_S",
 ]
 
@@ -174,47 +172,3 @@ def ring_collective_time(nbytes, n, bw, lat, steps_factor=1.0):
     n = np.asarray(n, dtype=float)
     frac = np.where(n > 1, (n - 1.0) / np.maximum(n, 1.0), 0.0)
     return steps_factor * (np.maximum(n - 1.0, 0.0) * lat + frac * nbytes / bw)
-
-
-def hierarchical_collective_time(kind, nbytes, size, stride, gpus_per_node, bw_intra, lat_intra, bw_inter,
-                                 lat_inter, flat=False):
-    """A collective over a group that may span nodes (two-level alpha-beta).
-
-    NCCL's hierarchical algorithms, as analysed in ml-engineering's network
-    chapter and the scaling-book (Sec. "GPUs"): with ``k`` members per node
-    and ``n`` nodes, an all-gather or reduce-scatter of ``S`` bytes moves
-    ``(k-1)/k S`` over the scale-up link and ``(n-1)/n S/k`` over each GPU's
-    share of the NICs; latency is paid per ring step on each level. An
-    all-reduce costs twice that. With ``flat=True`` the collective is one flat
-    ring over all ranks and each GPU's whole share crosses its own NIC
-    (``(n-1)/n S`` instead of ``S/k``): how ZeRO-3/FSDP parameter gathers
-    behave at scale (Narayanan et al. 2021, Table 2: ZeRO-3 throughput per GPU
-    halves each time the GPU count doubles at a fixed batch, which only the
-    flat volume reproduces). ``kind`` is ``"ag"``, ``"rs"`` or ``"ar"``;
-    ``"a2a"`` (all-to-all) moves ``(k-1)/size S`` inside the node and
-    ``(size-k)/size S`` across, concurrently.
-    """
-    k, nodes = group_span(size, stride, gpus_per_node)
-    if kind == "a2a":
-        size = np.asarray(size, dtype=float)
-        intra = (k - 1.0) / np.maximum(size, 1.0) * nbytes / bw_intra + (k - 1.0) * lat_intra
-        inter = np.where(nodes > 1, (size - k) / np.maximum(size, 1.0) * nbytes / bw_inter
-                         + (nodes - 1.0) * lat_inter, 0.0)
-        return np.maximum(intra, inter)
-    inter_bytes = np.where(flat, nbytes, nbytes / k)
-    t = ring_collective_time(nbytes, k, bw_intra, lat_intra) + np.where(
-        nodes > 1, ring_collective_time(inter_bytes, nodes, bw_inter, lat_inter), 0.0
-    )
-    return 2.0 * t if kind == "ar" else t
-
-
-def pipeline_bubble_fraction(pp, microbatches, virtual_stages, over_virtual, bubble_fraction=1.0):
-    """Idle pipeline time in units of one micro-batch's (forward + backward) stage time.
-
-    Narayanan et al. 2021, Sec. 2.2: GPipe and 1F1B idle ``(p-1)`` micro-batch
-    slots per step (bubble fraction ``(p-1)/m`` of the ideal time); the
-    interleaved schedule with ``v`` model chunks per GPU ``(p-1)/v``.
-    """
-    pp = np.asarray(pp, dtype=float)
-    v = np.where(over_virtual, virtual_stages, 1.0)
-    return bubble_fraction * (pp - 1.0) / v

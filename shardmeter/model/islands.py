@@ -1,112 +1,135 @@
-"""Synchronisation between islands: one global all-reduce, or DiLoCo's outer round.
+"""Islands combined: the sync strategy's exposed time, idle time of faster islands, and the
+report's arrays (throughput, utilisation, the GPU-weighted breakdown).
 
-Vectorised like the rest of the model: inputs broadcast to ``(N, I)`` (plans x
-islands); outputs have shape ``(N, 1)`` (or ``(N,)`` for bytes).
-
-Conventions (see also ``docs/multi-island.md``):
-
-* **WAN bandwidth** ``wan_bw`` is the *achieved* rate of one island's uplink in
-  bytes/s, one direction (the ``internet`` link's efficiency is 1.0: WAN
-  figures in scenarios are goodput, as measured or derived from transfer
-  times). The ring across islands runs at the pace of its slowest uplink.
-* **Ring over islands** (Thakur, Rabenseifner and Gropp 2005): an all-reduce
-  of ``S`` bytes across ``I`` islands sends ``2 (I-1)/I x S`` through every
-  island's uplink and pays ``2 (I-1)`` latencies. Inside each island the
-  collective is hierarchical: reduction across the island's own GPUs first
-  (priced in the island's ``dp_comm``), then the WAN stage priced here.
-* **allreduce**: the whole gradient (``p_total x grad_bytes``) every step,
-  bucketed and overlapped with the backward pass of the last micro-batch
-  (``ar_window``); the last bucket (``WAN_BUCKET_BYTES``) can never hide.
-* **diloco** (Douillard et al. 2023, arXiv 2311.08105): every ``H`` inner
-  steps one all-reduce of the pseudo-gradient at ``bits`` per parameter,
-  blocking (INTELLECT-1's Table 2 is reproduced by ``CU = t_inner H / (t_inner
-  H + t_allreduce)``, i.e. no overlap).
-* **Streaming DiLoCo** (Douillard et al. 2025, arXiv 2501.18512): with ``F``
-  fragments, each fragment (``payload / F`` bytes; total bytes per round
-  unchanged, peak bandwidth divided by ``F``) is exchanged once per round,
-  staggered every ``H / F`` steps, and overlaps with ``overlap_steps`` (``tau``)
-  inner steps. A fragment exposes ``max(0, t_frag - min(tau, H/F) x
-  t_inner)``; capping the window at ``H/F`` steps keeps the link from carrying
-  more than one round's bytes per round. ``overlap_steps`` also applies with
-  ``F = 1`` (the outer step overlapped with the next inner steps, as in
-  "eager updates", arXiv 2502.12996).
-
-The exposed round time is spread over the ``H`` inner steps of the round, so
-``step_time_s`` is one inner step plus ``round_exposed / H`` and throughput is
-an average over whole outer rounds.
+Each island's global-batch share is proportional to its data-parallel replicas, so faster
+islands finish their (inner) steps early and wait for the slowest: at every step (allreduce) or
+at the outer sync (DiLoCo), the same idle time per step either way. The breakdown of the global
+step is the average GPU's: each island's own terms and idle time, GPU-weighted, plus the exposed
+island sync; it sums to the step. Compute utilisation is as the DiLoCo papers define it
+(INTELLECT-1, Table 2): the share of wall time GPUs work on their island's step,
+``1 - (island_sync + idle) / step``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["island_sync", "WAN_BUCKET_BYTES"]
+from ..parts import WanInputs
+from .dispatch import by_row_code
+from .inputs import ModelInputs, PartTable
 
-#: Gradient bucket of a bucketed data-parallel all-reduce (PyTorch DDP's
-#: default ``bucket_cap_mb = 25``): the last one is reduced after the backward
-#: pass ends, so its WAN time is always exposed.
-WAN_BUCKET_BYTES = 25e6
-
-
-def _col(x, shape):
-    """The slowest island's value (the ring runs at the pace of its slowest uplink) -> (N, 1)."""
-    x = np.broadcast_to(x, np.broadcast_shapes(np.shape(x), shape))
-    return np.max(x, axis=-1, keepdims=True)
+__all__ = ["combine_islands", "cross_island"]
 
 
-def island_sync(n_isl, slow, p_total, grad_bytes, wan_bw, wan_lat, local, H, F, overlap_steps, bits, ar_window,
-                shape, island_step=None):
-    """Cross-island time and traffic per (inner) step.
+def cross_island(parts: PartTable, inp: ModelInputs, n_isl: int, slow, island_step, params, grad_bytes,
+                 ar_window, full) -> dict[str, Any]:
+    """The sync strategy's terms (zeros with one island): ``exposed_s``, ``wan_s``, ``round_s``
+    ``(N, 1)`` and ``egress_bytes`` ``(N,)``."""
+    N = full[0]
+    if n_isl < 2:
+        z = np.zeros((N, 1))
+        return {"exposed_s": z, "wan_s": z, "round_s": z, "egress_bytes": np.zeros(N)}
+    net = inp.network
+    wan = WanInputs(islands=n_isl, slowest_step_s=slow, island_step_s=island_step, params=params,
+                    grad_bytes=grad_bytes, uplink_bytes_s=np.asarray(net.wan_bytes_s, dtype=float),
+                    latency_s=np.asarray(net.wan_latency_s, dtype=float),
+                    overlap_window_s=np.broadcast_to(ar_window, full))
 
-    :param n_isl: number of islands ``I`` (an int).
-    :param slow: the slowest island's inner-step time, ``(N, 1)`` seconds.
-    :param p_total: parameters of the whole model.
-    :param grad_bytes: bytes per gradient element of the global all-reduce.
-    :param wan_bw: achieved uplink bandwidth per island, bytes/s.
-    :param wan_lat: WAN latency of one ring step, s.
-    :param local: ``True`` for DiLoCo-style local steps, ``False`` for a global all-reduce every step.
-    :param H: inner steps per outer round; ``F``: fragments; ``overlap_steps``: tau
-        (``< 0``: default, 1 with fragments, else 0); ``bits``: bits per pseudo-gradient element.
-    :param ar_window: compute time under which a global all-reduce can hide, ``(N, 1)`` s; or, with
-        ``island_step``, each island's own window ``(N, I)``.
-    :param island_step: each island's inner-step time ``(N, I)``: the allreduce step then ends when
-        the last island's WAN stage ends, ``max_i(island_step_i + exposed_i)``, and ``exposed`` is
-        that minus ``slow`` (monotone: a faster island never makes the step slower).
-    :returns: a dict of ``exposed`` and ``hidden`` seconds per step (``(N, 1)``), ``wan_s``
-        (all WAN time per step, exposed + hidden, ``(N, 1)``), ``round_s`` (seconds the WAN
-        is busy per outer round, ``(N, 1)``; per step for allreduce) and ``egress`` (bytes
-        each island sends to other islands per step, ``(N,)``).
-    """
-    multi = n_isl > 1
-    ring_frac = 2.0 * (n_isl - 1.0) / max(n_isl, 1)
-    lat_ring = 2.0 * (n_isl - 1.0) * wan_lat
-    H = np.maximum(H, 1.0)
-    F = np.maximum(F, 1.0)
-    ovl = np.where(overlap_steps < 0, np.where(F > 1, 1.0, 0.0), overlap_steps)
-    # global all-reduce every step, bucketed: the last bucket is always exposed
-    grad_model = p_total * grad_bytes
-    t_ar = ring_frac * grad_model / wan_bw + lat_ring
-    t_last = ring_frac * np.minimum(WAN_BUCKET_BYTES, grad_model) / wan_bw + lat_ring
-    if island_step is None:
-        ar_exposed = np.maximum(np.maximum(0.0, t_ar - ar_window), np.minimum(t_last, t_ar))
-    else:  # the ring runs at its slowest uplink's pace and hides under each island's own window
-        t_ar_ring, t_last_ring = _col(t_ar, shape), _col(t_last, shape)
-        per_island = np.maximum(np.maximum(0.0, t_ar_ring - ar_window), np.minimum(t_last_ring, t_ar_ring))
-        ar_exposed = np.maximum(_col(island_step + per_island, shape) - slow, 0.0)
-    # DiLoCo outer round: F fragments of payload / F, each overlapping min(tau, H/F) inner steps
-    payload = p_total * bits / 8.0
-    t_frag = ring_frac * payload / F / wan_bw + lat_ring
-    window = np.minimum(ovl, H / F) * slow
-    round_exposed = F * np.maximum(0.0, t_frag - window)
-    round_busy = F * t_frag
-    sync = np.where(multi, np.where(local, round_exposed / H, ar_exposed), 0.0)
-    wan = np.where(multi, np.where(local, round_busy / H, t_ar), 0.0)
-    egress = np.where(multi, np.where(local, ring_frac * payload / H, ring_frac * grad_model), 0.0)
-    sync, wan = _col(sync, shape), _col(wan, shape)
+    def run(code: int, take) -> dict[str, Any]:
+        part, opts = parts.get("sync", code)
+        sub = WanInputs(islands=n_isl, **{k: take(getattr(wan, k)) for k in _WAN_FIELDS})
+        t = part.exchange(sub, opts)
+        return {"exposed_s": t.exposed_s, "wan_s": t.wan_s, "round_s": t.round_s, "egress_bytes": t.egress_bytes}
+
+    out = by_row_code(net.sync, full, run, {"exposed_s": (N, 1), "wan_s": (N, 1), "round_s": (N, 1),
+                                            "egress_bytes": (N,)})
+    return {k: np.broadcast_to(v, (N, 1) if k != "egress_bytes" else (N,)) for k, v in out.items()}
+
+
+_WAN_FIELDS = ("slowest_step_s", "island_step_s", "params", "grad_bytes", "uplink_bytes_s", "latency_s",
+               "overlap_window_s")
+
+
+def _first(x, shape):
+    """Column 0 of a per-island array whose value is global (same on every island)."""
+    return np.broadcast_to(x, shape)[..., :1]
+
+
+def combine_islands(*, parts, inp, shape, reasons, terms, hidden, ar_window, grad_bytes, params, b_isl, m_int,
+                    mem_used, peak, mf_tok, hw_tok, tp, pp, cp, dp) -> dict[str, Any]:
+    """The output arrays of :func:`~.evaluate.evaluate` (see the module docstring)."""
+    island_step = sum(terms.values())
+    n_isl = shape[-1]
+    full = np.broadcast_shapes(shape, np.shape(reasons), np.shape(island_step))
+    reasons, island_step = np.broadcast_to(reasons, full), np.broadcast_to(island_step, full)
+    feasible_isl = reasons == 0
+    feasible = np.all(feasible_isl, axis=-1, keepdims=True)
+    slow = np.max(np.where(feasible_isl, island_step, 0.0), axis=-1, keepdims=True)
+    params_col = _first(params, full)
+    wan = cross_island(parts, inp, n_isl, slow, np.where(feasible_isl, island_step, 0.0), params_col,
+                       np.broadcast_to(grad_bytes, full), ar_window, full)
+    sync = wan["exposed_s"]
+    step = slow + sync
+    idle = slow - island_step
+    isl_gpus = tp * pp * cp * dp
+    isl_gpus_full = np.broadcast_to(isl_gpus, full)
+    total_gpus = np.sum(isl_gpus_full, axis=-1, keepdims=True)
+    w_gpu = isl_gpus_full / total_gpus
+
+    def _mean(x):
+        return np.sum(np.broadcast_to(x, full) * w_gpu, axis=-1, keepdims=True)
+
+    bd = {k: _mean(val) for k, val in terms.items()}
+    bd["island_sync"] = np.broadcast_to(sync, slow.shape)
+    bd["idle"] = _mean(idle)
+    overlapped = {k: _mean(val) for k, val in hidden.items()}
+    overlapped["island_sync"] = np.broadcast_to(np.maximum(wan["wan_s"] - sync, 0.0), slow.shape)
+
+    tokens_step = _first(inp.training.global_batch * inp.model.seq_len, full)
+    mf_tok, hw_tok = _first(mf_tok, full), _first(hw_tok, full)
+    tps = tokens_step / step
+    tps_gpu = tps / total_gpus
+    model_tf = tps_gpu * mf_tok / 1e12
+    hw_tf = tps_gpu * hw_tok / 1e12
+    gpu_peak_mean = np.sum(np.broadcast_to(peak * isl_gpus, full), axis=-1, keepdims=True) / total_gpus
+    cu_isl = island_step / step
+    cu = np.sum(np.broadcast_to(cu_isl * isl_gpus, full), axis=-1, keepdims=True) / total_gpus
+    col = slow.shape
+
+    def g(x):  # a global (N, 1) value as (N,)
+        return np.broadcast_to(x, col)[..., 0]
+
     return {
-        "exposed": sync,
-        "hidden": np.maximum(wan - sync, 0.0),
-        "wan_s": wan,
-        "round_s": _col(np.where(multi, np.where(local, round_busy, t_ar), 0.0), shape),
-        "egress": _col(egress, shape)[..., 0],
+        "feasible": feasible[..., 0],
+        "feasible_island": feasible_isl,
+        "reasons": reasons,
+        "step_time_s": step[..., 0],
+        "island_step_s": island_step,
+        "island_idle_s": np.broadcast_to(idle, full),
+        "island_breakdown": {k: np.broadcast_to(val, full) for k, val in terms.items()},
+        "island_util": np.broadcast_to(cu_isl, full),
+        "breakdown": {k: np.asarray(val)[..., 0] for k, val in bd.items()},
+        "overlapped": {k: np.asarray(val)[..., 0] for k, val in overlapped.items()},
+        "tokens_per_s": g(tps),
+        "tokens_per_s_per_gpu": g(tps_gpu),
+        "island_tokens_per_s": np.broadcast_to(b_isl * inp.model.seq_len / step, full),
+        "model_tflops_per_gpu": g(model_tf),
+        "hardware_tflops_per_gpu": g(hw_tf),
+        "mfu": g(model_tf * 1e12 / gpu_peak_mean),
+        "hfu": g(hw_tf * 1e12 / gpu_peak_mean),
+        "compute_utilization": g(cu),
+        "memory_per_gpu_gb": np.max(np.broadcast_to(mem_used, full), axis=-1) / 1e9,
+        "island_memory_gb": np.broadcast_to(mem_used, full) / 1e9,
+        "island_gpus": isl_gpus_full,
+        "island_batch": np.broadcast_to(b_isl, full),
+        "gpus": g(total_gpus),
+        "egress_bytes_per_step": wan["egress_bytes"],
+        "wan_s": g(wan["wan_s"]),
+        "wan_round_s": g(wan["round_s"]),
+        "model_flops_per_token": g(mf_tok),
+        "params": g(params_col),
+        "micro_batches": np.broadcast_to(m_int, full),
+        "_mem_cap_gb": np.broadcast_to(inp.hardware.memory_bytes, full) / 1e9,
     }

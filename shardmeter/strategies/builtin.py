@@ -1,40 +1,44 @@
 """Bundled strategies: ZeRO/FSDP sharding, pipeline schedules, island sync.
 
-Registered through the ``shardmeter`` entry-point group like any third-party
-plugin. Each record is declarative; the core model reads its fields.
+Registered through the ``shardmeter`` entry-point group like any third-party plugin. Each is a
+behaviour part: it computes its own memory and communication terms (:mod:`.zero`,
+:mod:`.schedules`, :mod:`.sync`); the core prices and composes them.
 """
 
 from __future__ import annotations
 
 import shardmeter
 
+from .schedules import ClassicSchedule
+from .sync import DiLoCo, GlobalAllReduce
+from .zero import ZeroSharding
+
 _ZERO = "Rajbhandari et al. 2020, ZeRO (arXiv 1910.02054), Sec. 5"
 
 
 @shardmeter.hookimpl
 def shardmeter_sharding_strategies():
-    # -- sharding over the data-parallel group --------------------------------
-    yield shardmeter.ShardingStrategy(
+    yield ZeroSharding(
         name="none",
         description="Plain data parallelism: every replica keeps full weights, gradients and optimizer state; "
         "gradients all-reduced once per step (bucketed, overlapped with backward).",
         source="PyTorch DDP / Megatron-LM DDP",
     )
-    yield shardmeter.ShardingStrategy(
+    yield ZeroSharding(
         name="zero1",
         shard_optimizer=True,
         description="ZeRO-1 / Megatron distributed optimizer: optimizer states sharded; gradients "
         "reduce-scattered, updated parameters all-gathered after the step.",
         source=_ZERO,
     )
-    yield shardmeter.ShardingStrategy(
+    yield ZeroSharding(
         name="zero2",
         shard_optimizer=True,
         shard_gradients=True,
         description="ZeRO-2: optimizer states and gradients sharded.",
         source=_ZERO,
     )
-    yield shardmeter.ShardingStrategy(
+    yield ZeroSharding(
         name="zero3",
         shard_optimizer=True,
         shard_gradients=True,
@@ -46,7 +50,7 @@ def shardmeter_sharding_strategies():
         source=_ZERO + "; flat collectives: Narayanan et al. 2021, Table 2 (ZeRO-3 per-GPU throughput halves "
         "as GPUs double at a fixed batch)",
     )
-    yield shardmeter.ShardingStrategy(
+    yield ZeroSharding(
         name="fsdp",
         shard_optimizer=True,
         shard_gradients=True,
@@ -55,7 +59,7 @@ def shardmeter_sharding_strategies():
         description="PyTorch FSDP FULL_SHARD (same traffic as ZeRO-3).",
         source="Zhao et al. 2023, PyTorch FSDP (arXiv 2304.11277)",
     )
-    yield shardmeter.ShardingStrategy(
+    yield ZeroSharding(
         name="hsdp",
         shard_optimizer=True,
         shard_gradients=True,
@@ -66,27 +70,33 @@ def shardmeter_sharding_strategies():
         "(gradients all-reduced across nodes once per step).",
         source="Zhao et al. 2023, PyTorch FSDP (arXiv 2304.11277), Sec. 3.2.2",
     )
-    # -- pipeline schedules ----------------------------------------------------
-    yield shardmeter.PipelineSchedule(
+
+
+@shardmeter.hookimpl
+def shardmeter_pipeline_schedules():
+    yield ClassicSchedule(
         name="gpipe",
         in_flight="all",
         description="GPipe (all-forward all-backward): bubble (p-1)/m, holds all m micro-batches.",
         source="Huang et al. 2019 (GPipe); Narayanan et al. 2021, Sec. 2.2.1",
     )
-    yield shardmeter.PipelineSchedule(
+    yield ClassicSchedule(
         name="1f1b",
         description="PipeDream-Flush 1F1B: bubble (p-1)/m, at most p micro-batches in flight.",
         source="Narayanan et al. 2021, Sec. 2.2.1",
     )
-    yield shardmeter.PipelineSchedule(
+    yield ClassicSchedule(
         name="interleaved",
         bubble_over_virtual=True,
         description="Interleaved 1F1B with v model chunks per GPU: bubble (p-1)/(v m), v times the p2p traffic.",
         source="Narayanan et al. 2021, Sec. 2.2.2",
     )
-    # -- island synchronisation ------------------------------------------------
-    # The model of both lives in shardmeter/model/islands.py; docs/multi-island.md explains the keys.
-    yield shardmeter.SyncStrategy(
+
+
+@shardmeter.hookimpl
+def shardmeter_sync_strategies():
+    # The model of both lives in shardmeter/strategies/sync.py; docs/multi-island.md explains the keys.
+    yield GlobalAllReduce(
         name="allreduce",
         description="One global data-parallel group across islands: gradients all-reduced every step, "
         "hierarchically (inside each island, then a ring over the islands' uplinks moving 2(I-1)/I x the "
@@ -94,11 +104,8 @@ def shardmeter_sharding_strategies():
         "backward pass; the last 25 MB bucket is always exposed.",
         source="Thakur, Rabenseifner and Gropp 2005; NCCL hierarchical rings; PyTorch DDP bucketing",
     )
-    yield shardmeter.SyncStrategy(
+    yield DiLoCo(
         name="diloco",
-        local_steps=True,
-        outer_state_bytes_per_param=8.0,
-        options={"inner_steps": 500, "compression_bits": 16, "fragments": 1, "overlap_steps": -1},
         description="DiLoCo: inner_steps local AdamW steps, then an outer all-reduce (ring over the islands) of "
         "the pseudo-gradients at compression_bits per element, blocking unless overlapped; the outer "
         "Nesterov optimizer keeps an fp32 momentum and an fp32 copy of the weights (8 bytes per parameter, "

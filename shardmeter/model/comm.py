@@ -1,0 +1,123 @@
+"""Communication of one micro-batch and one step: the core's own (tensor, context and expert
+parallel) and the sharding strategy's events, priced on the tiers and overlapped.
+
+Overlap rules (each a window of work the transfer runs beside):
+
+* tensor parallel (Megatron-LM: 2 all-reduces forward, 2 backward per layer, + 2 with full
+  recompute) hides, with ``tp_comm_overlap``, under at most half of the layer's GEMMs
+  (Transformer Engine's userbuffers pipeline the GEMM with the collective);
+* context parallel (ring attention, Liu et al. 2023) passes K/V chunks around the ring under
+  the attention kernels;
+* expert parallel all-to-alls (dispatch and combine, forward and backward) are exposed;
+* a sharding strategy's per-micro-batch events (prefetched gathers) hide under the micro-batch's
+  whole work, its exposed TP/CP/EP communication included (a window of compute alone would hide
+  the same time twice and make a faster GPU slow the step); their ``exposed_fraction`` never
+  hides;
+* its per-step events (bucketed gradient reduction) hide, with ``dp_comm_overlap``, under the
+  last micro-batch's backward pass and recompute with their exposed communication; the last
+  bucket never hides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import numpy as np
+
+from ..parts import CommEvent
+from .compute import ComputeTerms, Shapes
+from .formulas import ring_collective_time
+from .inputs import ModelShape, Topology
+from .tiers import collective_time, slowest_link, span_link
+
+__all__ = ["LayerComm", "layer_comm", "PricedTraffic", "price_traffic", "exposed_traffic"]
+
+#: Bytes per activation element (16-bit activations).
+ACT_BYTES = 2.0
+
+
+@attrs.frozen(kw_only=True)
+class LayerComm:
+    """Seconds per micro-batch: ``tp_exposed``/``tp_hidden``, ``cp_exposed``/``cp_hidden``,
+    ``ep_exposed``; ``act_msg``: bytes of one activation tensor of the micro-batch."""
+
+    tp_exposed: np.ndarray
+    tp_hidden: np.ndarray
+    cp_exposed: np.ndarray
+    cp_hidden: np.ndarray
+    ep_exposed: np.ndarray
+    act_msg: np.ndarray
+
+
+def layer_comm(ms: ModelShape, sh: Shapes, ct: ComputeTerms, topo: Topology, tp, cp, ep, tp_overlap,
+               recompute) -> LayerComm:
+    """Tensor, context and expert-parallel communication of one micro-batch on the stage."""
+    T, Ls = sh.tokens, sh.layers_per_stage
+    act_msg = T * ms.hidden * ACT_BYTES
+    t_tp_one = collective_time("all_reduce", act_msg, tp, 1.0, topo)
+    n_tp = 4.0 + np.where(recompute == 2, 2.0, 0.0)  # 2 fwd + 2 bwd all-reduces (or AG+RS pairs), + recompute fwd
+    tp_total = np.where(tp > 1, Ls * n_tp * t_tp_one, 0.0)
+    tp_hidden = np.where(tp_overlap, np.minimum(tp_total, 0.5 * Ls * 3.0 * ct.dense_forward), 0.0)
+    # context parallel (ring attention): K,V chunks around the ring, overlapped with attention
+    kv_msg = 2.0 * T * sh.kv_local * ACT_BYTES
+    bw_cp, lat_cp = span_link(cp, tp, topo)
+    cp_f = (cp - 1.0) * (kv_msg / bw_cp + lat_cp)
+    cp_total = np.where(cp > 1, Ls * (cp_f + 2.0 * cp_f + np.where(recompute >= 1, cp_f, 0.0)), 0.0)
+    cp_window = Ls * (ct.attention_forward + ct.attention_backward
+                      + np.where(recompute >= 1, ct.attention_forward, 0.0))
+    cp_exposed = np.maximum(0.0, cp_total - cp_window)
+    # expert parallel all-to-all (dispatch + combine, forward and backward)
+    cap = np.where(sh.moe, np.maximum(ms.capacity_factor, 1e-9), 1.0)
+    a2a_msg = cap * T * ms.experts_per_token * ms.hidden * ACT_BYTES
+    t_a2a = collective_time("all_to_all", a2a_msg, ep, tp * cp, topo)
+    ep_exposed = np.where(sh.moe & (ep > 1), Ls * (4.0 + np.where(recompute == 2, 2.0, 0.0)) * t_a2a, 0.0)
+    return LayerComm(tp_exposed=tp_total - tp_hidden, tp_hidden=tp_hidden, cp_exposed=cp_exposed,
+                     cp_hidden=cp_total - cp_exposed, ep_exposed=ep_exposed, act_msg=act_msg)
+
+
+@attrs.frozen(kw_only=True)
+class PricedTraffic:
+    """A sharding strategy's events priced, by when they run: ``micro_batch_s`` (per micro-batch)
+    and its never-hidden share ``micro_batch_fixed_s``; ``step_s`` (per step) and ``bucket_s``
+    (its last bucket)."""
+
+    micro_batch_s: np.ndarray
+    micro_batch_fixed_s: np.ndarray
+    step_s: np.ndarray
+    bucket_s: np.ndarray
+
+
+def price_traffic(events: Sequence[CommEvent], topo: Topology) -> PricedTraffic:
+    """Seconds of each event on the topology, summed by when it runs."""
+    mb = fixed = step = bucket = 0.0
+    slow_bw, outer_lat = slowest_link(topo)
+    for ev in events:
+        t = ev.count * collective_time(ev.collective, ev.bytes, ev.group_size, ev.group_stride, topo, flat=ev.flat)
+        if ev.per == "micro_batch":
+            mb = mb + t
+            fixed = fixed + t * ev.exposed_fraction
+            continue
+        step = step + t
+        if ev.bucket_bytes is not None:
+            bucket = np.maximum(bucket, ring_collective_time(ev.bucket_bytes, ev.bucket_ranks, slow_bw, outer_lat,
+                                                             2.0))
+    return PricedTraffic(micro_batch_s=np.asarray(mb, dtype=float), micro_batch_fixed_s=np.asarray(fixed, dtype=float),
+                         step_s=np.asarray(step, dtype=float), bucket_s=np.asarray(bucket, dtype=float))
+
+
+def exposed_traffic(pt: PricedTraffic, mb_window, bwd_window, dp_overlap):
+    """``(micro-batch exposed, step exposed, window left)`` seconds of a strategy's traffic.
+
+    The micro-batch events beyond ``mb_window``, plus their fixed share; the step events beyond
+    the last backward pass (``bwd_window`` plus the micro-batch's exposed events, with
+    ``dp_overlap``), at least the last bucket; and what is left of that window after them
+    (where a cross-island all-reduce may still hide).
+    """
+    mb = pt.micro_batch_s
+    mb_exposed = np.where(mb > 0, np.maximum(0.0, mb - mb_window) + pt.micro_batch_fixed_s, 0.0)
+    step = pt.step_s
+    window = np.where(dp_overlap, bwd_window + mb_exposed, 0.0)
+    last_bucket = np.where(step > 0, np.minimum(step, pt.bucket_s), 0.0)
+    step_exposed = np.where(dp_overlap, np.maximum(step - window, last_bucket), step)
+    return mb_exposed, step_exposed, np.maximum(0.0, window - step)

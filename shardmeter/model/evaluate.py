@@ -1,0 +1,214 @@
+"""One optimizer step of a batch of plans, vectorised over plans and islands.
+
+:func:`evaluate` takes :class:`~.inputs.ModelInputs` (arrays broadcastable to ``(N, I)``: N
+plans, I islands) and the :class:`~.inputs.PartTable` their codes index, and returns the step
+time and its breakdown, memory, throughput and feasibility (a :class:`~.feasibility.Reason`
+mask). No Python loop runs per plan; strategies run once per group of rows that uses them.
+
+The composition (per island, per pipeline stage; Narayanan et al. 2021):
+``step = m (t_f + t_b + exposed TP/CP/EP/sharding comm) + bubble + pipeline p2p + exposed
+data-parallel comm + optimizer``, then islands are combined by the sync strategy
+(:mod:`.islands`). Stages: :mod:`.compute`, :mod:`.comm`, the sharding and schedule parts,
+:mod:`.memory`, :mod:`.islands`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ..parts import PipeInputs, ShardInputs
+from .comm import PricedTraffic, exposed_traffic, layer_comm, price_traffic
+from .compute import local_shapes, micro_batch_compute
+from .dispatch import by_code
+from .feasibility import Reason, batch_reasons, batch_split, layout_reasons
+from .formulas import KERNEL_OVERHEAD_S, layer_flops_per_token, model_flops_per_token, model_params, params_per_layer
+from .inputs import ModelInputs, PartTable
+from .islands import combine_islands
+from .memory import activation_memory, total_memory
+from .tiers import span_link
+
+__all__ = ["evaluate", "evaluate_columns", "BREAKDOWN_TERMS", "ADAM_BYTES_PER_PARAM"]
+
+#: Names of the breakdown terms, in report order.
+BREAKDOWN_TERMS = ("compute", "memory_ops", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm",
+                   "optimizer", "island_sync", "idle")
+
+#: Bytes moved per parameter by the Adam update (read fp32 grad 4, master weight, m and v
+#: 3 x (4 + 4), write 16-bit weight 2): a memory-bound kernel.
+ADAM_BYTES_PER_PARAM = 30.0
+
+
+def _f(x: Any) -> np.ndarray:
+    return np.asarray(x, dtype=float)
+
+
+def evaluate(inp: ModelInputs, parts: PartTable) -> dict[str, Any]:
+    """Score every plan in the batch. See the module docstring.
+
+    Infeasible rows may divide by zero on the way; their outputs are masked by
+    ``feasible``/``reasons``, so those floating-point warnings are silenced here (and only here).
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return _evaluate(inp, parts)
+
+
+def evaluate_columns(cols: Mapping[str, Any], parts: PartTable) -> dict[str, Any]:
+    """:func:`evaluate` of flat input columns (``"layout.tp"``, ...: how the planner and the
+    sweep carry batches)."""
+    return evaluate(ModelInputs.from_columns(cols), parts)
+
+
+def _sharding(parts: PartTable, shard: ShardInputs, inp: ModelInputs, shape) -> dict[str, Any]:
+    """State bytes and priced traffic of each row's sharding strategy."""
+    topo = inp.topology
+
+    def run(code: int, take) -> dict[str, Any]:
+        part, opts = parts.get("sharding", code)
+        sub = ShardInputs(**{k: take(getattr(shard, k)) for k in _SHARD_FIELDS})
+        st = part.state(sub, opts)
+        sub_topo = type(topo)(gpus_per_node=take(topo.gpus_per_node), nodes=take(topo.nodes),
+                              domain_gpus=take(topo.domain_gpus),
+                              tier_gpus=take(topo.tier_gpus, 1), tier_bytes_s=take(topo.tier_bytes_s, 1),
+                              tier_latency_s=take(topo.tier_latency_s, 1))
+        pt = price_traffic(part.traffic(sub, opts), sub_topo)
+        return {"weights": st.weights, "gradients": st.gradients, "optimizer": st.optimizer,
+                "param_shards": st.param_shards, "optimizer_shards": st.optimizer_shards, "extra": st.extra,
+                "mb_s": pt.micro_batch_s, "mb_fixed_s": pt.micro_batch_fixed_s, "step_s": pt.step_s,
+                "bucket_s": pt.bucket_s}
+
+    return by_code(inp.layout.sharding, shape, run)
+
+
+_SHARD_FIELDS = ("params_per_gpu", "params_per_layer", "layers_per_stage", "weight_bytes", "grad_bytes",
+                 "optimizer_bytes_per_param", "tp", "dp", "cp", "domain_gpus")
+
+
+def _schedule(parts: PartTable, pipe: PipeInputs, codes, shape) -> dict[str, Any]:
+    def run(code: int, take) -> dict[str, Any]:
+        part, opts = parts.get("schedule", code)
+        sub = PipeInputs(**{k: take(getattr(pipe, k)) for k in _PIPE_FIELDS})
+        t = part.terms(sub, opts)
+        return {"bubble_s": t.bubble_s, "in_flight": t.in_flight, "p2p": t.p2p_transfers,
+                "infeasible": np.asarray(t.infeasible, dtype=float)}
+
+    return by_code(codes, shape, run)
+
+
+_PIPE_FIELDS = ("pp", "micro_batches", "virtual_stages", "stage_s", "forward_s", "weight_grad_s")
+
+
+def _evaluate(inp: ModelInputs, parts: PartTable) -> dict[str, Any]:
+    ms, tr, hw, topo, lay = inp.model, inp.training, inp.hardware, inp.topology, inp.layout
+    tp, pp, dp, cp, ep = _f(lay.tp), _f(lay.pp), _f(lay.dp), _f(lay.cp), _f(lay.ep)
+    sp = lay.sequence_parallel.astype(bool)
+    v = np.where(pp > 1, np.maximum(_f(lay.virtual_stages), 1.0), 1.0)  # one stage: interleaving is a no-op
+    rec = _f(tr.recompute)
+    wb = _f(tr.weight_bytes)
+    gpn, nodes = _f(topo.gpus_per_node), _f(topo.nodes)
+    cols = [np.shape(x) for b in (ms, tr, hw, topo, lay, inp.network) for x in vars_of(b)]
+    shape = np.broadcast_shapes(*[c[:2] if len(c) > 2 else c for c in cols], (1, 1))
+
+    # ---- batch split and structural feasibility ------------------------------------------------
+    b_isl, m, m_int = batch_split(_f(tr.global_batch), dp, _f(tr.micro_batch))
+    peak, peak16 = _f(hw.peak_flops), _f(hw.peak16_flops)
+    reasons = layout_reasons(ms.heads, ms.seq_len, _f(ms.experts), tp, pp, cp, dp, ep, nodes * gpn)
+    reasons = reasons | batch_reasons(m, pp, v, ms.layers) | np.where(peak <= 0, int(Reason.PRECISION), 0)
+    peak = np.where(peak > 0, peak, 1.0)
+    peak16 = np.where(peak16 > 0, peak16, peak)
+
+    # ---- compute and the core's own communication per micro-batch --------------------------------
+    sh = local_shapes(ms, tr, tp, pp, cp, v)
+    ct = micro_batch_compute(ms, tr, hw, sh, tp, ep, sp, peak, peak16)
+    lc = layer_comm(ms, sh, ct, topo, tp, cp, ep, lay.tp_comm_overlap.astype(bool), rec)
+    Ls = sh.layers_per_stage
+    mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
+
+    # ---- the sharding strategy: state and traffic ------------------------------------------------
+    p_layer = (params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0)
+               - np.where(ms.swiglu, 3.0, 2.0) * ms.hidden * ms.ffn_hidden
+               + np.where(ms.swiglu, 3.0, 2.0) * ms.hidden * ms.ffn_hidden * np.where(sh.moe, ms.experts / ep, 1.0)
+               ) / tp
+    emb = ms.vocab * ms.hidden / tp
+    p_gpu = Ls * p_layer + emb * (1.0 + np.where((pp == 1) & ~ms.tied.astype(bool), 1.0, 0.0))
+    grad_b = np.where(wb > 2, 4.0, 2.0)
+    shard = ShardInputs(params_per_gpu=p_gpu, params_per_layer=p_layer, layers_per_stage=Ls, weight_bytes=wb,
+                        grad_bytes=grad_b, optimizer_bytes_per_param=np.where(wb > 2, 8.0, 12.0), tp=tp, dp=dp,
+                        cp=cp, domain_gpus=_f(topo.domain_gpus))
+    sd = _sharding(parts, shard, inp, shape)
+    priced = PricedTraffic(micro_batch_s=_f(sd["mb_s"]), micro_batch_fixed_s=_f(sd["mb_fixed_s"]),
+                           step_s=_f(sd["step_s"]), bucket_s=_f(sd["bucket_s"]))
+    t_compute_mb, t_elem_mb = ct.compute, ct.memory_ops
+    fsdp_exposed_mb, dp_exposed, ar_window = exposed_traffic(
+        priced, t_compute_mb + t_elem_mb + mb_comm, ct.backward + ct.recompute + mb_comm,
+        lay.dp_comm_overlap.astype(bool))
+    fsdp_hidden_mb = priced.micro_batch_s - fsdp_exposed_mb
+    dp_hidden = priced.step_s - dp_exposed
+
+    # ---- pipeline: the schedule's bubble, activations in flight and transfers --------------------
+    t_mb = t_compute_mb + t_elem_mb + mb_comm + fsdp_exposed_mb
+    pipe = PipeInputs(pp=pp, micro_batches=m_int, virtual_stages=v, stage_s=t_mb, forward_s=ct.forward,
+                      weight_grad_s=Ls * ct.dense_forward)
+    sch = _schedule(parts, pipe, lay.schedule, shape)
+    reasons = reasons | np.where(_f(sch["infeasible"]) > 0, int(Reason.SCHEDULE), 0)
+    p2p_bytes = lc.act_msg / tp  # Megatron's scatter-gather optimisation sends 1/t per TP rank
+    bw_pp, lat_pp = span_link(pp, tp * cp * dp, topo)
+    pp_comm = _f(sch["p2p"]) * (p2p_bytes / bw_pp + lat_pp)
+
+    # ---- optimizer (memory-bound Adam over this GPU's optimizer shard) ---------------------------
+    hbm = hw.hbm_bytes_s * hw.hbm_efficiency
+    t_opt = p_gpu / sd["optimizer_shards"] * ADAM_BYTES_PER_PARAM / hbm + 10 * KERNEL_OVERHEAD_S
+
+    terms = {
+        "compute": m_int * t_compute_mb,
+        "memory_ops": m_int * t_elem_mb,
+        "tp_comm": m_int * lc.tp_exposed,
+        "cp_comm": m_int * lc.cp_exposed,
+        "ep_comm": m_int * lc.ep_exposed,
+        "pp_comm": pp_comm,
+        "pp_bubble": sch["bubble_s"],
+        "dp_comm": dp_exposed + m_int * fsdp_exposed_mb,
+        "optimizer": t_opt,
+    }
+    hidden = {"tp_comm": m_int * lc.tp_hidden, "cp_comm": m_int * lc.cp_hidden,
+              "dp_comm": dp_hidden + m_int * fsdp_hidden_mb}
+
+    # ---- memory of the busiest GPU -----------------------------------------------------------------
+    n_isl = shape[-1]
+    outer = _outer_state_bytes(parts, inp, shape) if n_isl > 1 else 0.0
+    act_mem = activation_memory(ms, tr, sh, tp, sp, pp, sch["in_flight"])
+    mem_used = total_memory(sd["weights"], sd["gradients"],
+                            sd["optimizer"] + p_gpu * outer / sd["param_shards"], sd["extra"], act_mem)
+    reasons = reasons | np.where(mem_used > hw.memory_bytes, int(Reason.MEMORY), 0)
+
+    # ---- FLOPs ------------------------------------------------------------------------------------
+    E, ktop = _f(ms.experts), _f(ms.experts_per_token)
+    flops_args = (ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu)
+    mf_tok = model_flops_per_token(ms.layers, *flops_args, ms.vocab, ms.seq_len, ktop, E)
+    dense_l, att_l = layer_flops_per_token(*flops_args, ms.seq_len, ktop, E)
+    hw_tok = mf_tok + ms.layers * np.where(rec == 2, dense_l + att_l, np.where(rec == 1, att_l, 0.0))
+    p_total = model_params(ms.layers, *flops_args, ms.vocab, ms.tied.astype(bool), E)
+
+    return combine_islands(
+        parts=parts, inp=inp, shape=shape, reasons=reasons, terms=terms, hidden=hidden, ar_window=ar_window,
+        grad_bytes=grad_b, params=p_total, b_isl=b_isl, m_int=m_int, mem_used=mem_used, peak=peak,
+        mf_tok=mf_tok, hw_tok=hw_tok, tp=tp, pp=pp, cp=cp, dp=dp,
+    )
+
+
+def vars_of(bundle: Any) -> list[np.ndarray]:
+    """The arrays of one input bundle."""
+    return [getattr(bundle, a.name) for a in attrs.fields(type(bundle))]
+
+
+def _outer_state_bytes(parts: PartTable, inp: ModelInputs, shape) -> np.ndarray:
+    """The sync strategy's extra state per parameter, per row."""
+    codes = np.broadcast_to(np.asarray(inp.network.sync), (shape[0], 1))
+    out = np.zeros((shape[0], 1))
+    for c in np.unique(codes):
+        part, opts = parts.get("sync", int(c))
+        out[codes == c] = part.state_bytes_per_param(opts)
+    return out

@@ -1,0 +1,87 @@
+"""Why a plan cannot run: one :class:`Reason` flag per cause, the scenario key it names, and
+the checks that need no model (shared by :func:`~.evaluate.evaluate` and the planner's
+pre-checks, so both reject a plan for the same reason with the same arithmetic)."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Reason", "REASONS", "reason_messages", "layout_reasons", "batch_split", "batch_reasons"]
+
+
+class Reason(enum.IntFlag):
+    """Infeasibility causes (bit values are stable: reports and plan counts use them)."""
+
+    TP_HEADS = 1
+    CP_SEQUENCE = 2
+    EP_EXPERTS = 4
+    TOO_MANY_GPUS = 8
+    BATCH_SPLIT = 16
+    MEMORY = 32
+    PRECISION = 64
+    SCHEDULE = 128
+    STAGES = 256
+
+
+#: Reason -> (scenario key, message template); the key may hold ``{j}`` (the island).
+REASONS: dict[int, tuple[str, str]] = {
+    Reason.TP_HEADS: ("parallelism.tp", "tp ({tp}) must divide model.heads ({heads})"),
+    Reason.CP_SEQUENCE: ("parallelism.cp", "cp ({cp}) must divide model.seq_len ({s})"),
+    Reason.EP_EXPERTS: ("parallelism.ep", "ep ({ep}) must divide model.experts ({E}) and dp x cp ({dpcp})"),
+    Reason.TOO_MANY_GPUS: ("parallelism", "tp x pp x cp x dp = {used} exceeds the island's {gpus} GPUs"),
+    Reason.BATCH_SPLIT: ("training.global_batch", "the island's share of global_batch ({bi}) is not a multiple of "
+                                                  "micro_batch x dp ({mbs_dp})"),
+    Reason.MEMORY: ("island[{j}].gpu.memory_gb", "the plan needs {mem_gb:.1f} GB per GPU, more than the "
+                    "{cap_gb:.1f} GB the GPU has (shard more: parallelism.tp/pp/sharding, training.recompute, "
+                    "or a smaller training.micro_batch)"),
+    Reason.PRECISION: ("training.precision", "the GPU has no tensor-core rate for this precision"),
+    Reason.SCHEDULE: ("parallelism.virtual_stages", "the interleaved schedule needs the micro-batches ({m}) to be "
+                                                    "a multiple of pp ({pp})"),
+    Reason.STAGES: ("parallelism.pp", "pp x virtual_stages ({pv}) exceeds model.layers ({L})"),
+}
+
+
+def reason_messages(bits: int, values: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, message) for each reason bit set, formatted with ``values``."""
+    out = []
+    for bit, (key, tmpl) in REASONS.items():
+        if bits & bit:
+            try:
+                out.append((key, tmpl.format(**values)))
+            except (KeyError, ValueError, IndexError):
+                out.append((key, tmpl))
+    return out
+
+
+def layout_reasons(heads, seq_len, experts, tp, pp, cp, dp, ep, gpus) -> np.ndarray:
+    """Reasons that depend on the layout and the model only."""
+    moe = experts > 1
+    bits = np.where(np.mod(heads, tp) != 0, Reason.TP_HEADS, 0)
+    bits |= np.where(np.mod(seq_len, cp) != 0, Reason.CP_SEQUENCE, 0)
+    bits |= np.where(moe & ((np.mod(experts, ep) != 0) | (np.mod(dp * cp, ep) != 0)) | (~moe & (ep > 1)),
+                     Reason.EP_EXPERTS, 0)
+    bits |= np.where(tp * pp * cp * dp > gpus, Reason.TOO_MANY_GPUS, 0)
+    return np.asarray(bits, dtype=np.int64)
+
+
+def batch_split(global_batch, dp, micro_batch):
+    """``(sequences per step on each island, micro-batches, whole micro-batches)``: each island's
+    share of the global batch is proportional to its data-parallel replicas."""
+    n_isl = np.broadcast_shapes(np.shape(dp), np.shape(global_batch), (1, 1))[-1]
+    dp_total = np.sum(np.broadcast_to(dp, np.broadcast_shapes(np.shape(dp), np.shape(global_batch), (1, n_isl))),
+                      axis=-1, keepdims=True)
+    b_isl = global_batch * dp / dp_total
+    m = b_isl / (dp * micro_batch)
+    return b_isl, m, np.maximum(np.floor(m + 1e-9), 1.0)
+
+
+def batch_reasons(m, pp, virtual_stages, layers) -> np.ndarray:
+    """A batch that does not split into whole micro-batches, and too many stages for the layers
+    (``virtual_stages`` already 1 where ``pp = 1``)."""
+    bits = np.where(np.abs(m - np.round(m)) > 1e-9, Reason.BATCH_SPLIT, 0) | np.where(
+        m < 1 - 1e-9, Reason.BATCH_SPLIT, 0)
+    bits = bits | np.where(pp * virtual_stages > layers, Reason.STAGES, 0)
+    return np.asarray(bits, dtype=np.int64)

@@ -1,0 +1,212 @@
+"""Typed model inputs: frozen bundles of arrays with units in the names.
+
+Every array broadcasts to ``(N, I)``: N rows (candidate plans, sweep points) by I islands;
+the topology's tier arrays carry a trailing tier axis ``(N, I, T)``. Part codes index the
+:class:`PartTable` the inputs were built with.
+
+The planner and the sweep move inputs around as flat *columns* (``"layout.tp"``, ...):
+:meth:`ModelInputs.columns` and :meth:`ModelInputs.from_columns` convert, so a column name is
+always ``bundle.field`` of these classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import numpy as np
+
+__all__ = [
+    "ModelShape",
+    "Training",
+    "Hardware",
+    "Topology",
+    "Layout",
+    "Network",
+    "ModelInputs",
+    "PartTable",
+    "RECOMPUTE_CODES",
+]
+
+#: ``training.recompute`` as the model's integer code.
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+
+
+
+def _arr() -> Any:
+    return attrs.field(converter=np.asarray)
+
+
+@attrs.frozen(kw_only=True)
+class ModelShape:
+    """The transformer: ``layers``, ``hidden``, ``heads``, ``kv_heads``, ``q_dim`` (heads x
+    head_dim), ``kv_dim``, ``ffn_hidden``, ``swiglu`` (bool), ``vocab``, ``seq_len``, ``tied``
+    embeddings, ``experts``, ``experts_per_token``, ``capacity_factor``, ``causal``, ``dropout``."""
+
+    layers: np.ndarray = _arr()
+    hidden: np.ndarray = _arr()
+    heads: np.ndarray = _arr()
+    kv_heads: np.ndarray = _arr()
+    q_dim: np.ndarray = _arr()
+    kv_dim: np.ndarray = _arr()
+    ffn_hidden: np.ndarray = _arr()
+    swiglu: np.ndarray = _arr()
+    vocab: np.ndarray = _arr()
+    seq_len: np.ndarray = _arr()
+    tied: np.ndarray = _arr()
+    experts: np.ndarray = _arr()
+    experts_per_token: np.ndarray = _arr()
+    capacity_factor: np.ndarray = _arr()
+    causal: np.ndarray = _arr()
+    dropout: np.ndarray = _arr()
+
+
+@attrs.frozen(kw_only=True)
+class Training:
+    """``global_batch`` and ``micro_batch`` (sequences), ``recompute`` (:data:`RECOMPUTE_CODES`),
+    ``materialized`` attention (bool), ``weight_bytes`` per parameter, ``fp8`` GEMMs (bool)."""
+
+    global_batch: np.ndarray = _arr()
+    micro_batch: np.ndarray = _arr()
+    recompute: np.ndarray = _arr()
+    materialized: np.ndarray = _arr()
+    weight_bytes: np.ndarray = _arr()
+    fp8: np.ndarray = _arr()
+
+
+@attrs.frozen(kw_only=True)
+class Hardware:
+    """One GPU: ``peak_flops`` at the training precision and ``peak16_flops`` at 16 bits (FLOP/s;
+    0 = no tensor-core rate), ``memory_bytes``, ``hbm_bytes_s`` and ``hbm_efficiency``,
+    ``gemm_efficiency``, ``attention_efficiency`` (of the chosen kernel), ``sm_count``."""
+
+    peak_flops: np.ndarray = _arr()
+    peak16_flops: np.ndarray = _arr()
+    memory_bytes: np.ndarray = _arr()
+    hbm_bytes_s: np.ndarray = _arr()
+    hbm_efficiency: np.ndarray = _arr()
+    gemm_efficiency: np.ndarray = _arr()
+    attention_efficiency: np.ndarray = _arr()
+    sm_count: np.ndarray = _arr()
+
+
+@attrs.frozen(kw_only=True)
+class Topology:
+    """An island's GPUs and network tiers.
+
+    ``gpus_per_node`` and ``nodes``; ``domain_gpus``: GPUs of the innermost tier's domain (a node,
+    an NVLink domain); per tier (trailing axis, innermost first) ``tier_gpus``:
+    the GPUs one domain of that tier joins (a node, an NVLink domain, a rail group; ``inf`` for
+    the outermost, which joins the whole island), ``tier_bytes_s``: achieved bandwidth per GPU
+    across that tier, one direction (a NIC's share per GPU and any oversubscription applied),
+    ``tier_latency_s``: latency of one step of a collective algorithm on it.
+    """
+
+    gpus_per_node: np.ndarray = _arr()
+    nodes: np.ndarray = _arr()
+    domain_gpus: np.ndarray = _arr()
+    tier_gpus: np.ndarray = _arr()
+    tier_bytes_s: np.ndarray = _arr()
+    tier_latency_s: np.ndarray = _arr()
+
+
+@attrs.frozen(kw_only=True)
+class Layout:
+    """Parallel degrees ``tp``, ``pp``, ``dp``, ``cp``, ``ep``; ``sequence_parallel``,
+    ``virtual_stages``, ``tp_comm_overlap``, ``dp_comm_overlap`` (bools); ``sharding`` and
+    ``schedule``: codes into the :class:`PartTable`."""
+
+    tp: np.ndarray = _arr()
+    pp: np.ndarray = _arr()
+    dp: np.ndarray = _arr()
+    cp: np.ndarray = _arr()
+    ep: np.ndarray = _arr()
+    sequence_parallel: np.ndarray = _arr()
+    virtual_stages: np.ndarray = _arr()
+    tp_comm_overlap: np.ndarray = _arr()
+    dp_comm_overlap: np.ndarray = _arr()
+    sharding: np.ndarray = _arr()
+    schedule: np.ndarray = _arr()
+
+
+@attrs.frozen(kw_only=True)
+class Network:
+    """Between islands: each island's achieved uplink ``wan_bytes_s``, ``wan_latency_s`` per ring
+    step, and the ``sync`` strategy's code (one per row)."""
+
+    wan_bytes_s: np.ndarray = _arr()
+    wan_latency_s: np.ndarray = _arr()
+    sync: np.ndarray = _arr()
+
+
+_BUNDLES: dict[str, type] = {
+    "model": ModelShape,
+    "training": Training,
+    "hardware": Hardware,
+    "topology": Topology,
+    "layout": Layout,
+    "network": Network,
+}
+
+
+@attrs.frozen(kw_only=True)
+class ModelInputs:
+    """All inputs of one batch: one bundle of each kind."""
+
+    model: ModelShape
+    training: Training
+    hardware: Hardware
+    topology: Topology
+    layout: Layout
+    network: Network
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """``{"bundle.field": array}`` of every input."""
+        out = {}
+        for b in _BUNDLES:
+            bundle = getattr(self, b)
+            for f in attrs.fields(type(bundle)):
+                out[f"{b}.{f.name}"] = getattr(bundle, f.name)
+        return out
+
+    @classmethod
+    def from_columns(cls, cols: Mapping[str, Any]) -> ModelInputs:
+        """The inverse of :meth:`columns` (every column must be present)."""
+        parts: dict[str, dict[str, Any]] = {b: {} for b in _BUNDLES}
+        for key, value in cols.items():
+            b, _, name = key.partition(".")
+            parts[b][name] = value
+        return cls(**{b: bcls(**parts[b]) for b, bcls in _BUNDLES.items()})
+
+
+#: Every column name, in order.
+COLUMNS = tuple(f"{b}.{f.name}" for b, c in _BUNDLES.items() for f in attrs.fields(c))
+
+
+class PartTable:
+    """The distinct (part, options) pairs a batch uses, per kind; a row's code is an index here.
+
+    One table is shared by every variant of a sweep or plan, so codes from different scenarios
+    mean the same pair: :meth:`code` appends a pair it has not seen.
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[str, list[tuple[Any, Any]]] = {"sharding": [], "schedule": [], "sync": []}
+
+    def code(self, kind: str, part: Any, opts: Any) -> int:
+        rows = self.entries[kind]
+        for i, (p, o) in enumerate(rows):
+            if (p is part or p == part) and o == opts:
+                return i
+        rows.append((part, opts))
+        return len(rows) - 1
+
+    def get(self, kind: str, code: int) -> tuple[Any, Any]:
+        return self.entries[kind][code]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"entries": self.entries}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.entries = state["entries"]

@@ -1,0 +1,275 @@
+"""What a strategy part is: the behaviour a plugin contributes, and the records it exchanges with the core.
+
+A part *computes* its own terms, array-at-a-time over the rows of a batch of plans; the core
+prices communication on the topology and composes the step (``docs/architecture.md``):
+
+* a :class:`ShardingPart` returns the model-state bytes one GPU holds (:class:`StateBytes`) and
+  the collectives it issues (:class:`CommEvent`), from :class:`ShardInputs`;
+* a :class:`SchedulePart` returns the pipeline bubble, the micro-batches in flight and the
+  point-to-point transfers (:class:`PipeTerms`) from :class:`PipeInputs`;
+* a :class:`SyncPart` returns the cross-island time and bytes (:class:`SyncTerms`) from
+  :class:`WanInputs`.
+
+Every array in these records broadcasts against the others of the same call. The evaluator
+calls each distinct (part, options) pair once per group of rows that uses it (never once per
+plan), with that group's arrays, and scatters the results back.
+
+A part's ``options`` is an attrs class; the scenario's keys for it (``[parallelism]`` for
+sharding and schedules, ``[sync]`` for sync) are structured into an instance by the project's
+converter, so a misspelt or mistyped option is a one-line error naming the key. The instance is
+passed to every method as ``opts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike
+
+__all__ = [
+    "NoOptions",
+    "Part",
+    "ShardingPart",
+    "SchedulePart",
+    "SyncPart",
+    "ShardInputs",
+    "StateBytes",
+    "CommEvent",
+    "PipeInputs",
+    "PipeTerms",
+    "WanInputs",
+    "SyncTerms",
+    "COLLECTIVES",
+    "option_defaults",
+    "make_options_class",
+]
+
+#: Collectives the core prices (``docs/architecture.md``, "Pricing a collective").
+COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+
+
+@attrs.frozen
+class NoOptions:
+    """The options of a part that reads no scenario key."""
+
+
+def option_defaults(options: type) -> dict[str, Any]:
+    """``{name: default}`` of an options class (every field needs a default)."""
+    out = {}
+    for f in attrs.fields(options):
+        d = f.default
+        out[f.name] = d.factory() if isinstance(d, attrs.Factory) else d  # type: ignore[arg-type]
+    return out
+
+
+def make_options_class(name: str, defaults: dict[str, Any]) -> type:
+    """An attrs options class from a declarative ``{key: default}`` table (the records' sugar)."""
+    fields = {k: attrs.field(default=v, type=type(v)) for k, v in defaults.items()}
+    cls_name = "".join(w.capitalize() for w in str(name).replace("-", "_").split("_") if w) + "Options"
+    return attrs.make_class(cls_name or "Options", fields, frozen=True, kw_only=True)
+
+
+@attrs.frozen(kw_only=True)
+class Part:
+    """Common fields of a behaviour part: ``name`` (unique per kind), ``options`` (an attrs
+    class of the keys it reads, with defaults), ``description`` and ``source`` (citation)."""
+
+    kind: ClassVar[str] = ""
+    name: str
+    options: type = NoOptions
+    description: str = ""
+    source: str = ""
+
+    def option_defaults(self) -> dict[str, Any]:
+        return option_defaults(self.options)
+
+
+# ---------------------------------------------------------------------------------------------
+# sharding
+
+
+@attrs.frozen(kw_only=True)
+class ShardInputs:
+    """What a sharding strategy sees of one GPU (arrays, broadcastable).
+
+    ``params_per_gpu``: parameters this GPU's model shard holds before data-parallel sharding
+    (its pipeline stage and tensor-parallel slice); ``params_per_layer``: of one layer of it;
+    ``layers_per_stage``; ``weight_bytes``/``grad_bytes`` per element; ``optimizer_bytes_per_param``
+    (Adam in mixed precision: fp32 master, m and v = 12; 8 in fp32 training); the degrees
+    ``tp``, ``dp``, ``cp``; ``domain_gpus``: GPUs of the innermost network tier (a node, or an
+    NVLink domain).
+    """
+
+    params_per_gpu: np.ndarray
+    params_per_layer: np.ndarray
+    layers_per_stage: np.ndarray
+    weight_bytes: np.ndarray
+    grad_bytes: np.ndarray
+    optimizer_bytes_per_param: np.ndarray
+    tp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    domain_gpus: np.ndarray
+
+
+@attrs.frozen(kw_only=True)
+class StateBytes:
+    """Model state one GPU holds, bytes: ``weights`` (with any gathered-layer buffers),
+    ``gradients``, ``optimizer``, ``extra`` (anything else the strategy keeps).
+    ``param_shards``: how many ways parameter-shaped state is divided (a sync strategy's outer
+    state is sharded like the parameters); ``optimizer_shards``: how many ways the optimizer
+    update's work is divided."""
+
+    weights: ArrayLike
+    gradients: ArrayLike
+    optimizer: ArrayLike
+    param_shards: ArrayLike = 1.0
+    optimizer_shards: ArrayLike = 1.0
+    extra: ArrayLike = 0.0
+
+
+@attrs.frozen(kw_only=True)
+class CommEvent:
+    """One collective a strategy issues, priced by the core on the island's network tiers.
+
+    * ``collective``: one of :data:`COLLECTIVES`; ``bytes``: the whole buffer ``S`` (an
+      all-gather's output, a reduce-scatter's input); ``count``: how many such calls.
+    * ``group_size`` ranks ``group_stride`` apart in the rank order (Megatron's: tensor,
+      context, data, pipeline from the innermost): the tiers the group spans follow from it.
+    * ``flat``: one flat ring over all members, so each GPU's whole share crosses every tier
+      (DeepSpeed ZeRO-3 as Narayanan et al. 2021 measured), instead of NCCL's hierarchical
+      algorithm that aggregates inside each domain first.
+    * ``per``: ``"micro_batch"`` (issued in every micro-batch, prefetched under that
+      micro-batch's work) or ``"step"`` (once per step, bucketed under the last backward pass
+      when ``[parallelism] dp_comm_overlap`` is on).
+    * ``exposed_fraction``: the share that can never hide (the first layer's gather, which
+      nothing precedes); ``bucket_bytes`` / ``bucket_ranks``: the last gradient bucket, reduced
+      after the backward pass ends and so always exposed (``None``: not bucketed).
+    * ``term``: the breakdown term it counts in.
+    """
+
+    collective: str = attrs.field(validator=attrs.validators.in_(COLLECTIVES))
+    bytes: ArrayLike
+    group_size: ArrayLike
+    group_stride: ArrayLike = 1.0
+    count: ArrayLike = 1.0
+    flat: bool = False
+    per: str = attrs.field(default="step", validator=attrs.validators.in_(("micro_batch", "step")))
+    exposed_fraction: ArrayLike = 0.0
+    bucket_bytes: ArrayLike | None = None
+    bucket_ranks: ArrayLike = 1.0
+    term: str = attrs.field(default="dp_comm", validator=attrs.validators.in_(("dp_comm",)))
+
+
+@attrs.frozen(kw_only=True)
+class ShardingPart(Part):
+    """How model state is partitioned over the data-parallel group (ZeRO, FSDP, ...)."""
+
+    kind: ClassVar[str] = "sharding"
+
+    def state(self, inp: ShardInputs, opts: Any) -> StateBytes:
+        """Model-state bytes on one GPU."""
+        raise NotImplementedError
+
+    def traffic(self, inp: ShardInputs, opts: Any) -> Sequence[CommEvent]:
+        """The collectives of one step."""
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# pipeline schedules
+
+
+@attrs.frozen(kw_only=True)
+class PipeInputs:
+    """One pipeline stage's view of a step (arrays): ``pp`` stages, ``micro_batches`` per step,
+    ``virtual_stages`` (model chunks per GPU; 1 when ``pp = 1``); the time of one micro-batch
+    on the stage, ``stage_s`` (forward + backward, with its exposed communication), of which
+    ``forward_s`` is the forward pass and ``weight_grad_s`` the weight-gradient GEMMs of the
+    backward pass (the part a zero-bubble schedule defers)."""
+
+    pp: np.ndarray
+    micro_batches: np.ndarray
+    virtual_stages: np.ndarray
+    stage_s: np.ndarray
+    forward_s: np.ndarray
+    weight_grad_s: np.ndarray
+
+
+@attrs.frozen(kw_only=True)
+class PipeTerms:
+    """``bubble_s``: idle time per step; ``in_flight``: micro-batches whose activations the
+    first stage holds at its peak, in units of one micro-batch through the whole stage;
+    ``p2p_transfers``: activation (or gradient) sends per step on one stage boundary;
+    ``infeasible``: rows the schedule cannot run."""
+
+    bubble_s: ArrayLike
+    in_flight: ArrayLike
+    p2p_transfers: ArrayLike
+    infeasible: ArrayLike = False
+
+
+@attrs.frozen(kw_only=True)
+class SchedulePart(Part):
+    """A pipeline-parallel schedule."""
+
+    kind: ClassVar[str] = "schedule"
+
+    def terms(self, pipe: PipeInputs, opts: Any) -> PipeTerms:
+        raise NotImplementedError
+
+    def infeasible(self, pipe: PipeInputs, opts: Any) -> np.ndarray:
+        """Rows this schedule cannot run (structural: needs ``pp``, ``micro_batches`` and
+        ``virtual_stages`` only, so the planner can reject them before the full model)."""
+        return np.zeros(np.broadcast_shapes(np.shape(pipe.pp), np.shape(pipe.micro_batches)), dtype=bool)
+
+
+# ---------------------------------------------------------------------------------------------
+# island synchronisation
+
+
+@attrs.frozen(kw_only=True)
+class WanInputs:
+    """The cross-island view (arrays over rows ``(n, 1)`` or rows x islands ``(n, I)``):
+    ``islands`` (an int), ``slowest_step_s`` (n, 1), ``island_step_s`` (n, I), ``params``
+    of the whole model, ``grad_bytes`` per element, ``uplink_bytes_s`` achieved per island,
+    ``latency_s`` per WAN ring step, ``overlap_window_s`` (n, I): backward time left on each
+    island after its own data-parallel reduction."""
+
+    islands: int
+    slowest_step_s: np.ndarray
+    island_step_s: np.ndarray
+    params: np.ndarray
+    grad_bytes: np.ndarray
+    uplink_bytes_s: np.ndarray
+    latency_s: np.ndarray
+    overlap_window_s: np.ndarray
+
+
+@attrs.frozen(kw_only=True)
+class SyncTerms:
+    """Per (inner) step, arrays (n, 1): ``exposed_s`` (added to the step), ``wan_s`` (all WAN
+    time, exposed + hidden), ``round_s`` (WAN busy time per outer round), ``egress_bytes``
+    (bytes each island sends to others per step, (n,))."""
+
+    exposed_s: ArrayLike
+    wan_s: ArrayLike
+    round_s: ArrayLike
+    egress_bytes: ArrayLike
+
+
+@attrs.frozen(kw_only=True)
+class SyncPart(Part):
+    """How islands synchronise (only with two islands or more)."""
+
+    kind: ClassVar[str] = "sync"
+
+    def state_bytes_per_param(self, opts: Any) -> float:
+        """Extra optimizer state per parameter this strategy keeps (sharded like the weights)."""
+        return 0.0
+
+    def exchange(self, wan: WanInputs, opts: Any) -> SyncTerms:
+        raise NotImplementedError

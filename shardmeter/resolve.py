@@ -1,0 +1,177 @@
+"""Resolution: a loaded :class:`~shardmeter.scenario.Scenario` and a registry -> one frozen
+:class:`Resolved` with every part name replaced by its record or part and every strategy's
+options structured into its options class. Later stages (inputs, evaluation, report, pricing)
+read only this object; none of them looks a name up again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from .convert import structure_record
+from .errors import ScenarioError
+from .parts import Part, option_defaults
+from .records import CostSource, HardwareProfile, Interconnect
+from .scenario import ParallelismSpec, Scenario, TierSpec
+
+__all__ = ["Resolved", "ResolvedIsland", "ResolvedTier", "resolve_scenario", "LEVELS"]
+
+_KIND_CLS = {"hardware": HardwareProfile, "interconnect": Interconnect, "cost": CostSource}
+
+#: Topology levels an :class:`~shardmeter.Estimator` may re-price on every island.
+LEVELS = ("intra_node", "inter_node", "network")
+
+
+@attrs.frozen
+class ResolvedTier:
+    """One network tier of an island: its ``link``, the GPUs one domain of it joins (``None``:
+    the whole island) and its ``oversubscription`` (bandwidth divided by it)."""
+
+    link: Interconnect
+    gpus: int | None
+    oversubscription: float = 1.0
+    #: a network link's bandwidth is per NIC, shared by the node's GPUs (``nics_per_node / gpus_per_node``)
+    nic_shared: bool = True
+
+
+@attrs.frozen
+class ResolvedIsland:
+    """One island with every part resolved."""
+
+    name: str
+    gpu: HardwareProfile
+    nodes: int
+    gpus_per_node: int
+    tiers: tuple[ResolvedTier, ...]
+    nics_per_node: int
+    cost: CostSource | None
+    parallelism: ParallelismSpec
+    sharding: Part
+    sharding_options: Any
+    schedule: Part
+    schedule_options: Any
+    dp: int
+    #: the parallelism is the island's own (``island[i].parallelism``), not the scenario's
+    own_parallelism: bool = False
+    #: a link between nodes is known (given, or the GPU's default); without one the island must
+    #: stay one node
+    has_inter_node: bool = True
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def gpus_used(self) -> int:
+        par = self.parallelism
+        return par.tp * par.pp * par.cp * self.dp
+
+
+@attrs.frozen
+class Resolved:
+    """A scenario with its parts: ``islands``, the ``sync`` part and its options, and the WAN
+    ``network`` link (``None`` with one island)."""
+
+    scenario: Scenario
+    islands: tuple[ResolvedIsland, ...]
+    sync: Part
+    sync_options: Any
+    network: Interconnect | None
+
+
+def resolve_part(reg, kind: str, ref: Any, path: str, file: str | None):
+    """A registered name, an inline table ``{name = ..., field = ...}`` overriding a registered
+    record, or a whole inline record; a record object is taken as it is."""
+    cls = _KIND_CLS[kind]
+    if isinstance(ref, cls):
+        return ref
+    if isinstance(ref, str):
+        return reg.get(kind, ref, path=path, file=file)
+    if isinstance(ref, Mapping):
+        ref = dict(ref)
+        name = ref.get("name")
+        if name is None:
+            return structure_record(ref, cls, path=path, file=file)
+        if not isinstance(name, str):
+            raise ScenarioError("expected a string", path=f"{path}.name", file=file)
+        base = reg.get(kind, name, path=f"{path}.name", file=file)
+        merged = attrs.asdict(base, recurse=False)
+        merged.update(ref)  # unknown override keys are rejected by the strict converter
+        return structure_record(merged, cls, path=path, file=file)
+    raise ScenarioError("expected a part name or an inline table { name = ... }", path=path, file=file)
+
+
+def structure_options(part: Part, given: Mapping[str, Any], where: str, file: str | None):
+    """The part's options instance from the scenario keys it declares (the loader has already
+    type-checked them against the defaults; the strict converter checks them again)."""
+    names = option_defaults(part.options)
+    values = {k: v for k, v in given.items() if k in names}
+    return structure_record(values, part.options, path=where, file=file)
+
+
+def _tiers(reg, isl, gpu: HardwareProfile, gpn: int, levels, where: str, file: str | None):
+    def link(ref, path):
+        return resolve_part(reg, "interconnect", ref, path, file)
+
+    if isl.tiers:
+        out = []
+        for t, tier in enumerate(isl.tiers):
+            out.append(ResolvedTier(link(tier.link, f"{where}.tiers[{t}].link"), tier.gpus, tier.oversubscription))
+        return tuple(out)
+    intra = link(levels.get("intra_node", isl.intra_node or gpu.intra_node or "pcie4"), f"{where}.intra_node")
+    inter_ref = levels.get("inter_node", isl.inter_node or gpu.inter_node)
+    inter = link(inter_ref, f"{where}.inter_node") if inter_ref else None
+    if inter is None and isl.nodes > 1:
+        raise ScenarioError("required with more than one node (no default for this GPU)",
+                            path=f"{where}.inter_node", file=file)
+    return (ResolvedTier(intra, gpn, nic_shared=False), ResolvedTier(inter or intra, None))
+
+
+def resolve_scenario(sc: Scenario, reg, *, levels: Mapping[str, Any] | None = None,
+                     cost_source: Any = None) -> Resolved:
+    """Resolve every part of ``sc`` (raises :class:`ScenarioError` naming the key on an unknown
+    name). ``levels`` re-prices ``intra_node``/``inter_node``/``network`` on every island;
+    ``cost_source`` prices every island."""
+    levels = dict(levels or {})
+    file = sc.file
+    islands = []
+    for i, isl in enumerate(sc.islands):
+        where = f"island[{i}]"
+        gpu = resolve_part(reg, "hardware", isl.gpu, f"{where}.gpu", file)
+        gpn = isl.gpus_per_node or gpu.gpus_per_node
+        tiers = _tiers(reg, isl, gpu, gpn, levels, where, file)
+        nics = isl.nics_per_node or gpu.nics_per_node or gpn
+        cost_ref = cost_source if cost_source is not None else (isl.price or "cloud-on-demand")
+        if isinstance(cost_ref, CostSource):
+            cost = cost_ref
+        elif cost_ref == "cloud-on-demand" and "cloud-on-demand" not in reg.names("cost"):
+            cost = None
+        else:
+            cost = resolve_part(reg, "cost", cost_ref, f"{where}.price", file)
+        par = isl.parallelism or sc.parallelism
+        ppath = f"{where}.parallelism" if isl.parallelism else "parallelism"
+        sharding = reg.get("sharding", par.sharding, path=f"{ppath}.sharding", file=file)
+        schedule = reg.get("schedule", par.schedule, path=f"{ppath}.schedule", file=file)
+        dp = par.dp or max(1, (isl.nodes * gpn) // (par.tp * par.pp * par.cp))
+        islands.append(ResolvedIsland(
+            name=isl.name or f"island-{i}", gpu=gpu, nodes=isl.nodes, gpus_per_node=gpn, tiers=tiers,
+            nics_per_node=nics, cost=cost, parallelism=par, sharding=sharding,
+            sharding_options=structure_options(sharding, par.options, ppath, file), schedule=schedule,
+            schedule_options=structure_options(schedule, par.options, ppath, file), dp=dp,
+            own_parallelism=isl.parallelism is not None,
+            has_inter_node=bool(isl.tiers) or bool(levels.get("inter_node", isl.inter_node or gpu.inter_node))))
+    sync = reg.get("sync", sc.sync.strategy, path="sync.strategy", file=file)
+    sync_opts = structure_options(sync, sc.sync.options, "sync", file)
+    network = None
+    net_ref = levels.get("network", sc.network.link if sc.network else "internet")
+    if len(islands) > 1:
+        network = resolve_part(reg, "interconnect", net_ref, "network.link", file)
+    elif sc.network is not None and "network" not in levels:  # unused, but must be well-formed
+        resolve_part(reg, "interconnect", sc.network.link, "network.link", file)
+    return Resolved(scenario=sc, islands=tuple(islands), sync=sync, sync_options=sync_opts, network=network)
+
+
+__all__ += ["resolve_part", "structure_options", "TierSpec"]

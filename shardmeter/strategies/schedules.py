@@ -1,0 +1,62 @@
+"""Pipeline schedules: GPipe, 1F1B (PipeDream-Flush) and interleaved 1F1B.
+
+Narayanan et al. 2021 (arXiv 2104.04473), Sec. 2.2: with ``p`` stages and ``m`` micro-batches
+GPipe and 1F1B idle ``(p-1)`` micro-batch slots per step; the interleaved schedule with ``v``
+model chunks per GPU ``(p-1)/v`` and needs ``m`` a multiple of ``p``. Activations held by the
+first stage: all ``m`` micro-batches (GPipe) or ``min(m, p)`` (1F1B); interleaving holds
+``1 + (p-1)/(p v)`` times that (Korthikanti et al. 2022, Sec. 4.2.3). Each micro-batch crosses
+every stage boundary forward and back once per model chunk: ``2 (v m + p - 1)`` transfers on a
+stage, counting the warm-up and drain.
+
+The declarative :class:`shardmeter.PipelineSchedule` record is sugar for
+:class:`ClassicSchedule`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ..parts import PipeInputs, PipeTerms, SchedulePart
+
+__all__ = ["ClassicSchedule", "p2p_transfers"]
+
+
+def p2p_transfers(pipe: PipeInputs) -> np.ndarray:
+    """Sends per step on one stage boundary: ``2 (v m + p - 1)`` with ``p > 1``, else 0."""
+    return np.where(pipe.pp > 1, 2.0 * (pipe.virtual_stages * pipe.micro_batches + pipe.pp - 1.0), 0.0)
+
+
+@attrs.frozen(kw_only=True)
+class ClassicSchedule(SchedulePart):
+    """GPipe / 1F1B / interleaved 1F1B.
+
+    * ``bubble_over_virtual``: the bubble is divided by the virtual stages (interleaved).
+    * ``in_flight``: ``"pipeline"`` (min(m, p), 1F1B) or ``"all"`` (m, GPipe).
+    * ``bubble_fraction``: a multiplier on the classic bubble (1 for the three of the paper).
+    """
+
+    bubble_over_virtual: bool = False
+    in_flight: str = attrs.field(default="pipeline", validator=attrs.validators.in_(("pipeline", "all")))
+    bubble_fraction: float = 1.0
+
+    def infeasible(self, pipe: PipeInputs, opts: Any) -> np.ndarray:
+        """Interleaving with ``v > 1`` needs the micro-batches to be a multiple of ``p``."""
+        if not self.bubble_over_virtual:
+            return np.zeros(np.broadcast_shapes(np.shape(pipe.pp), np.shape(pipe.micro_batches)), dtype=bool)
+        return (pipe.virtual_stages > 1) & ((pipe.pp < 2) | (np.mod(pipe.micro_batches, pipe.pp) != 0))
+
+    def terms(self, pipe: PipeInputs, opts: Any) -> PipeTerms:
+        pp, m, v = pipe.pp, pipe.micro_batches, pipe.virtual_stages
+        v_bubble = v if self.bubble_over_virtual else 1.0
+        bubble = self.bubble_fraction * (pp - 1.0) / v_bubble * pipe.stage_s
+        if self.in_flight == "all":
+            held = m
+        else:
+            held = np.minimum(m, pp)
+            if self.bubble_over_virtual:
+                held = held * np.where(v > 1, 1.0 + (pp - 1.0) / (pp * v), 1.0)
+        return PipeTerms(bubble_s=bubble, in_flight=held, p2p_transfers=p2p_transfers(pipe),
+                         infeasible=self.infeasible(pipe, opts))

@@ -1,0 +1,111 @@
+"""ZeRO-1/2/3, FSDP and HSDP: one sharding part whose fields say which state it shards.
+
+Rajbhandari et al. 2020, ZeRO (arXiv 1910.02054), Sec. 5: stage 1 shards the optimizer
+states, stage 2 the gradients too, stage 3 the parameters, all-gathered per layer in forward
+and again in backward, gradients reduce-scattered per layer. PyTorch FSDP (Zhao et al. 2023,
+arXiv 2304.11277) FULL_SHARD moves the same bytes; HYBRID_SHARD shards inside a node and
+all-reduces the gradient shards across nodes once per step (Sec. 3.2.2).
+
+The declarative :class:`shardmeter.ShardingStrategy` record is sugar for this part: its flags
+become the fields below and its ``options`` table an options class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+
+from ..parts import CommEvent, ShardingPart, ShardInputs, StateBytes
+
+__all__ = ["ZeroSharding", "LAST_BUCKET_BYTES", "shard_group_size"]
+
+#: Gradient bucket (Megatron-LM DDP default 40M elements; PyTorch DDP ``bucket_cap_mb = 25``)
+#: whose reduction cannot hide under backward: the last one.
+LAST_BUCKET_BYTES = 25e6
+
+
+def shard_group_size(inp: ShardInputs, by_domain: bool) -> np.ndarray:
+    """Ranks one copy of the state is sharded over: the data x context-parallel group, or with
+    ``by_domain`` (HSDP) the replicas of it inside one innermost network domain (a node)."""
+    dpcp = inp.dp * inp.cp
+    if not by_domain:
+        return np.maximum(dpcp, 1.0)
+    per_domain = np.clip(np.floor(inp.domain_gpus / (inp.tp * inp.cp)), 1.0, inp.dp) * inp.cp
+    return np.maximum(per_domain, 1.0)
+
+
+@attrs.frozen(kw_only=True)
+class ZeroSharding(ShardingPart):
+    """State sharded over the data-parallel group (see the module docstring).
+
+    * ``shard_optimizer`` / ``shard_gradients`` / ``shard_parameters``: the ZeRO stages.
+    * ``shard_group``: ``"dp"`` (the whole data-parallel group) or ``"node"`` (HSDP: inside
+      the innermost network domain, replicated across domains).
+    * ``gather_per_layer``: parameters gathered per layer in forward and backward (ZeRO-3 /
+      FSDP), prefetched under the micro-batch's work; else gradients are synchronised once per
+      step, bucketed under the last backward pass (DDP, ZeRO-1/2).
+    * ``flat_collectives``: those gathers run as one flat ring (DeepSpeed ZeRO-3).
+    """
+
+    shard_optimizer: bool = False
+    shard_gradients: bool = False
+    shard_parameters: bool = False
+    shard_group: str = attrs.field(default="dp", validator=attrs.validators.in_(("dp", "node")))
+    gather_per_layer: bool = False
+    flat_collectives: bool = False
+
+    def bucket_bytes(self, opts: Any) -> float:
+        """The last gradient bucket, bytes (always exposed after the backward pass)."""
+        return LAST_BUCKET_BYTES
+
+    def state(self, inp: ShardInputs, opts: Any) -> StateBytes:
+        """Bytes per GPU: each sharded state divided by the shard group; ZeRO-3 / FSDP also hold
+        two gathered layers (the one computing and the one prefetched)."""
+        n = shard_group_size(inp, self.shard_group == "node")
+        p, wb = inp.params_per_gpu, inp.weight_bytes
+        w_shards = n if self.shard_parameters else 1.0
+        weights = p * wb / w_shards
+        if self.shard_parameters:
+            weights = weights + 2.0 * inp.params_per_layer * wb
+        return StateBytes(
+            weights=weights,
+            gradients=p * inp.grad_bytes / (n if self.shard_gradients else 1.0),
+            optimizer=p * inp.optimizer_bytes_per_param / (n if self.shard_optimizer else 1.0),
+            param_shards=w_shards,
+            optimizer_shards=n if self.shard_optimizer else 1.0,
+        )
+
+    def traffic(self, inp: ShardInputs, opts: Any) -> list[CommEvent]:
+        """ZeRO-3 / FSDP: per micro-batch two all-gathers of the parameters (forward, backward)
+        and a reduce-scatter of the gradients over the shard group, the first layer's share
+        never hidden; HSDP adds one all-reduce of the gradient shard across domains per step.
+        DDP: one all-reduce of the gradients per step; ZeRO-1/2: a reduce-scatter of the
+        gradients and an all-gather of the updated parameters (Rajbhandari et al. 2020, Sec. 7:
+        the same 2 x volume as an all-reduce)."""
+        dpcp = inp.dp * inp.cp
+        grad_msg = inp.params_per_gpu * inp.grad_bytes
+        param_msg = inp.params_per_gpu * np.where(inp.weight_bytes > 2, 4.0, 2.0)
+        bucket = dict(bucket_bytes=self.bucket_bytes(opts), bucket_ranks=dpcp)
+        if self.gather_per_layer:
+            n = shard_group_size(inp, self.shard_group == "node")
+            first = 1.0 / (3.0 * inp.layers_per_stage)
+            events = [
+                CommEvent(collective="all_gather", bytes=param_msg, group_size=n, group_stride=inp.tp, count=2.0,
+                          flat=self.flat_collectives, per="micro_batch", exposed_fraction=first),
+                CommEvent(collective="reduce_scatter", bytes=grad_msg, group_size=n, group_stride=inp.tp,
+                          flat=self.flat_collectives, per="micro_batch", exposed_fraction=first),
+            ]
+            if self.shard_group == "node":
+                events.append(CommEvent(collective="all_reduce", bytes=grad_msg / n, group_size=dpcp / n,
+                                        group_stride=inp.tp * n, **bucket))
+            return events
+        if self.shard_optimizer:
+            return [
+                CommEvent(collective="reduce_scatter", bytes=grad_msg, group_size=dpcp, group_stride=inp.tp,
+                          **bucket),
+                CommEvent(collective="all_gather", bytes=param_msg, group_size=dpcp, group_stride=inp.tp,
+                          **bucket),
+            ]
+        return [CommEvent(collective="all_reduce", bytes=grad_msg, group_size=dpcp, group_stride=inp.tp, **bucket)]
