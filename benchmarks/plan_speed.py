@@ -30,7 +30,7 @@ import tracemalloc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIO = os.path.join(HERE, os.pardir, "examples", "gpt3-175b-1536-a100.toml")
-TARGET = 1_000_000  # candidates per second (issue 4)
+TARGET = 6_000_000  # candidates per second, serial (issue 10; issue 4 asked 1,000,000)
 
 
 def _rss_mb(who) -> float:
@@ -50,7 +50,7 @@ def run(workers: int | None, cp: bool, trace: bool) -> dict:
     peak = tracemalloc.get_traced_memory()[1] / 1e6 if trace else None
     if trace:
         tracemalloc.stop()
-    from shardmeter.model.step import REASONS
+    from shardmeter.model.feasibility import REASONS
 
     # candidates that reached the full model: feasible ones plus those it found out of memory
     memory_key = REASONS[32][0].replace("[{j}]", "[*]")

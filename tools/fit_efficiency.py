@@ -43,7 +43,8 @@ from collections import defaultdict
 import numpy as np
 
 from shardmeter.estimator import Estimator
-from shardmeter.model.step import INPUTS, evaluate
+from shardmeter.model.evaluate import evaluate_columns
+from shardmeter.model.inputs import COLUMNS, PartTable
 from shardmeter.validate import bundled_validation_dir, collect_files
 
 
@@ -64,11 +65,12 @@ def load_multi(paths):
             sc = est.load(f)
             if len(sc.islands) < 2 or "compute_utilization" not in sc.measured:
                 continue
-            inp = est.inputs(sc)
-            isl = est.resolve(sc)[0]
+            res = est.resolve(sc)
+            inp, table = est.inputs(res)
+            isl = res.islands[0]
         except Exception:  # noqa: BLE001
             continue
-        out.append((inp, {"file": f, "group": os.path.basename(os.path.dirname(f)), "gpu": isl.gpu.name,
+        out.append(((inp.columns(), table), {"file": f, "group": os.path.basename(os.path.dirname(f)), "gpu": isl.gpu.name,
                           "fp8": sc.training.precision == "fp8", "kernel": _kernel(sc, isl),
                           "measured": sc.measured["compute_utilization"]}))
     return out
@@ -77,6 +79,7 @@ def load_multi(paths):
 def load_rows(paths):
     est = Estimator()
     rows, meta = [], []
+    table = PartTable()  # one table for the stacked rows
     for f in collect_files(paths):
         try:
             sc = est.load(f)
@@ -85,22 +88,30 @@ def load_rows(paths):
         if len(sc.islands) != 1 or "tokens_per_s_per_gpu" not in sc.measured:
             continue
         try:
-            inp = est.inputs(sc)
-            isl = est.resolve(sc)[0]
+            res = est.resolve(sc)
+            inp = est.inputs(res, table)[0].columns()
+            isl = res.islands[0]
         except Exception:  # noqa: BLE001
             continue
         rows.append(inp)
         meta.append({"file": f, "group": os.path.basename(os.path.dirname(f)), "gpu": isl.gpu.name,
                      "fp8": sc.training.precision == "fp8", "kernel": _kernel(sc, isl),
                      "measured": sc.measured["tokens_per_s_per_gpu"]})
-    batch = {k: np.concatenate([r[k] for r in rows], axis=0) for k in INPUTS}
+    batch = {k: np.concatenate([np.asarray(r[k], dtype=float) for r in rows], axis=0) for k in COLUMNS}
+    batch["_table"] = table
     return batch, meta
+
+
+def _evaluate(batch):
+    """The model on a batch of input columns that carries its part table under ``_table``."""
+    cols = {k: v for k, v in batch.items() if k != "_table"}
+    return evaluate_columns(cols, batch["_table"])
 
 
 def objective(batch, meta, weights, multi=(), values=None, cap=None):
     """Weighted mean |relative error|: tokens/s per GPU of single-island rows, and compute
     utilisation of multi-island cases (one more group, weighted like the others)."""
-    out = evaluate(batch)
+    out = _evaluate(batch)
     pred = out["tokens_per_s_per_gpu"]
     meas = np.array([m["measured"] for m in meta])
     ok = out["feasible"]
@@ -109,14 +120,15 @@ def objective(batch, meta, weights, multi=(), values=None, cap=None):
     wsum = np.sum(np.where(ok, weights, 0.0))
     if multi:
         errs = []
-        for inp, m in multi:
+        for (inp, table), m in multi:
             trial = dict(inp)
+            trial["_table"] = table
             for (kind, gpu, prec), v in (values or {}).items():
                 if gpu == m["gpu"] and ((kind == "attention" and prec == m["kernel"])
                                         or (kind == "matmul" and (prec == "fp8") == m["fp8"])):
-                    col = "gemm_eff" if kind == "matmul" else "att_eff"
+                    col = _col((kind,))
                     trial[col] = np.full_like(inp[col], v)
-            o = evaluate(trial)
+            o = _evaluate(trial)
             if bool(o["feasible"][0]):
                 errs.append(abs(float(o["compute_utilization"][0]) - m["measured"]) / m["measured"])
         if errs:  # one more source group: its mean error counts like a group (or like its cases)
@@ -137,7 +149,7 @@ def _param_keys(m):
 
 
 def _col(key):
-    return "gemm_eff" if key[0] == "matmul" else "att_eff"
+    return "hardware.gemm_efficiency" if key[0] == "matmul" else "hardware.attention_efficiency"
 
 
 def fit(batch, meta, weights, multi, cap, rounds, verbose=True):
@@ -174,7 +186,7 @@ def fit(batch, meta, weights, multi, cap, rounds, verbose=True):
 
 
 def _subset(batch, idx):
-    return {k: v[idx] for k, v in batch.items()}
+    return {k: v if k == "_table" else v[idx] for k, v in batch.items()}
 
 
 def holdout(batch, meta, multi, cap, rounds, groups):
@@ -198,7 +210,7 @@ def holdout(batch, meta, multi, cap, rounds, groups):
                         tb[_col(key)][j] = values[key]
                     else:
                         known[j] = False
-            out = evaluate(tb)
+            out = _evaluate(tb)
             meas = np.array([meta[i]["measured"] for i in test])
             err = np.abs(out["tokens_per_s_per_gpu"] - meas) / meas
             ok = out["feasible"]
@@ -208,14 +220,15 @@ def holdout(batch, meta, multi, cap, rounds, groups):
                   f"this group informs")
         else:  # multi-island only (compute utilisation)
             errs = []
-            for inp, m in multi:
+            for (inp, table), m in multi:
                 if m["group"] != g:
                     continue
                 trial = dict(inp)
+                trial["_table"] = table
                 for key in _param_keys(m):
                     if key in values:
                         trial[_col(key)] = np.full_like(inp[_col(key)], values[key])
-                o = evaluate(trial)
+                o = _evaluate(trial)
                 errs.append(abs(float(o["compute_utilization"][0]) - m["measured"]))
             print(f"  {g:22s} held-out compute utilisation error {np.mean(errs) * 100:.1f} points "
                   f"over {len(errs)} cases")

@@ -27,8 +27,10 @@ from ..errors import ShardMeterError
 from ..model.evaluate import evaluate
 from ..model.feasibility import REASONS
 from ..model.inputs import ModelInputs
+from ..model.reduce import over_islands
 from ..pricing import egress_usd, egress_usd_per_gb, gpu_hour_usd, gpu_time_usd, unpriced_island
 from ..report import build_report
+from .allocator import keep_freed_memory
 from .executors import run_tasks
 from .pareto import merge_fronts, merge_top_k, pareto_front
 from .space import Space, compile_space, plan_raw
@@ -52,6 +54,7 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     """Score the candidates of prefixes ``start .. stop-1`` of ``space`` (each prefix
     holds ``space.R_in`` candidates): counts, reason counts, and the chunk's top-K
     or Pareto front. Pure: the same inputs give the same result."""
+    keep_freed_memory()  # in this process, or the worker's
     start, stop = bounds
     obj = space.objective
     R_in = space.R_in
@@ -59,7 +62,6 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     bits, dup = space.prefix_verdict(prefixes)
     reason_counts = {b: int(np.count_nonzero(bits & b)) * R_in for b in REASONS}
     okp = prefixes[(bits == 0) & ~dup]
-    sel = (okp[:, None] * R_in + np.arange(R_in, dtype=np.int64)[None, :]).ravel()
     res = {
         "evaluated": int(len(prefixes)) * R_in,
         "feasible": 0,
@@ -70,14 +72,18 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     }
     price = obj.get("price")
     steps = obj.get("steps")
-    for lo in range(0, len(sel), EVAL_BATCH):
-        cid = sel[lo : lo + EVAL_BATCH]
+    inner = space.inner_columns()
+    per_eval = max(1, EVAL_BATCH // R_in)  # prefixes per evaluate call
+    for lo in range(0, len(okp), per_eval):
+        pb = okp[lo : lo + per_eval]
+        cid = (pb[:, None] * R_in + np.arange(R_in, dtype=np.int64)[None, :]).ravel()
         inp = dict(space.base)
-        inp.update(space.columns(cid))
+        inp.update(space.prefix_columns(pb))
+        inp.update(inner)
         with np.errstate(all="ignore"):
-            out = evaluate(ModelInputs.from_columns(inp), space.table)
+            out = _flat(evaluate(ModelInputs.from_columns(inp), space.table, detail=False), (len(pb), R_in))
         feas = out["feasible"]
-        rb = np.bitwise_or.reduce(out["reasons"], axis=-1)
+        rb = over_islands(np.bitwise_or, out["reasons"], keepdims=False)
         for b in REASONS:
             reason_counts[b] += int(np.count_nonzero(rb & b))
         step = out["step_time_s"]
@@ -102,6 +108,17 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     return res
 
 
+def _flat(out: dict[str, Any], rows: tuple[int, int]) -> dict[str, Any]:
+    """The outputs the search reads, one row per candidate: (P, R_in, ...) -> (P x R_in, ...)."""
+    flat = {}
+    for k in ("feasible", "step_time_s", "egress_bytes_per_step", "reasons", "island_gpus"):
+        v = np.asarray(out[k])
+        per_island = k in ("reasons", "island_gpus")
+        shape = (*rows, v.shape[-1]) if per_island else rows
+        flat[k] = np.broadcast_to(v, shape).reshape((rows[0] * rows[1], *shape[2:]))
+    return flat
+
+
 def _cost_per_step(out, obj) -> np.ndarray:
     """Dollars per step, as :func:`shardmeter.report.build_report` prices a run: every GPU
     of the nodes an island uses (a plan rents ``ceil(gpus / gpus_per_node)`` nodes), plus
@@ -109,7 +126,7 @@ def _cost_per_step(out, obj) -> np.ndarray:
     gpn = obj["gpn"][None, :]
     billed = np.ceil(out["island_gpus"] / gpn - 1e-9) * gpn
     with np.errstate(all="ignore"):
-        gpu = np.sum(gpu_time_usd(billed, obj["price"][None, :], out["step_time_s"][:, None]), axis=-1)
+        gpu = over_islands(np.add, gpu_time_usd(billed, obj["price"][None, :], out["step_time_s"][:, None]), False)
         return gpu + egress_usd(out["egress_bytes_per_step"], obj["egress_price"])
 
 

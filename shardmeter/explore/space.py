@@ -38,6 +38,7 @@ from ..errors import ScenarioError, ShardMeterError
 from ..model.dispatch import by_code
 from ..model.feasibility import Reason, batch_reasons, batch_split, layout_reasons
 from ..model.inputs import PartTable
+from ..model.reduce import over_islands
 from ..parts import PipeInputs, option_defaults
 from ..scenario import Scenario, apply_override, load_scenario
 
@@ -155,19 +156,42 @@ class Space:
         li, codes = self.codes(ids)
         return self._gather(li, self.axes, codes)
 
-    def prefix_verdict(self, prefixes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Structural reason bits and duplicate mask of candidate *prefixes*
-        (every candidate ``p * R_in .. p * R_in + R_in - 1`` shares them)."""
+    def _prefix_codes(self, prefixes: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         p = np.asarray(prefixes, dtype=np.int64)
-        R_s = self.R // self.R_in
-        li, r = np.divmod(p, R_s)
+        li, r = np.divmod(p, self.R // self.R_in)
         codes = [
             (r // (s // self.R_in)) % n
             for s, n in zip(self.strides[: self.n_struct], self.radix[: self.n_struct])
         ]
+        return li, codes
+
+    def prefix_columns(self, prefixes: np.ndarray) -> dict[str, np.ndarray]:
+        """Input columns of candidate prefixes, shaped ``(P, 1, ...)``: with
+        :meth:`inner_columns` (``(1, R_in, ...)``) they broadcast to every candidate of those
+        prefixes, so terms that depend on the prefix alone are computed once per prefix."""
+        li, codes = self._prefix_codes(prefixes)
+        return {k: v[:, None] for k, v in self._gather(li, self.axes[: self.n_struct], codes).items()}
+
+    def inner_columns(self) -> dict[str, np.ndarray]:
+        """Input columns of the ``R_in`` options every prefix is crossed with, ``(1, R_in, ...)``."""
+        if getattr(self, "_inner", None) is None:
+            r = np.arange(self.R_in, dtype=np.int64)
+            cols: dict[str, np.ndarray] = {}
+            for axis, s, n in zip(self.axes[self.n_struct :], self.strides[self.n_struct :],
+                                  self.radix[self.n_struct :]):
+                c = (r // s) % n
+                for k, arr in axis.cols.items():
+                    cols[k] = arr[c][None]
+            self._inner = cols
+        return self._inner
+
+    def prefix_verdict(self, prefixes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Structural reason bits and duplicate mask of candidate *prefixes*
+        (every candidate ``p * R_in .. p * R_in + R_in - 1`` shares them)."""
+        li, codes = self._prefix_codes(prefixes)
         cols = self._gather(li, self.axes[: self.n_struct], codes)
         bits = structural_bits(self, cols, self.layout["_bits"][li])
-        dup = np.zeros(len(p), dtype=bool)
+        dup = np.zeros(len(li), dtype=bool)
         for axis, c in zip(self.axes[: self.n_struct], codes):
             if "dup_if_pp1" in axis.aux:
                 dup |= axis.aux["dup_if_pp1"][c]
@@ -524,17 +548,13 @@ def structural_bits(space: Space, cols: Mapping[str, np.ndarray], layout_bits: n
     _, m, m_int = batch_split(g("training.global_batch"), dp, g("training.micro_batch"))
     v = np.where(pp > 1, np.maximum(g("layout.virtual_stages"), 1.0), 1.0)
     bits = batch_reasons(m, pp, v, g("model.layers"))
-    shape = np.broadcast_shapes(np.shape(bits), np.shape(g("layout.schedule")))
     pipe = PipeInputs(pp=pp, micro_batches=m_int, virtual_stages=v, stage_s=np.zeros(()), forward_s=np.zeros(()),
                       weight_grad_s=np.zeros(()))
 
-    def run(code: int, take) -> dict[str, Any]:
+    def run(code: int) -> dict[str, Any]:
         part, opts = space.table.get("schedule", code)
-        sub = PipeInputs(pp=take(pipe.pp), micro_batches=take(pipe.micro_batches),
-                         virtual_stages=take(pipe.virtual_stages), stage_s=pipe.stage_s, forward_s=pipe.forward_s,
-                         weight_grad_s=pipe.weight_grad_s)
-        return {"bad": np.asarray(part.infeasible(sub, opts), dtype=float)}
+        return {"bad": np.asarray(part.infeasible(pipe, opts), dtype=float)}
 
-    bad = by_code(g("layout.schedule"), shape, run)["bad"]
-    bits = bits | np.where(np.broadcast_to(bad, shape) > 0, int(Reason.SCHEDULE), 0)
-    return np.bitwise_or.reduce(np.asarray(bits, dtype=np.int64), axis=-1) | layout_bits
+    bad = by_code(g("layout.schedule"), run)["bad"]
+    bits = bits | np.where(bad > 0, int(Reason.SCHEDULE), 0)
+    return over_islands(np.bitwise_or, np.asarray(bits, dtype=np.int64), keepdims=False) | layout_bits

@@ -29,6 +29,7 @@ from ..model.evaluate import evaluate
 from ..model.inputs import ModelInputs, PartTable
 from ..report import build_report
 from ..scenario import Scenario, load_scenario
+from .allocator import keep_freed_memory
 from .executors import run_tasks
 from .scaling import analyse
 from .values import format_value, gpu_count_key
@@ -178,6 +179,7 @@ def row_inputs(
 
 def _eval_rows(payload: tuple[Mapping[str, np.ndarray], PartTable], bounds: tuple[int, int]) -> dict[str, Any]:
     inputs, table = payload
+    keep_freed_memory()  # in this process, or the worker's
     a, b = bounds
     with np.errstate(all="ignore"):
         return evaluate(ModelInputs.from_columns({k: v[a:b] for k, v in inputs.items()}), table)

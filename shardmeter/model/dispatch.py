@@ -1,10 +1,15 @@
-"""Call each distinct strategy once per group of rows that uses it, never once per plan.
+"""Call each distinct strategy once per batch, never once per plan.
 
 A row carries a part code (an index into the :class:`~.inputs.PartTable`). When every row of
-the batch uses one (part, options) pair, its method runs once on the whole arrays; otherwise
-once per distinct code on that group's elements (``np.unique``), and the results are scattered
-back. Elementwise arithmetic is the same either way, so a row's result does not depend on its
-neighbours.
+the batch uses one (part, options) pair, its method runs once on the batch's arrays. Otherwise
+it runs once per distinct code (``np.unique``) on the same arrays, each at their own (often
+smaller, broadcastable) shape, and each row takes its own code's result. Terms that depend only
+on the layout therefore stay at the layout's shape however many strategy options the batch
+crosses it with. Elementwise arithmetic is the same either way, so a row's result does not
+depend on its neighbours.
+
+Taking each row's result is a gather along the one axis the codes vary along (the planner's
+option axis, or a sweep's rows); codes that vary along several axes fall back to ``np.choose``.
 """
 
 from __future__ import annotations
@@ -14,69 +19,67 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["by_code", "by_row_code", "Take"]
+__all__ = ["by_code"]
 
-#: ``take(x, trailing=0)``: the current group's part of ``x`` (``trailing`` axes, e.g. tiers, kept).
-Take = Callable[..., Any]
-
-
-def _identity(x: Any, trailing: int = 0) -> Any:
-    return x
+#: Most choices one ``np.choose`` takes (numpy's NPY_MAXARGS is 32 before 2.0, 64 after).
+_CHOOSE_MAX = 32
 
 
-def _scatter(results: list[tuple[np.ndarray, dict[str, Any]]], shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    for mask, res in results:
-        for k, v in res.items():
-            if k not in out:
-                out[k] = np.zeros(shape)
-            out[k][mask] = v
+def _varying_axis(codes: np.ndarray) -> tuple[int, np.ndarray] | None:
+    """``(axis, 1-D codes)`` when ``codes`` changes along one axis only, else None."""
+    axes = [a for a in range(codes.ndim) if codes.shape[a] > 1
+            and not np.all(codes == codes.take([0], axis=a))]
+    if len(axes) != 1:
+        return None
+    a = axes[0]
+    index = tuple(slice(None) if i == a else 0 for i in range(codes.ndim))
+    return a, codes[index]
+
+
+def _gather(vals: list[Any], pos: np.ndarray, axis: int, ndim: int, length: int) -> np.ndarray:
+    """Each position ``j`` along ``axis`` takes ``vals[pos[j]]`` there."""
+    shapes = [np.shape(v) for v in vals]
+    full = np.broadcast_shapes(*shapes, (1,) * ndim)
+    full = full[len(full) - ndim:] if len(full) > ndim else full
+    if len(full) == ndim and full[axis] == 1:  # results do not vary along the codes' axis
+        stacked = np.concatenate([np.broadcast_to(v, full) for v in vals], axis=axis)
+        return np.take(stacked, pos, axis=axis)
+    shape = list(np.broadcast_shapes(*shapes, (1,) * ndim))
+    shape[len(shape) - ndim + axis] = length
+    out = np.empty(shape)
+    lead = len(shape) - ndim
+    for i, v in enumerate(vals):
+        sel = pos == i
+        index = (slice(None),) * (lead + axis) + (sel,)
+        out[index] = np.broadcast_to(v, shape)[index]
     return out
 
 
-def by_code(codes: Any, shape: tuple[int, ...], fn: Callable[[int, Take], dict[str, Any]]) -> dict[str, Any]:
-    """``fn(code, take)`` once per distinct code of ``codes`` (broadcast to ``shape``); returns its
-    dict of arrays, scattered to ``shape`` when there was more than one code."""
-    codes = np.broadcast_to(np.asarray(codes), shape)
-    first = codes.flat[0] if codes.size else 0
-    if codes.size == 0 or np.all(codes == first):
-        return fn(int(first), _identity)
-    results = []
-    for c in np.unique(codes):
-        mask = codes == c
-
-        def take(x: Any, trailing: int = 0, mask: np.ndarray = mask) -> Any:
-            x = np.asarray(x)
-            full = shape + x.shape[x.ndim - trailing:] if trailing else shape
-            return np.broadcast_to(x, full)[mask]
-
-        results.append((mask, fn(int(c), take)))
-    return _scatter(results, shape)
-
-
-def by_row_code(codes: Any, shape: tuple[int, int], fn: Callable[[int, Take], dict[str, Any]],
-                out_shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
-    """Like :func:`by_code` for a per-row code (``(N, 1)``) whose part sees all islands of its
-    rows: ``take`` gives the group's rows of an ``(N, I, ...)`` array; ``out_shapes`` names each
-    result's shape (``(N, 1)`` or ``(N,)``)."""
-    n = shape[0]
-    codes = np.broadcast_to(np.asarray(codes), (n, 1))[:, 0]
-    first = codes[0] if n else 0
-    if n == 0 or np.all(codes == first):
-        return fn(int(first), _identity)
-    out: dict[str, np.ndarray] = {}
-    for c in np.unique(codes):
-        rows = codes == c
-
-        def take(x: Any, trailing: int = 0, rows: np.ndarray = rows) -> Any:
-            x = np.asarray(x)
-            if x.ndim == 0:
-                return x
-            return np.broadcast_to(x, (n,) + tuple(x.shape[1:]))[rows]
-
-        res = fn(int(c), take)
-        for k, v in res.items():
-            if k not in out:
-                out[k] = np.zeros(out_shapes[k])
-            out[k][rows] = np.broadcast_to(v, (int(rows.sum()),) + out_shapes[k][1:])
+def by_code(codes: Any, fn: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
+    """``fn(code)`` -> dict of arrays, once per distinct code of ``codes``; each output holds
+    each row's own code's value (broadcast against ``codes``)."""
+    codes = np.asarray(codes)
+    if codes.size == 0:
+        return fn(0)
+    uniq = np.unique(codes)
+    if len(uniq) == 1:
+        return fn(int(uniq[0]))
+    results = [fn(int(c)) for c in uniq]
+    one_axis = _varying_axis(codes)
+    idx = np.searchsorted(uniq, codes)
+    out = {}
+    for k in results[0]:
+        vals = [r[k] for r in results]
+        if one_axis is not None and all(np.ndim(v) <= codes.ndim for v in vals):
+            axis, line = one_axis
+            pos = np.searchsorted(uniq, line)
+            out[k] = _gather(vals, pos, axis, codes.ndim, len(line))
+        elif len(vals) <= _CHOOSE_MAX:
+            shape = np.broadcast_shapes(idx.shape, *(np.shape(v) for v in vals))
+            out[k] = np.choose(np.broadcast_to(idx, shape), [np.broadcast_to(v, shape) for v in vals])
+        else:
+            acc = vals[0]
+            for i, v in enumerate(vals[1:], start=1):
+                acc = np.where(idx == i, v, acc)
+            out[k] = acc
     return out

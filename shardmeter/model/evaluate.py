@@ -26,7 +26,7 @@ from .compute import local_shapes, micro_batch_compute
 from .dispatch import by_code
 from .feasibility import Reason, batch_reasons, batch_split, layout_reasons
 from .formulas import KERNEL_OVERHEAD_S, layer_flops_per_token, model_flops_per_token, model_params, params_per_layer
-from .inputs import ModelInputs, PartTable
+from .inputs import ModelInputs, PartTable, Topology
 from .islands import combine_islands
 from .memory import activation_memory, total_memory
 from .tiers import span_link
@@ -46,14 +46,15 @@ def _f(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=float)
 
 
-def evaluate(inp: ModelInputs, parts: PartTable) -> dict[str, Any]:
-    """Score every plan in the batch. See the module docstring.
+def evaluate(inp: ModelInputs, parts: PartTable, *, detail: bool = True) -> dict[str, Any]:
+    """Score every plan in the batch. See the module docstring. ``detail=False`` returns only
+    what a search ranks by (:data:`~.islands.SEARCH_OUTPUTS`), skipping the breakdown.
 
     Infeasible rows may divide by zero on the way; their outputs are masked by
     ``feasible``/``reasons``, so those floating-point warnings are silenced here (and only here).
     """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return _evaluate(inp, parts)
+        return _evaluate(inp, parts, detail)
 
 
 def evaluate_columns(cols: Mapping[str, Any], parts: PartTable) -> dict[str, Any]:
@@ -62,46 +63,46 @@ def evaluate_columns(cols: Mapping[str, Any], parts: PartTable) -> dict[str, Any
     return evaluate(ModelInputs.from_columns(cols), parts)
 
 
-def _sharding(parts: PartTable, shard: ShardInputs, inp: ModelInputs, shape) -> dict[str, Any]:
+def _sharding(parts: PartTable, shard: ShardInputs, topo: Topology, codes) -> dict[str, Any]:
     """State bytes and priced traffic of each row's sharding strategy."""
-    topo = inp.topology
 
-    def run(code: int, take) -> dict[str, Any]:
+    def run(code: int) -> dict[str, Any]:
         part, opts = parts.get("sharding", code)
-        sub = ShardInputs(**{k: take(getattr(shard, k)) for k in _SHARD_FIELDS})
-        st = part.state(sub, opts)
-        sub_topo = type(topo)(gpus_per_node=take(topo.gpus_per_node), nodes=take(topo.nodes),
-                              domain_gpus=take(topo.domain_gpus),
-                              tier_gpus=take(topo.tier_gpus, 1), tier_bytes_s=take(topo.tier_bytes_s, 1),
-                              tier_latency_s=take(topo.tier_latency_s, 1))
-        pt = price_traffic(part.traffic(sub, opts), sub_topo)
+        st = part.state(shard, opts)
+        pt = price_traffic(part.traffic(shard, opts), topo)
         return {"weights": st.weights, "gradients": st.gradients, "optimizer": st.optimizer,
                 "param_shards": st.param_shards, "optimizer_shards": st.optimizer_shards, "extra": st.extra,
                 "mb_s": pt.micro_batch_s, "mb_fixed_s": pt.micro_batch_fixed_s, "step_s": pt.step_s,
                 "bucket_s": pt.bucket_s}
 
-    return by_code(inp.layout.sharding, shape, run)
+    return by_code(codes, run)
 
 
-_SHARD_FIELDS = ("params_per_gpu", "params_per_layer", "layers_per_stage", "weight_bytes", "grad_bytes",
-                 "optimizer_bytes_per_param", "tp", "dp", "cp", "domain_gpus")
-
-
-def _schedule(parts: PartTable, pipe: PipeInputs, codes, shape) -> dict[str, Any]:
-    def run(code: int, take) -> dict[str, Any]:
+def _schedule(parts: PartTable, pipe: PipeInputs, codes) -> dict[str, Any]:
+    def run(code: int) -> dict[str, Any]:
         part, opts = parts.get("schedule", code)
-        sub = PipeInputs(**{k: take(getattr(pipe, k)) for k in _PIPE_FIELDS})
-        t = part.terms(sub, opts)
+        t = part.terms(pipe, opts)
         return {"bubble_s": t.bubble_s, "in_flight": t.in_flight, "p2p": t.p2p_transfers,
                 "infeasible": np.asarray(t.infeasible, dtype=float)}
 
-    return by_code(codes, shape, run)
+    return by_code(codes, run)
 
 
-_PIPE_FIELDS = ("pp", "micro_batches", "virtual_stages", "stage_s", "forward_s", "weight_grad_s")
+#: Tier arrays carry a trailing tier axis; every other input broadcasts to the batch shape.
+_TIER_FIELDS = ("tier_gpus", "tier_bytes_s", "tier_latency_s")
 
 
-def _evaluate(inp: ModelInputs, parts: PartTable) -> dict[str, Any]:
+def batch_shape(inp: ModelInputs) -> tuple[int, ...]:
+    """The broadcast shape of the batch (rows..., islands)."""
+    shapes = [(1, 1)]
+    for b in (inp.model, inp.training, inp.hardware, inp.topology, inp.layout, inp.network):
+        for a in attrs.fields(type(b)):
+            x = np.shape(getattr(b, a.name))
+            shapes.append(x[:-1] if b is inp.topology and a.name in _TIER_FIELDS else x)
+    return np.broadcast_shapes(*shapes)
+
+
+def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any]:
     ms, tr, hw, topo, lay = inp.model, inp.training, inp.hardware, inp.topology, inp.layout
     tp, pp, dp, cp, ep = _f(lay.tp), _f(lay.pp), _f(lay.dp), _f(lay.cp), _f(lay.ep)
     sp = lay.sequence_parallel.astype(bool)
@@ -109,8 +110,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable) -> dict[str, Any]:
     rec = _f(tr.recompute)
     wb = _f(tr.weight_bytes)
     gpn, nodes = _f(topo.gpus_per_node), _f(topo.nodes)
-    cols = [np.shape(x) for b in (ms, tr, hw, topo, lay, inp.network) for x in vars_of(b)]
-    shape = np.broadcast_shapes(*[c[:2] if len(c) > 2 else c for c in cols], (1, 1))
+    shape = batch_shape(inp)
 
     # ---- batch split and structural feasibility ------------------------------------------------
     b_isl, m, m_int = batch_split(_f(tr.global_batch), dp, _f(tr.micro_batch))
@@ -138,7 +138,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable) -> dict[str, Any]:
     shard = ShardInputs(params_per_gpu=p_gpu, params_per_layer=p_layer, layers_per_stage=Ls, weight_bytes=wb,
                         grad_bytes=grad_b, optimizer_bytes_per_param=np.where(wb > 2, 8.0, 12.0), tp=tp, dp=dp,
                         cp=cp, domain_gpus=_f(topo.domain_gpus))
-    sd = _sharding(parts, shard, inp, shape)
+    sd = _sharding(parts, shard, topo, lay.sharding)
     priced = PricedTraffic(micro_batch_s=_f(sd["mb_s"]), micro_batch_fixed_s=_f(sd["mb_fixed_s"]),
                            step_s=_f(sd["step_s"]), bucket_s=_f(sd["bucket_s"]))
     t_compute_mb, t_elem_mb = ct.compute, ct.memory_ops
@@ -152,7 +152,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable) -> dict[str, Any]:
     t_mb = t_compute_mb + t_elem_mb + mb_comm + fsdp_exposed_mb
     pipe = PipeInputs(pp=pp, micro_batches=m_int, virtual_stages=v, stage_s=t_mb, forward_s=ct.forward,
                       weight_grad_s=Ls * ct.dense_forward)
-    sch = _schedule(parts, pipe, lay.schedule, shape)
+    sch = _schedule(parts, pipe, lay.schedule)
     reasons = reasons | np.where(_f(sch["infeasible"]) > 0, int(Reason.SCHEDULE), 0)
     p2p_bytes = lc.act_msg / tp  # Megatron's scatter-gather optimisation sends 1/t per TP rank
     bw_pp, lat_pp = span_link(pp, tp * cp * dp, topo)
@@ -178,7 +178,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable) -> dict[str, Any]:
 
     # ---- memory of the busiest GPU -----------------------------------------------------------------
     n_isl = shape[-1]
-    outer = _outer_state_bytes(parts, inp, shape) if n_isl > 1 else 0.0
+    outer = _outer_state_bytes(parts, inp) if n_isl > 1 else 0.0
     act_mem = activation_memory(ms, tr, sh, tp, sp, pp, sch["in_flight"])
     mem_used = total_memory(sd["weights"], sd["gradients"],
                             sd["optimizer"] + p_gpu * outer / sd["param_shards"], sd["extra"], act_mem)
@@ -195,20 +195,11 @@ def _evaluate(inp: ModelInputs, parts: PartTable) -> dict[str, Any]:
     return combine_islands(
         parts=parts, inp=inp, shape=shape, reasons=reasons, terms=terms, hidden=hidden, ar_window=ar_window,
         grad_bytes=grad_b, params=p_total, b_isl=b_isl, m_int=m_int, mem_used=mem_used, peak=peak,
-        mf_tok=mf_tok, hw_tok=hw_tok, tp=tp, pp=pp, cp=cp, dp=dp,
+        mf_tok=mf_tok, hw_tok=hw_tok, tp=tp, pp=pp, cp=cp, dp=dp, detail=detail,
     )
 
 
-def vars_of(bundle: Any) -> list[np.ndarray]:
-    """The arrays of one input bundle."""
-    return [getattr(bundle, a.name) for a in attrs.fields(type(bundle))]
-
-
-def _outer_state_bytes(parts: PartTable, inp: ModelInputs, shape) -> np.ndarray:
+def _outer_state_bytes(parts: PartTable, inp: ModelInputs) -> Any:
     """The sync strategy's extra state per parameter, per row."""
-    codes = np.broadcast_to(np.asarray(inp.network.sync), (shape[0], 1))
-    out = np.zeros((shape[0], 1))
-    for c in np.unique(codes):
-        part, opts = parts.get("sync", int(c))
-        out[codes == c] = part.state_bytes_per_param(opts)
-    return out
+    return by_code(inp.network.sync, lambda c: {"b": parts.get("sync", c)[0].state_bytes_per_param(
+        parts.get("sync", c)[1])})["b"]

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from .reduce import over_islands
+
 __all__ = ["Reason", "REASONS", "reason_messages", "layout_reasons", "batch_split", "batch_reasons"]
 
 
@@ -71,8 +73,8 @@ def batch_split(global_batch, dp, micro_batch):
     """``(sequences per step on each island, micro-batches, whole micro-batches)``: each island's
     share of the global batch is proportional to its data-parallel replicas."""
     n_isl = np.broadcast_shapes(np.shape(dp), np.shape(global_batch), (1, 1))[-1]
-    dp_total = np.sum(np.broadcast_to(dp, np.broadcast_shapes(np.shape(dp), np.shape(global_batch), (1, n_isl))),
-                      axis=-1, keepdims=True)
+    dp_total = over_islands(np.add, np.broadcast_to(dp, np.broadcast_shapes(np.shape(dp), np.shape(global_batch),
+                                                                         (1, n_isl))))
     b_isl = global_batch * dp / dp_total
     m = b_isl / (dp * micro_batch)
     return b_isl, m, np.maximum(np.floor(m + 1e-9), 1.0)

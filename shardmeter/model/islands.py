@@ -17,39 +17,40 @@ from typing import Any
 import numpy as np
 
 from ..parts import WanInputs
-from .dispatch import by_row_code
+from .dispatch import by_code
 from .inputs import ModelInputs, PartTable
+from .reduce import over_islands
 
-__all__ = ["combine_islands", "cross_island"]
+__all__ = ["combine_islands", "cross_island", "SEARCH_OUTPUTS"]
+
+#: The outputs :func:`combine_islands` gives without ``detail``: what a search ranks plans by.
+SEARCH_OUTPUTS = ("feasible", "reasons", "step_time_s", "egress_bytes_per_step", "island_gpus")
 
 
 def cross_island(parts: PartTable, inp: ModelInputs, n_isl: int, slow, island_step, params, grad_bytes,
                  ar_window, full) -> dict[str, Any]:
     """The sync strategy's terms (zeros with one island): ``exposed_s``, ``wan_s``, ``round_s``
-    ``(N, 1)`` and ``egress_bytes`` ``(N,)``."""
-    N = full[0]
+    (rows..., 1) and ``egress_bytes`` (rows...)."""
+    col = tuple(full[:-1]) + (1,)
     if n_isl < 2:
-        z = np.zeros((N, 1))
-        return {"exposed_s": z, "wan_s": z, "round_s": z, "egress_bytes": np.zeros(N)}
+        z = np.zeros(col)
+        return {"exposed_s": z, "wan_s": z, "round_s": z, "egress_bytes": z[..., 0]}
     net = inp.network
     wan = WanInputs(islands=n_isl, slowest_step_s=slow, island_step_s=island_step, params=params,
                     grad_bytes=grad_bytes, uplink_bytes_s=np.asarray(net.wan_bytes_s, dtype=float),
                     latency_s=np.asarray(net.wan_latency_s, dtype=float),
                     overlap_window_s=np.broadcast_to(ar_window, full))
 
-    def run(code: int, take) -> dict[str, Any]:
+    def run(code: int) -> dict[str, Any]:
         part, opts = parts.get("sync", code)
-        sub = WanInputs(islands=n_isl, **{k: take(getattr(wan, k)) for k in _WAN_FIELDS})
-        t = part.exchange(sub, opts)
-        return {"exposed_s": t.exposed_s, "wan_s": t.wan_s, "round_s": t.round_s, "egress_bytes": t.egress_bytes}
+        t = part.exchange(wan, opts)
+        return {"exposed_s": t.exposed_s, "wan_s": t.wan_s, "round_s": t.round_s,
+                "egress_bytes": np.asarray(t.egress_bytes)[..., None]}
 
-    out = by_row_code(net.sync, full, run, {"exposed_s": (N, 1), "wan_s": (N, 1), "round_s": (N, 1),
-                                            "egress_bytes": (N,)})
-    return {k: np.broadcast_to(v, (N, 1) if k != "egress_bytes" else (N,)) for k, v in out.items()}
-
-
-_WAN_FIELDS = ("slowest_step_s", "island_step_s", "params", "grad_bytes", "uplink_bytes_s", "latency_s",
-               "overlap_window_s")
+    out = by_code(np.broadcast_to(net.sync, col), run)
+    res = {k: np.broadcast_to(v, col) for k, v in out.items()}
+    res["egress_bytes"] = res["egress_bytes"][..., 0]
+    return res
 
 
 def _first(x, shape):
@@ -58,28 +59,32 @@ def _first(x, shape):
 
 
 def combine_islands(*, parts, inp, shape, reasons, terms, hidden, ar_window, grad_bytes, params, b_isl, m_int,
-                    mem_used, peak, mf_tok, hw_tok, tp, pp, cp, dp) -> dict[str, Any]:
-    """The output arrays of :func:`~.evaluate.evaluate` (see the module docstring)."""
+                    mem_used, peak, mf_tok, hw_tok, tp, pp, cp, dp, detail=True) -> dict[str, Any]:
+    """The output arrays of :func:`~.evaluate.evaluate` (see the module docstring); without
+    ``detail`` only what a search ranks by (:data:`SEARCH_OUTPUTS`)."""
     island_step = sum(terms.values())
     n_isl = shape[-1]
     full = np.broadcast_shapes(shape, np.shape(reasons), np.shape(island_step))
     reasons, island_step = np.broadcast_to(reasons, full), np.broadcast_to(island_step, full)
     feasible_isl = reasons == 0
-    feasible = np.all(feasible_isl, axis=-1, keepdims=True)
-    slow = np.max(np.where(feasible_isl, island_step, 0.0), axis=-1, keepdims=True)
+    feasible = over_islands(np.logical_and, feasible_isl)
+    slow = over_islands(np.maximum, np.where(feasible_isl, island_step, 0.0))
     params_col = _first(params, full)
     wan = cross_island(parts, inp, n_isl, slow, np.where(feasible_isl, island_step, 0.0), params_col,
                        np.broadcast_to(grad_bytes, full), ar_window, full)
     sync = wan["exposed_s"]
     step = slow + sync
-    idle = slow - island_step
     isl_gpus = tp * pp * cp * dp
     isl_gpus_full = np.broadcast_to(isl_gpus, full)
-    total_gpus = np.sum(isl_gpus_full, axis=-1, keepdims=True)
+    if not detail:
+        return {"feasible": feasible[..., 0], "reasons": reasons, "step_time_s": step[..., 0],
+                "egress_bytes_per_step": wan["egress_bytes"], "island_gpus": isl_gpus_full}
+    idle = slow - island_step
+    total_gpus = over_islands(np.add, isl_gpus_full)
     w_gpu = isl_gpus_full / total_gpus
 
     def _mean(x):
-        return np.sum(np.broadcast_to(x, full) * w_gpu, axis=-1, keepdims=True)
+        return over_islands(np.add, np.broadcast_to(x, full) * w_gpu)
 
     bd = {k: _mean(val) for k, val in terms.items()}
     bd["island_sync"] = np.broadcast_to(sync, slow.shape)
@@ -93,9 +98,9 @@ def combine_islands(*, parts, inp, shape, reasons, terms, hidden, ar_window, gra
     tps_gpu = tps / total_gpus
     model_tf = tps_gpu * mf_tok / 1e12
     hw_tf = tps_gpu * hw_tok / 1e12
-    gpu_peak_mean = np.sum(np.broadcast_to(peak * isl_gpus, full), axis=-1, keepdims=True) / total_gpus
+    gpu_peak_mean = over_islands(np.add, np.broadcast_to(peak * isl_gpus, full)) / total_gpus
     cu_isl = island_step / step
-    cu = np.sum(np.broadcast_to(cu_isl * isl_gpus, full), axis=-1, keepdims=True) / total_gpus
+    cu = over_islands(np.add, np.broadcast_to(cu_isl * isl_gpus, full)) / total_gpus
     col = slow.shape
 
     def g(x):  # a global (N, 1) value as (N,)
@@ -120,7 +125,7 @@ def combine_islands(*, parts, inp, shape, reasons, terms, hidden, ar_window, gra
         "mfu": g(model_tf * 1e12 / gpu_peak_mean),
         "hfu": g(hw_tf * 1e12 / gpu_peak_mean),
         "compute_utilization": g(cu),
-        "memory_per_gpu_gb": np.max(np.broadcast_to(mem_used, full), axis=-1) / 1e9,
+        "memory_per_gpu_gb": over_islands(np.maximum, np.broadcast_to(mem_used, full), keepdims=False) / 1e9,
         "island_memory_gb": np.broadcast_to(mem_used, full) / 1e9,
         "island_gpus": isl_gpus_full,
         "island_batch": np.broadcast_to(b_isl, full),

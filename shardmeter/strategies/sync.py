@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from ..model.reduce import over_islands
 from ..parts import SyncPart, SyncTerms, WanInputs
 
 __all__ = ["GlobalAllReduce", "DiLoCo", "DiLoCoOptions", "WAN_BUCKET_BYTES", "ring_over_islands"]
@@ -41,7 +42,7 @@ WAN_BUCKET_BYTES = 25e6
 def _col(x, shape) -> np.ndarray:
     """The slowest island's value (the ring runs at the pace of its slowest uplink) -> (n, 1)."""
     x = np.broadcast_to(x, np.broadcast_shapes(np.shape(x), shape))
-    return np.max(x, axis=-1, keepdims=True)
+    return over_islands(np.maximum, x)
 
 
 def ring_over_islands(wan: WanInputs) -> tuple[float, np.ndarray]:
