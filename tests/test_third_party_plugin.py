@@ -1,7 +1,7 @@
 """Third-party plugins, for real: distributions installed with pip into a
 temporary virtual environment and found through the ``shardmeter`` entry point.
 
-One virtual environment (``--system-site-packages``, so the installed
+One virtual environment (``plugin_venv.make_venv``: ``--system-site-packages``, so the installed
 ShardMeter and its dependencies are visible without a network) holds four
 distributions, installed with one ``pip install --no-deps``:
 
@@ -17,41 +17,21 @@ Each test switches the ones it is not about off with
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import pathlib
 import re
-import shutil
-import site
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from plugin_venv import Venv, make_venv, needs_pip
+from plugin_venv import norm as _norm
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ACME_SRC = ROOT / "examples" / "plugins" / "shardmeter-acme"
 EXAMPLE = ROOT / "examples" / "gpt3-175b-a100.toml"
 OTHERS = ("broken", "dup", "shardmeter-acme-fork")
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("pip") is None or importlib.util.find_spec("setuptools") is None,
-    reason="needs pip and setuptools to build and install the plugin distributions",
-)
-
-
-def _norm(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def _offline_build_possible() -> bool:
-    """``--no-build-isolation`` builds with the setuptools already installed:
-    setuptools >= 70.1 builds wheels by itself, older ones need ``wheel``."""
-    from importlib.metadata import version as dist_version  # importing setuptools here would upset distutils
-
-    version = tuple(int(x) for x in re.findall(r"\d+", dist_version("setuptools"))[:2])
-    return version >= (70, 1) or importlib.util.find_spec("wheel") is not None
+pytestmark = needs_pip
 
 
 def _write_dist(folder: pathlib.Path, dist: str, version: str, module: str, ep: str, code: str) -> pathlib.Path:
@@ -98,60 +78,14 @@ def shardmeter_interconnect_models():
 '''
 
 
-class Venv:
-    def __init__(self, path: pathlib.Path, workdir: pathlib.Path):
-        self.path = path
-        self.workdir = workdir
-        self.python = path / "bin" / "python"
-        self.shardmeter = path / "bin" / "shardmeter"
-
-    def run(self, *args: str, disable=OTHERS, strict: bool = False, module: bool = False):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SHARDMETER_")}
-        env.pop("PYTHONPATH", None)
-        if disable:
-            env["SHARDMETER_DISABLE_PLUGINS"] = ",".join(disable)
-        if strict:
-            env["SHARDMETER_STRICT_PLUGINS"] = "1"
-        cmd = [str(self.python), "-m", "shardmeter", *args] if module else [str(self.shardmeter), *args]
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=self.workdir, timeout=120)
-
-
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Venv:
     tmp = tmp_path_factory.mktemp("plugins")
-    path = tmp / "venv"
-    # --without-pip: the base interpreter's pip is visible through the system site-packages.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
-                   check=True, capture_output=True, timeout=120)
-    v = Venv(path, tmp)
-    # When the tests themselves run inside a virtual environment, --system-site-packages
-    # reaches only the base interpreter's: make the running environment's site-packages
-    # (with their .pth files, e.g. an editable install) visible too.
-    purelib = subprocess.run([str(v.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
-    outer = [d for d in site.getsitepackages() if os.path.isdir(d)]
-    pathlib.Path(purelib, "_shardmeter_outer_env.pth").write_text(
-        "import site; " + "; ".join(f"site.addsitedir({d!r})" for d in outer) + "\n")
-    probe = subprocess.run([str(v.python), "-c", "import shardmeter.plugins.hardware, shardmeter.cli"],
-                           capture_output=True, text=True, cwd=tmp)
-    if probe.returncode != 0:
-        pytest.skip("shardmeter is not installed (pip install -e .) so a virtual environment cannot see it")
-    # The console script `pip install shardmeter` creates; the base environment's is not on the venv's path.
-    v.shardmeter.write_text(f"#!{v.python}\nimport sys\nfrom shardmeter.cli import main\nsys.exit(main())\n")
-    v.shardmeter.chmod(0o755)
-
     src = tmp / "src"
-    acme = shutil.copytree(ACME_SRC, src / "shardmeter-acme")  # build in tmp, never in the repo
     broken = _write_dist(src, "shardmeter-broken", "0.3.0", "shardmeter_broken", "broken", BROKEN)
     dup = _write_dist(src, "shardmeter-dup", "0.2.0", "shardmeter_dup", "dup", DUP)
     fork = _write_dist(src, "shardmeter-acme-fork", "0.1.0", "shardmeter_acme_fork", "acme", FORK)
-    pip = [str(v.python), "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--no-input"]
-    if _offline_build_possible():
-        pip.append("--no-build-isolation")
-    out = subprocess.run([*pip, str(acme), str(broken), str(dup), str(fork)], capture_output=True, text=True,
-                         cwd=tmp, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return v
+    return make_venv(tmp, [ACME_SRC, broken, dup, fork], disable=OTHERS)
 
 
 def _one_line(stderr: str) -> str:
