@@ -22,8 +22,14 @@ from .resolve import Resolved, ResolvedIsland
 __all__ = ["build_inputs", "tier_arrays"]
 
 
-def _row(values) -> np.ndarray:
+def _array_row(values) -> np.ndarray:
     return np.asarray([values])
+
+
+def _scalar(values):
+    """The scalar path's value: the only island's, as a float (or a bool)."""
+    v = values[0]
+    return v if isinstance(v, bool) else float(v)
 
 
 def tier_arrays(islands: tuple[ResolvedIsland, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -48,10 +54,14 @@ def tier_arrays(islands: tuple[ResolvedIsland, ...]) -> tuple[np.ndarray, np.nda
     return np.asarray([gpus]), np.asarray([bw]), np.asarray([lat])
 
 
-def build_inputs(res: Resolved, table: PartTable | None = None) -> tuple[ModelInputs, PartTable]:
-    """The model inputs of one resolved scenario (a batch of one row)."""
+def build_inputs(res: Resolved, table: PartTable | None = None, *, scalar: bool = False
+                 ) -> tuple[ModelInputs, PartTable]:
+    """The model inputs of one resolved scenario (a batch of one row); with ``scalar`` and one
+    island, Python floats for :func:`~shardmeter.model.evaluate.evaluate`'s scalar path."""
     table = table if table is not None else PartTable()
     sc, isls = res.scenario, res.islands
+    scalar = scalar and len(isls) == 1
+    _row = _scalar if scalar else _array_row
     m, t = sc.model, sc.training
     n = len(isls)
     fp8 = t.precision == "fp8"
@@ -82,6 +92,8 @@ def build_inputs(res: Resolved, table: PartTable | None = None) -> tuple[ModelIn
                                    else isl.gpu.attention_efficiency for isl in isls]),
         sm_count=_row([isl.gpu.sm_count for isl in isls]))
     tg, tb, tl = tier_arrays(isls)
+    if scalar:
+        tg, tb, tl = (tuple(float(x) for x in np.ravel(a)) for a in (tg, tb, tl))
     topology = Topology(
         gpus_per_node=_row([isl.gpus_per_node for isl in isls]), nodes=_row([isl.nodes for isl in isls]),
         domain_gpus=_row([float(isl.tiers[0].gpus or "inf") for isl in isls]),
@@ -100,6 +112,7 @@ def build_inputs(res: Resolved, table: PartTable | None = None) -> tuple[ModelIn
     network = Network(
         wan_bytes_s=_row([net.bandwidth_gb_s * 1e9 * net.efficiency if net is not None else 1.0] * n),
         wan_latency_s=_row([net.latency_us * 1e-6 if net is not None else 0.0] * n),
-        sync=np.asarray([[table.code("sync", res.sync, res.sync_options)]]))
+        sync=_row([table.code("sync", res.sync, res.sync_options)]) if scalar
+        else np.asarray([[table.code("sync", res.sync, res.sync_options)]]))
     return ModelInputs(model=model, training=training, hardware=hardware, topology=topology, layout=layout,
                        network=network), table

@@ -73,8 +73,8 @@ class Estimator:
     def estimate(self, source: Any, overrides: Any = ()) -> Report:
         """Predict a scenario (a :class:`Scenario`, a path or a dict) -> :class:`Report`."""
         res = self.resolve(self.load(source, overrides))
-        inp, table = build_inputs(res)
-        return build_report(res, evaluate(inp, table), row=0)
+        inp, table = build_inputs(res, scalar=True)
+        return build_report(res, evaluate(inp, table, scalar=True), row=0)
 
 
 def estimate(scenario: Any, *, overrides: Any = (), registry: Registry | None = None) -> Report:

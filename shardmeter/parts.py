@@ -29,6 +29,8 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike
 
+from .model.ops import where
+
 __all__ = [
     "NoOptions",
     "Part",
@@ -224,7 +226,7 @@ class SchedulePart(Part):
     def infeasible(self, pipe: PipeInputs, opts: Any) -> np.ndarray:
         """Rows this schedule cannot run (structural: needs ``pp``, ``micro_batches`` and
         ``virtual_stages`` only, so the planner can reject them before the full model)."""
-        return np.zeros(np.broadcast_shapes(np.shape(pipe.pp), np.shape(pipe.micro_batches)), dtype=bool)
+        return where(pipe.pp < 0, True, False)  # nothing is infeasible (shaped like pp)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,13 @@ from .words import describe_bottleneck, regime_of
 
 __all__ = ["Report", "build_report", "regime_of", "describe_bottleneck"]
 
+def _at(x: Any, row: int, j: int | None = None) -> Any:
+    """Row ``row`` (island ``j``) of an output array; the scalar path's outputs are plain numbers."""
+    if isinstance(x, (float, int, bool)):
+        return x
+    return x[row] if j is None else x[row, j]
+
+
 def _num(x) -> float | None:
     x = float(x)
     return x if math.isfinite(x) else None
@@ -72,20 +79,20 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
     """Row ``row`` of :func:`~shardmeter.model.evaluate.evaluate`'s output, for the resolved
     scenario ``res``, as a :class:`Report` (from those two alone)."""
     sc, islands = res.scenario, res.islands
-    feasible = bool(out["feasible"][row])
+    feasible = bool(_at(out["feasible"], row))
     reasons: list[str] = []
     n_isl = len(islands)
     for j, isl in enumerate(islands):
-        bits = int(out["reasons"][row, j])
+        bits = int(_at(out["reasons"], row, j))
         if not bits:
             continue
         par = isl.parallelism
         vals = {
             "tp": par.tp, "heads": sc.model.heads, "cp": par.cp, "s": sc.model.seq_len, "ep": par.ep,
             "E": sc.model.experts, "dpcp": isl.dp * par.cp, "used": par.tp * par.pp * par.cp * isl.dp,
-            "gpus": isl.nodes * isl.gpus_per_node, "bi": _fmt_int(out["island_batch"][row, j]),
-            "mbs_dp": sc.training.micro_batch * isl.dp, "mem_gb": float(out["island_memory_gb"][row, j]),
-            "cap_gb": float(out["_mem_cap_gb"][row, j]), "m": _fmt_int(out["micro_batches"][row, j]),
+            "gpus": isl.nodes * isl.gpus_per_node, "bi": _fmt_int(_at(out["island_batch"], row, j)),
+            "mbs_dp": sc.training.micro_batch * isl.dp, "mem_gb": float(_at(out["island_memory_gb"], row, j)),
+            "cap_gb": float(_at(out["_mem_cap_gb"], row, j)), "m": _fmt_int(_at(out["micro_batches"], row, j)),
             "pp": par.pp, "pv": par.pp * par.virtual_stages, "L": sc.model.layers,
         }
         prefix = f"island[{j}]." if n_isl > 1 and isl.own_parallelism else ""
@@ -104,7 +111,7 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
         if feasible and used < total:
             notes.append(f"island '{isl.name}' uses {used} of its {total} GPUs")
 
-    mem = _num(out["memory_per_gpu_gb"][row])
+    mem = _num(_at(out["memory_per_gpu_gb"], row))
     cap = min(isl.gpu.memory_gb for isl in islands)
     if not feasible:
         return Report(
@@ -113,40 +120,40 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
             memory_per_gpu_gb=mem, memory_capacity_gb=cap, compute_utilization=None, wall_clock_s=None,
             cost_usd=None, bottleneck=None, regime=None, breakdown_s={}, overlapped_s={},
             islands=[{"name": isl.name, "gpus": isl.nodes * isl.gpus_per_node, "tokens_per_s": None,
-                      "step_time_s": None, "memory_per_gpu_gb": _num(out["island_memory_gb"][row, j]),
-                      "cost_usd": None, "feasible": bool(out["feasible_island"][row, j])}
+                      "step_time_s": None, "memory_per_gpu_gb": _num(_at(out["island_memory_gb"], row, j)),
+                      "cost_usd": None, "feasible": bool(_at(out["feasible_island"], row, j))}
                      for j, isl in enumerate(islands)],
-            gpus=gpus, params=float(out["params"][row]),
-            model_flops_per_token=float(out["model_flops_per_token"][row]), notes=notes,
+            gpus=gpus, params=float(_at(out["params"], row)),
+            model_flops_per_token=float(_at(out["model_flops_per_token"], row)), notes=notes,
         )
 
-    step = float(out["step_time_s"][row])
-    bd = {k: max(0.0, float(out["breakdown"][k][row])) for k in BREAKDOWN_TERMS}
+    step = float(_at(out["step_time_s"], row))
+    bd = {k: max(0.0, float(_at(out["breakdown"][k], row))) for k in BREAKDOWN_TERMS}
     keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)  # island sync always shown between islands
     bd = {k: v for k, v in bd.items() if v > 0 or k in keep}
-    ov = {k: float(out["overlapped"][k][row]) for k in out["overlapped"]}
+    ov = {k: float(_at(out["overlapped"][k], row)) for k in out["overlapped"]}
     ov = {k: v for k, v in ov.items() if v > 0 or (k == "island_sync" and n_isl > 1)}
     bottleneck = max(bd, key=bd.get)
-    tps = float(out["tokens_per_s"][row])
+    tps = float(_at(out["tokens_per_s"], row))
     isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
     comm_in = sum(bd.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
     levels = {
         "intra_island": {"time_s": comm_in + sum(ov.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm")),
                          "exposed_s": comm_in},
-        "wan": {"time_s": float(out["wan_s"][row]), "exposed_s": bd.get("island_sync", 0.0),
-                "bytes_per_island": float(out["egress_bytes_per_step"][row]),
-                "round_s": float(out["wan_round_s"][row])},
+        "wan": {"time_s": float(_at(out["wan_s"], row)), "exposed_s": bd.get("island_sync", 0.0),
+                "bytes_per_island": float(_at(out["egress_bytes_per_step"], row)),
+                "round_s": float(_at(out["wan_round_s"], row))},
     }
     return Report(
         feasible=True, reasons=[], step_time_s=step, tokens_per_s=tps,
-        tokens_per_s_per_gpu=float(out["tokens_per_s_per_gpu"][row]),
-        model_tflops_per_gpu=float(out["model_tflops_per_gpu"][row]),
-        hardware_tflops_per_gpu=float(out["hardware_tflops_per_gpu"][row]),
-        mfu=float(out["mfu"][row]), hfu=float(out["hfu"][row]), memory_per_gpu_gb=mem, memory_capacity_gb=cap,
-        compute_utilization=float(out["compute_utilization"][row]), wall_clock_s=wall, cost_usd=total_cost,
+        tokens_per_s_per_gpu=float(_at(out["tokens_per_s_per_gpu"], row)),
+        model_tflops_per_gpu=float(_at(out["model_tflops_per_gpu"], row)),
+        hardware_tflops_per_gpu=float(_at(out["hardware_tflops_per_gpu"], row)),
+        mfu=float(_at(out["mfu"], row)), hfu=float(_at(out["hfu"], row)), memory_per_gpu_gb=mem, memory_capacity_gb=cap,
+        compute_utilization=float(_at(out["compute_utilization"], row)), wall_clock_s=wall, cost_usd=total_cost,
         bottleneck=bottleneck, regime=regime_of(bd), breakdown_s=bd, overlapped_s=ov, islands=isl_reports,
-        gpus=gpus, params=float(out["params"][row]),
-        model_flops_per_token=float(out["model_flops_per_token"][row]), notes=notes, levels=levels,
+        gpus=gpus, params=float(_at(out["params"], row)),
+        model_flops_per_token=float(_at(out["model_flops_per_token"], row)), notes=notes, levels=levels,
     )
 
 
@@ -177,13 +184,13 @@ def _island_entries(res: Resolved, out, row, step, tps, notes):
     tokens = sc.training.tokens
     wall = tokens / tps if tokens else None
     steps = tokens / (sc.training.global_batch * sc.model.seq_len) if tokens else None
-    egress_step = float(out["egress_bytes_per_step"][row])
+    egress_step = float(_at(out["egress_bytes_per_step"], row))
     entries = []
     total_cost = 0.0 if wall is not None else None
     for j, isl in enumerate(islands):
-        g = int(out["island_gpus"][row, j])
+        g = int(_at(out["island_gpus"], row, j))
         billed = isl.nodes * isl.gpus_per_node
-        isl_tps = float(out["island_tokens_per_s"][row, j])
+        isl_tps = float(_at(out["island_tokens_per_s"], row, j))
         price = gpu_hour_usd(isl)
         egress_gb = egress_step * steps / 1e9 if steps is not None else None
         cost = gpu_cost = egress_cost = None
@@ -197,11 +204,11 @@ def _island_entries(res: Resolved, out, row, step, tps, notes):
                              f"'{isl.cost.name if isl.cost else 'none'}'; cost_usd is null")
         if total_cost is not None:
             total_cost = None if cost is None else total_cost + cost
-        idle = max(0.0, float(out["island_idle_s"][row, j]))
-        own = {k: float(v[row, j]) for k, v in out["island_breakdown"].items()}
+        idle = max(0.0, float(_at(out["island_idle_s"], row, j)))
+        own = {k: float(_at(v, row, j)) for k, v in out["island_breakdown"].items()}
         own_bd = {k: v for k, v in own.items() if v > 0 or k == "compute"}
         own_bd["idle"] = idle
-        own_bd["island_sync"] = max(0.0, float(out["breakdown"]["island_sync"][row]))
+        own_bd["island_sync"] = max(0.0, float(_at(out["breakdown"]["island_sync"], row)))
         entries.append({
             "name": isl.name,
             "gpu": isl.gpu.name,
@@ -209,13 +216,13 @@ def _island_entries(res: Resolved, out, row, step, tps, notes):
             "gpus_billed": billed,
             "tokens_per_s": isl_tps,
             "tokens_per_s_per_gpu": isl_tps / g if g else None,
-            "step_time_s": float(out["island_step_s"][row, j]),
+            "step_time_s": float(_at(out["island_step_s"], row, j)),
             "idle_s": idle,
             "idle_fraction": idle / step,
-            "compute_utilization": float(out["island_util"][row, j]),
+            "compute_utilization": float(_at(out["island_util"], row, j)),
             "breakdown_s": own_bd,
-            "memory_per_gpu_gb": float(out["island_memory_gb"][row, j]),
-            "batch_per_step": float(out["island_batch"][row, j]),
+            "memory_per_gpu_gb": float(_at(out["island_memory_gb"], row, j)),
+            "batch_per_step": float(_at(out["island_batch"], row, j)),
             "tokens": tokens * isl_tps / tps if tokens else None,
             "wall_clock_s": wall,
             "cost_source": isl.cost.name if isl.cost is not None else None,

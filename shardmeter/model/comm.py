@@ -25,6 +25,8 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
+from . import ops
+
 from ..parts import CommEvent
 from .compute import ComputeTerms, Shapes
 from .formulas import ring_collective_time
@@ -56,22 +58,22 @@ def layer_comm(ms: ModelShape, sh: Shapes, ct: ComputeTerms, topo: Topology, tp,
     T, Ls = sh.tokens, sh.layers_per_stage
     act_msg = T * ms.hidden * ACT_BYTES
     t_tp_one = collective_time("all_reduce", act_msg, tp, 1.0, topo)
-    n_tp = 4.0 + np.where(recompute == 2, 2.0, 0.0)  # 2 fwd + 2 bwd all-reduces (or AG+RS pairs), + recompute fwd
-    tp_total = np.where(tp > 1, Ls * n_tp * t_tp_one, 0.0)
-    tp_hidden = np.where(tp_overlap, np.minimum(tp_total, 0.5 * Ls * 3.0 * ct.dense_forward), 0.0)
+    n_tp = 4.0 + ops.where(recompute == 2, 2.0, 0.0)  # 2 fwd + 2 bwd all-reduces (or AG+RS pairs), + recompute fwd
+    tp_total = ops.where(tp > 1, Ls * n_tp * t_tp_one, 0.0)
+    tp_hidden = ops.where(tp_overlap, ops.minimum(tp_total, 0.5 * Ls * 3.0 * ct.dense_forward), 0.0)
     # context parallel (ring attention): K,V chunks around the ring, overlapped with attention
     kv_msg = 2.0 * T * sh.kv_local * ACT_BYTES
     bw_cp, lat_cp = span_link(cp, tp, topo)
     cp_f = (cp - 1.0) * (kv_msg / bw_cp + lat_cp)
-    cp_total = np.where(cp > 1, Ls * (cp_f + 2.0 * cp_f + np.where(recompute >= 1, cp_f, 0.0)), 0.0)
+    cp_total = ops.where(cp > 1, Ls * (cp_f + 2.0 * cp_f + ops.where(recompute >= 1, cp_f, 0.0)), 0.0)
     cp_window = Ls * (ct.attention_forward + ct.attention_backward
-                      + np.where(recompute >= 1, ct.attention_forward, 0.0))
-    cp_exposed = np.maximum(0.0, cp_total - cp_window)
+                      + ops.where(recompute >= 1, ct.attention_forward, 0.0))
+    cp_exposed = ops.maximum(0.0, cp_total - cp_window)
     # expert parallel all-to-all (dispatch + combine, forward and backward)
-    cap = np.where(sh.moe, np.maximum(ms.capacity_factor, 1e-9), 1.0)
+    cap = ops.where(sh.moe, ops.maximum(ms.capacity_factor, 1e-9), 1.0)
     a2a_msg = cap * T * ms.experts_per_token * ms.hidden * ACT_BYTES
     t_a2a = collective_time("all_to_all", a2a_msg, ep, tp * cp, topo)
-    ep_exposed = np.where(sh.moe & (ep > 1), Ls * (4.0 + np.where(recompute == 2, 2.0, 0.0)) * t_a2a, 0.0)
+    ep_exposed = ops.where(sh.moe & (ep > 1), Ls * (4.0 + ops.where(recompute == 2, 2.0, 0.0)) * t_a2a, 0.0)
     return LayerComm(tp_exposed=tp_total - tp_hidden, tp_hidden=tp_hidden, cp_exposed=cp_exposed,
                      cp_hidden=cp_total - cp_exposed, ep_exposed=ep_exposed, act_msg=act_msg)
 
@@ -100,10 +102,10 @@ def price_traffic(events: Sequence[CommEvent], topo: Topology) -> PricedTraffic:
             continue
         step = step + t
         if ev.bucket_bytes is not None:
-            bucket = np.maximum(bucket, ring_collective_time(ev.bucket_bytes, ev.bucket_ranks, slow_bw, outer_lat,
+            bucket = ops.maximum(bucket, ring_collective_time(ev.bucket_bytes, ev.bucket_ranks, slow_bw, outer_lat,
                                                              2.0))
-    return PricedTraffic(micro_batch_s=np.asarray(mb, dtype=float), micro_batch_fixed_s=np.asarray(fixed, dtype=float),
-                         step_s=np.asarray(step, dtype=float), bucket_s=np.asarray(bucket, dtype=float))
+    return PricedTraffic(micro_batch_s=ops.as_float(mb), micro_batch_fixed_s=ops.as_float(fixed),
+                         step_s=ops.as_float(step), bucket_s=ops.as_float(bucket))
 
 
 def exposed_traffic(pt: PricedTraffic, mb_window, bwd_window, dp_overlap):
@@ -115,9 +117,9 @@ def exposed_traffic(pt: PricedTraffic, mb_window, bwd_window, dp_overlap):
     (where a cross-island all-reduce may still hide).
     """
     mb = pt.micro_batch_s
-    mb_exposed = np.where(mb > 0, np.maximum(0.0, mb - mb_window) + pt.micro_batch_fixed_s, 0.0)
+    mb_exposed = ops.where(mb > 0, ops.maximum(0.0, mb - mb_window) + pt.micro_batch_fixed_s, 0.0)
     step = pt.step_s
-    window = np.where(dp_overlap, bwd_window + mb_exposed, 0.0)
-    last_bucket = np.where(step > 0, np.minimum(step, pt.bucket_s), 0.0)
-    step_exposed = np.where(dp_overlap, np.maximum(step - window, last_bucket), step)
-    return mb_exposed, step_exposed, np.maximum(0.0, window - step)
+    window = ops.where(dp_overlap, bwd_window + mb_exposed, 0.0)
+    last_bucket = ops.where(step > 0, ops.minimum(step, pt.bucket_s), 0.0)
+    step_exposed = ops.where(dp_overlap, ops.maximum(step - window, last_bucket), step)
+    return mb_exposed, step_exposed, ops.maximum(0.0, window - step)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
+from . import ops
+
 from .formulas import KERNEL_OVERHEAD_S, gemm_time
 from .inputs import Hardware, ModelShape, Training
 
@@ -57,11 +59,11 @@ def local_shapes(ms: ModelShape, tr: Training, tp, pp, cp, v) -> Shapes:
     return Shapes(
         seq_local=s_loc,
         tokens=tr.micro_batch * s_loc,
-        layers_per_stage=np.ceil(ms.layers / (pp * v)) * v,  # unequal splits allowed
+        layers_per_stage=ops.ceil(ms.layers / (pp * v)) * v,  # unequal splits allowed
         q_local=ms.q_dim / tp,
-        kv_local=np.maximum(ms.kv_dim / tp, ms.kv_dim / np.maximum(ms.kv_heads, 1.0)),
+        kv_local=ops.maximum(ms.kv_dim / tp, ms.kv_dim / ops.maximum(ms.kv_heads, 1.0)),
         ffn_local=ffn_t,
-        mlp_up=np.where(ms.swiglu, 2.0, 1.0) * ffn_t,
+        mlp_up=ops.where(ms.swiglu, 2.0, 1.0) * ffn_t,
         moe=ms.experts > 1,
         virtual_stages=v,
     )
@@ -98,25 +100,25 @@ def micro_batch_compute(ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, 
     q_t, kv_t, ffn_t = sh.q_local, sh.kv_local, sh.ffn_local
     # Dense GEMMs (fp8 where the precision says so; attention stays 16-bit).
     qkv_n = q_t + 2.0 * kv_t
-    fp8 = tr.fp8.astype(float) > 0
-    el = np.where(fp8, 1.0, 2.0)  # bytes per GEMM input element
+    fp8 = ops.as_float(tr.fp8) > 0
+    el = ops.where(fp8, 1.0, 2.0)  # bytes per GEMM input element
     t_qkv = gemm_time(T, qkv_n, h, peak, eff, hbm, sms, el)
     t_proj = gemm_time(T, h, q_t, peak, eff, hbm, sms, el)
-    e_loc = np.where(moe, ms.experts / ep, 1.0)  # experts on this GPU
+    e_loc = ops.where(moe, ms.experts / ep, 1.0)  # experts on this GPU
     # Tokens per local expert: top-k routing spreads T k tokens of each EP rank over E experts; a
     # capacity factor c pads every expert's buffer to c x the even share (Fedus et al. 2022, Switch
     # Transformers, Sec. 2.2; c = 1 is dropless-balanced).
-    cap = np.where(moe, np.maximum(ms.capacity_factor, 1e-9), 1.0)
-    m_exp = np.where(moe, cap * T * ms.experts_per_token * ep / ms.experts, T)
+    cap = ops.where(moe, ops.maximum(ms.capacity_factor, 1e-9), 1.0)
+    m_exp = ops.where(moe, cap * T * ms.experts_per_token * ep / ms.experts, T)
     t_mlp = gemm_time(m_exp, sh.mlp_up, h, peak, eff, hbm, sms, el, count=e_loc) + gemm_time(
         m_exp, h, ffn_t, peak, eff, hbm, sms, el, count=e_loc)
-    t_router = np.where(moe, gemm_time(T, ms.experts, h, peak16, eff, hbm, sms), 0.0)
+    t_router = ops.where(moe, gemm_time(T, ms.experts, h, peak16, eff, hbm, sms), 0.0)
     t_dense_f = t_qkv + t_proj + t_mlp + t_router
     # Attention core: flash (causal blocks skipped) or materialised scores.
     heads_t = ms.heads / tp
     s = ms.seq_len
     att_flops = 4.0 * T * s * q_t  # full count; keys span the whole sequence (ring attention for cp > 1)
-    causal_frac = np.where(ms.causal, 0.5, 1.0)
+    causal_frac = ops.where(ms.causal, 0.5, 1.0)
     # Keys one query row meets per kernel call: the whole local sequence, half of it when causal
     # (ring attention calls the kernel once per K/V chunk of s / cp).
     kv_call = sh.seq_local * causal_frac
@@ -125,19 +127,19 @@ def micro_batch_compute(ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, 
     score_el = heads_t * T * s  # score matrix elements of this GPU
     t_mat_f = gemm_time(sh.seq_local, s, ms.q_dim / ms.heads, peak16, eff, hbm, sms,
                         count=2.0 * heads_t * tr.micro_batch) + 9.0 * score_el / hbm
-    mat = tr.materialized.astype(bool)
-    t_att_f = np.where(mat, t_mat_f, t_flash_f)
-    t_att_b = np.where(mat, 2.0 * t_mat_f, FLASH_BWD_FACTOR * t_flash_f)
+    mat = ops.as_bool(tr.materialized)
+    t_att_f = ops.where(mat, t_mat_f, t_flash_f)
+    t_att_b = ops.where(mat, 2.0 * t_mat_f, FLASH_BWD_FACTOR * t_flash_f)
     # Memory-bound elementwise ops (LayerNorms, bias-dropout-add, activation), bytes per token:
     # 2 LN (4h each), 2 dropout+residual (7h each), activation (4 ffn GELU / 6 ffn SwiGLU).
-    repl_bytes = 22.0 * h * np.where(sp, 1.0 / tp, 1.0)
-    act_bytes = np.where(ms.swiglu, 6.0, 4.0) * ffn_t * np.where(moe, ms.experts_per_token, 1.0)
+    repl_bytes = 22.0 * h * ops.where(sp, 1.0 / tp, 1.0)
+    act_bytes = ops.where(ms.swiglu, 6.0, 4.0) * ffn_t * ops.where(moe, ms.experts_per_token, 1.0)
     t_elem_f = T * (repl_bytes + act_bytes) / hbm + 6 * KERNEL_OVERHEAD_S
     # FP8 GEMMs need their 16-bit inputs cast (and, on Hopper, transposed) first: Transformer Engine
     # reads 2 bytes and writes 1 + 1 per element of every GEMM input, in forward and for the output
     # gradients in backward (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; TE docs).
-    cast_f = np.where(fp8, T * 4.0 * (2.0 * h + q_t + ffn_t) / hbm, 0.0)
-    cast_b = np.where(fp8, T * 4.0 * (qkv_n + 2.0 * h + sh.mlp_up) / hbm, 0.0)
+    cast_f = ops.where(fp8, T * 4.0 * (2.0 * h + q_t + ffn_t) / hbm, 0.0)
+    cast_b = ops.where(fp8, T * 4.0 * (qkv_n + 2.0 * h + sh.mlp_up) / hbm, 0.0)
     # Output head (last stage): logits GEMM and a fp32 vocab-parallel cross-entropy.
     t_head_f = gemm_time(T, ms.vocab / tp, h, peak16, eff, hbm, sms) + T * (ms.vocab / tp) * 12.0 / hbm
     t_head = 3.0 * t_head_f  # forward + backward
@@ -145,9 +147,9 @@ def micro_batch_compute(ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, 
     Ls = sh.layers_per_stage
     comp_f = Ls * (t_dense_f + t_att_f)
     comp_b = Ls * (2.0 * t_dense_f + t_att_b)
-    recomp = np.where(rec == 2, comp_f, np.where(rec == 1, Ls * t_att_f, 0.0))
+    recomp = ops.where(rec == 2, comp_f, ops.where(rec == 1, Ls * t_att_f, 0.0))
     elem_f = Ls * t_elem_f
-    elem = 3.0 * elem_f + np.where(rec == 2, elem_f, 0.0) + Ls * (cast_f * np.where(rec == 2, 2.0, 1.0) + cast_b)
+    elem = 3.0 * elem_f + ops.where(rec == 2, elem_f, 0.0) + Ls * (cast_f * ops.where(rec == 2, 2.0, 1.0) + cast_b)
     return ComputeTerms(
         forward=comp_f,
         backward=comp_b,

@@ -58,6 +58,8 @@ def _gather(vals: list[Any], pos: np.ndarray, axis: int, ndim: int, length: int)
 def by_code(codes: Any, fn: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
     """``fn(code)`` -> dict of arrays, once per distinct code of ``codes``; each output holds
     each row's own code's value (broadcast against ``codes``)."""
+    if isinstance(codes, (int, float)):  # the scalar path
+        return fn(int(codes))
     codes = np.asarray(codes)
     if codes.size == 0:
         return fn(0)

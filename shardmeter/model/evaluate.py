@@ -20,6 +20,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from . import ops
+
 from ..parts import PipeInputs, ShardInputs
 from .comm import PricedTraffic, exposed_traffic, layer_comm, price_traffic
 from .compute import local_shapes, micro_batch_compute
@@ -42,19 +44,78 @@ BREAKDOWN_TERMS = ("compute", "memory_ops", "tp_comm", "cp_comm", "ep_comm", "pp
 ADAM_BYTES_PER_PARAM = 30.0
 
 
-def _f(x: Any) -> np.ndarray:
-    return np.asarray(x, dtype=float)
+_f = ops.as_float
 
 
-def evaluate(inp: ModelInputs, parts: PartTable, *, detail: bool = True) -> dict[str, Any]:
+def evaluate(inp: ModelInputs, parts: PartTable, *, detail: bool = True, scalar: bool = False) -> dict[str, Any]:
     """Score every plan in the batch. See the module docstring. ``detail=False`` returns only
     what a search ranks by (:data:`~.islands.SEARCH_OUTPUTS`), skipping the breakdown.
+
+    ``scalar=True`` allows the scalar fast path: a batch of one plan on one island is evaluated
+    on Python floats (:mod:`.ops`), the same formulas at a fraction of numpy's per-call cost,
+    and its outputs are floats instead of arrays; degenerate numbers (a division by zero) fall
+    back to the array path.
 
     Infeasible rows may divide by zero on the way; their outputs are masked by
     ``feasible``/``reasons``, so those floating-point warnings are silenced here (and only here).
     """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if scalar and ops.is_scalar(inp.layout.tp):  # built as scalars (build_inputs(scalar=True))
+            try:
+                return _evaluate(inp, parts, detail)
+            except (ZeroDivisionError, OverflowError, ValueError):
+                inp = _as_arrays(inp)
+        elif scalar and _one_plan(inp):
+            try:
+                return _evaluate(_as_scalars(inp), parts, detail)
+            except (ZeroDivisionError, OverflowError, ValueError):
+                pass  # numpy's inf / nan semantics decide those rows
         return _evaluate(inp, parts, detail)
+
+
+_BUNDLES = ("model", "training", "hardware", "topology", "layout", "network")
+
+
+def _one_plan(inp: ModelInputs) -> bool:
+    """One row, one island (tier arrays aside)?"""
+    for b in _BUNDLES:
+        bundle = getattr(inp, b)
+        for a in attrs.fields(type(bundle)):
+            x = getattr(bundle, a.name)
+            if np.size(x) != 1 and not (b == "topology" and a.name in _TIER_FIELDS and np.ndim(x) >= 1
+                                         and np.size(x) == np.shape(x)[-1]):
+                return False
+    return True
+
+
+def _as_arrays(inp: ModelInputs) -> ModelInputs:
+    """Scalar inputs as a batch of one row on one island (a tier tuple becomes the tier axis)."""
+    out = {}
+    for b in _BUNDLES:
+        bundle = getattr(inp, b)
+        out[b] = type(bundle)(**{a.name: np.asarray([[getattr(bundle, a.name)]]) for a in attrs.fields(type(bundle))})
+    return ModelInputs(**out)
+
+
+def _scalar(x: Any) -> Any:
+    v = np.asarray(x).item()
+    return v if isinstance(v, bool) else float(v)
+
+
+def _as_scalars(inp: ModelInputs) -> ModelInputs:
+    """The same inputs as Python floats and bools (tier arrays as tuples)."""
+    out = {}
+    for b in _BUNDLES:
+        bundle = getattr(inp, b)
+        vals = {}
+        for a in attrs.fields(type(bundle)):
+            x = getattr(bundle, a.name)
+            if b == "topology" and a.name in _TIER_FIELDS:
+                vals[a.name] = tuple(float(t) for t in np.ravel(x))
+            else:
+                vals[a.name] = _scalar(x)
+        out[b] = type(bundle)(**vals)
+    return ModelInputs(**out)
 
 
 def evaluate_columns(cols: Mapping[str, Any], parts: PartTable) -> dict[str, Any]:
@@ -83,7 +144,7 @@ def _schedule(parts: PartTable, pipe: PipeInputs, codes) -> dict[str, Any]:
         part, opts = parts.get("schedule", code)
         t = part.terms(pipe, opts)
         return {"bubble_s": t.bubble_s, "in_flight": t.in_flight, "p2p": t.p2p_transfers,
-                "infeasible": np.asarray(t.infeasible, dtype=float)}
+                "infeasible": ops.as_float(t.infeasible)}
 
     return by_code(codes, run)
 
@@ -105,38 +166,38 @@ def batch_shape(inp: ModelInputs) -> tuple[int, ...]:
 def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any]:
     ms, tr, hw, topo, lay = inp.model, inp.training, inp.hardware, inp.topology, inp.layout
     tp, pp, dp, cp, ep = _f(lay.tp), _f(lay.pp), _f(lay.dp), _f(lay.cp), _f(lay.ep)
-    sp = lay.sequence_parallel.astype(bool)
-    v = np.where(pp > 1, np.maximum(_f(lay.virtual_stages), 1.0), 1.0)  # one stage: interleaving is a no-op
+    sp = ops.as_bool(lay.sequence_parallel)
+    v = ops.where(pp > 1, ops.maximum(_f(lay.virtual_stages), 1.0), 1.0)  # one stage: interleaving is a no-op
     rec = _f(tr.recompute)
     wb = _f(tr.weight_bytes)
     gpn, nodes = _f(topo.gpus_per_node), _f(topo.nodes)
-    shape = batch_shape(inp)
+    shape = () if ops.is_scalar(tp) else batch_shape(inp)
 
     # ---- batch split and structural feasibility ------------------------------------------------
     b_isl, m, m_int = batch_split(_f(tr.global_batch), dp, _f(tr.micro_batch))
     peak, peak16 = _f(hw.peak_flops), _f(hw.peak16_flops)
     reasons = layout_reasons(ms.heads, ms.seq_len, _f(ms.experts), tp, pp, cp, dp, ep, nodes * gpn)
-    reasons = reasons | batch_reasons(m, pp, v, ms.layers) | np.where(peak <= 0, int(Reason.PRECISION), 0)
-    peak = np.where(peak > 0, peak, 1.0)
-    peak16 = np.where(peak16 > 0, peak16, peak)
+    reasons = reasons | batch_reasons(m, pp, v, ms.layers) | ops.where(peak <= 0, int(Reason.PRECISION), 0)
+    peak = ops.where(peak > 0, peak, 1.0)
+    peak16 = ops.where(peak16 > 0, peak16, peak)
 
     # ---- compute and the core's own communication per micro-batch --------------------------------
     sh = local_shapes(ms, tr, tp, pp, cp, v)
     ct = micro_batch_compute(ms, tr, hw, sh, tp, ep, sp, peak, peak16)
-    lc = layer_comm(ms, sh, ct, topo, tp, cp, ep, lay.tp_comm_overlap.astype(bool), rec)
+    lc = layer_comm(ms, sh, ct, topo, tp, cp, ep, ops.as_bool(lay.tp_comm_overlap), rec)
     Ls = sh.layers_per_stage
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
 
     # ---- the sharding strategy: state and traffic ------------------------------------------------
     p_layer = (params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0)
-               - np.where(ms.swiglu, 3.0, 2.0) * ms.hidden * ms.ffn_hidden
-               + np.where(ms.swiglu, 3.0, 2.0) * ms.hidden * ms.ffn_hidden * np.where(sh.moe, ms.experts / ep, 1.0)
+               - ops.where(ms.swiglu, 3.0, 2.0) * ms.hidden * ms.ffn_hidden
+               + ops.where(ms.swiglu, 3.0, 2.0) * ms.hidden * ms.ffn_hidden * ops.where(sh.moe, ms.experts / ep, 1.0)
                ) / tp
     emb = ms.vocab * ms.hidden / tp
-    p_gpu = Ls * p_layer + emb * (1.0 + np.where((pp == 1) & ~ms.tied.astype(bool), 1.0, 0.0))
-    grad_b = np.where(wb > 2, 4.0, 2.0)
+    p_gpu = Ls * p_layer + emb * (1.0 + ops.where((pp == 1) & ops.logical_not(ops.as_bool(ms.tied)), 1.0, 0.0))
+    grad_b = ops.where(wb > 2, 4.0, 2.0)
     shard = ShardInputs(params_per_gpu=p_gpu, params_per_layer=p_layer, layers_per_stage=Ls, weight_bytes=wb,
-                        grad_bytes=grad_b, optimizer_bytes_per_param=np.where(wb > 2, 8.0, 12.0), tp=tp, dp=dp,
+                        grad_bytes=grad_b, optimizer_bytes_per_param=ops.where(wb > 2, 8.0, 12.0), tp=tp, dp=dp,
                         cp=cp, domain_gpus=_f(topo.domain_gpus))
     sd = _sharding(parts, shard, topo, lay.sharding)
     priced = PricedTraffic(micro_batch_s=_f(sd["mb_s"]), micro_batch_fixed_s=_f(sd["mb_fixed_s"]),
@@ -144,7 +205,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
     t_compute_mb, t_elem_mb = ct.compute, ct.memory_ops
     fsdp_exposed_mb, dp_exposed, ar_window = exposed_traffic(
         priced, t_compute_mb + t_elem_mb + mb_comm, ct.backward + ct.recompute + mb_comm,
-        lay.dp_comm_overlap.astype(bool))
+        ops.as_bool(lay.dp_comm_overlap))
     fsdp_hidden_mb = priced.micro_batch_s - fsdp_exposed_mb
     dp_hidden = priced.step_s - dp_exposed
 
@@ -153,7 +214,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
     pipe = PipeInputs(pp=pp, micro_batches=m_int, virtual_stages=v, stage_s=t_mb, forward_s=ct.forward,
                       weight_grad_s=Ls * ct.dense_forward)
     sch = _schedule(parts, pipe, lay.schedule)
-    reasons = reasons | np.where(_f(sch["infeasible"]) > 0, int(Reason.SCHEDULE), 0)
+    reasons = reasons | ops.where(_f(sch["infeasible"]) > 0, int(Reason.SCHEDULE), 0)
     p2p_bytes = lc.act_msg / tp  # Megatron's scatter-gather optimisation sends 1/t per TP rank
     bw_pp, lat_pp = span_link(pp, tp * cp * dp, topo)
     pp_comm = _f(sch["p2p"]) * (p2p_bytes / bw_pp + lat_pp)
@@ -177,20 +238,20 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
               "dp_comm": dp_hidden + m_int * fsdp_hidden_mb}
 
     # ---- memory of the busiest GPU -----------------------------------------------------------------
-    n_isl = shape[-1]
+    n_isl = shape[-1] if shape else 1
     outer = _outer_state_bytes(parts, inp) if n_isl > 1 else 0.0
     act_mem = activation_memory(ms, tr, sh, tp, sp, pp, sch["in_flight"])
     mem_used = total_memory(sd["weights"], sd["gradients"],
                             sd["optimizer"] + p_gpu * outer / sd["param_shards"], sd["extra"], act_mem)
-    reasons = reasons | np.where(mem_used > hw.memory_bytes, int(Reason.MEMORY), 0)
+    reasons = reasons | ops.where(mem_used > hw.memory_bytes, int(Reason.MEMORY), 0)
 
     # ---- FLOPs ------------------------------------------------------------------------------------
     E, ktop = _f(ms.experts), _f(ms.experts_per_token)
     flops_args = (ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu)
     mf_tok = model_flops_per_token(ms.layers, *flops_args, ms.vocab, ms.seq_len, ktop, E)
     dense_l, att_l = layer_flops_per_token(*flops_args, ms.seq_len, ktop, E)
-    hw_tok = mf_tok + ms.layers * np.where(rec == 2, dense_l + att_l, np.where(rec == 1, att_l, 0.0))
-    p_total = model_params(ms.layers, *flops_args, ms.vocab, ms.tied.astype(bool), E)
+    hw_tok = mf_tok + ms.layers * ops.where(rec == 2, dense_l + att_l, ops.where(rec == 1, att_l, 0.0))
+    p_total = model_params(ms.layers, *flops_args, ms.vocab, ops.as_bool(ms.tied), E)
 
     return combine_islands(
         parts=parts, inp=inp, shape=shape, reasons=reasons, terms=terms, hidden=hidden, ar_window=ar_window,

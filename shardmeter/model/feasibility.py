@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from . import ops
+
 from .reduce import over_islands
 
 __all__ = ["Reason", "REASONS", "reason_messages", "layout_reasons", "batch_split", "batch_reasons"]
@@ -46,6 +48,10 @@ REASONS: dict[int, tuple[str, str]] = {
 }
 
 
+def _bits(x):
+    return int(x) if ops.is_scalar(x) else np.asarray(x, dtype=np.int64)
+
+
 def reason_messages(bits: int, values: dict[str, Any]) -> list[tuple[str, str]]:
     """(key, message) for each reason bit set, formatted with ``values``."""
     out = []
@@ -61,29 +67,32 @@ def reason_messages(bits: int, values: dict[str, Any]) -> list[tuple[str, str]]:
 def layout_reasons(heads, seq_len, experts, tp, pp, cp, dp, ep, gpus) -> np.ndarray:
     """Reasons that depend on the layout and the model only."""
     moe = experts > 1
-    bits = np.where(np.mod(heads, tp) != 0, Reason.TP_HEADS, 0)
-    bits |= np.where(np.mod(seq_len, cp) != 0, Reason.CP_SEQUENCE, 0)
-    bits |= np.where(moe & ((np.mod(experts, ep) != 0) | (np.mod(dp * cp, ep) != 0)) | (~moe & (ep > 1)),
+    bits = ops.where(ops.mod(heads, tp) != 0, Reason.TP_HEADS, 0)
+    bits |= ops.where(ops.mod(seq_len, cp) != 0, Reason.CP_SEQUENCE, 0)
+    bits |= ops.where(moe & ((ops.mod(experts, ep) != 0) | (ops.mod(dp * cp, ep) != 0)) | (ops.logical_not(moe) & (ep > 1)),
                      Reason.EP_EXPERTS, 0)
-    bits |= np.where(tp * pp * cp * dp > gpus, Reason.TOO_MANY_GPUS, 0)
-    return np.asarray(bits, dtype=np.int64)
+    bits |= ops.where(tp * pp * cp * dp > gpus, Reason.TOO_MANY_GPUS, 0)
+    return _bits(bits)
 
 
 def batch_split(global_batch, dp, micro_batch):
     """``(sequences per step on each island, micro-batches, whole micro-batches)``: each island's
     share of the global batch is proportional to its data-parallel replicas."""
-    n_isl = np.broadcast_shapes(np.shape(dp), np.shape(global_batch), (1, 1))[-1]
-    dp_total = over_islands(np.add, np.broadcast_to(dp, np.broadcast_shapes(np.shape(dp), np.shape(global_batch),
-                                                                         (1, n_isl))))
+    if ops.is_scalar(dp):  # one island
+        dp_total = dp
+    else:
+        n_isl = np.broadcast_shapes(np.shape(dp), np.shape(global_batch), (1, 1))[-1]
+        full = np.broadcast_shapes(np.shape(dp), np.shape(global_batch), (1, n_isl))
+        dp_total = over_islands(np.add, np.broadcast_to(dp, full))
     b_isl = global_batch * dp / dp_total
     m = b_isl / (dp * micro_batch)
-    return b_isl, m, np.maximum(np.floor(m + 1e-9), 1.0)
+    return b_isl, m, ops.maximum(ops.floor(m + 1e-9), 1.0)
 
 
 def batch_reasons(m, pp, virtual_stages, layers) -> np.ndarray:
     """A batch that does not split into whole micro-batches, and too many stages for the layers
     (``virtual_stages`` already 1 where ``pp = 1``)."""
-    bits = np.where(np.abs(m - np.round(m)) > 1e-9, Reason.BATCH_SPLIT, 0) | np.where(
+    bits = ops.where(ops.absolute(m - ops.rint(m)) > 1e-9, Reason.BATCH_SPLIT, 0) | ops.where(
         m < 1 - 1e-9, Reason.BATCH_SPLIT, 0)
-    bits = bits | np.where(pp * virtual_stages > layers, Reason.STAGES, 0)
-    return np.asarray(bits, dtype=np.int64)
+    bits = bits | ops.where(pp * virtual_stages > layers, Reason.STAGES, 0)
+    return _bits(bits)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import ops
+
 __all__ = [
     "layer_flops_per_token",
     "model_flops_per_token",
@@ -39,11 +41,11 @@ def layer_flops_per_token(h, q_dim, kv_dim, ffn, swiglu, seq, experts_per_token=
     here generalised to GQA (``kv_dim < q_dim``), SwiGLU (three MLP matrices)
     and top-k MoE routing, as in Megatron-LM's ``num_floating_point_operations``.
     """
-    mlp_mats = np.where(swiglu, 3.0, 2.0)
+    mlp_mats = ops.where(swiglu, 3.0, 2.0)
     qkv = 2.0 * h * (q_dim + 2.0 * kv_dim)
     proj = 2.0 * q_dim * h
     mlp = 2.0 * h * ffn * mlp_mats * experts_per_token
-    router = np.where(np.asarray(experts) > 1, 2.0 * h * experts, 0.0)
+    router = ops.where(experts > 1, 2.0 * h * experts, 0.0)
     att = 4.0 * seq * q_dim
     return qkv + proj + mlp + router, att
 
@@ -63,16 +65,16 @@ def model_flops_per_token(layers, h, q_dim, kv_dim, ffn, swiglu, vocab, seq, exp
 def params_per_layer(h, q_dim, kv_dim, ffn, swiglu, experts=1):
     """Parameters of one layer: attention ``h(q + 2kv) + q h``, MLP ``(2 or 3) h ffn`` per
     expert, two LayerNorms ``4h`` (scale and bias), router ``h E`` when MoE."""
-    mlp_mats = np.where(swiglu, 3.0, 2.0)
+    mlp_mats = ops.where(swiglu, 3.0, 2.0)
     att = h * (q_dim + 2.0 * kv_dim) + q_dim * h
     mlp = mlp_mats * h * ffn * experts
-    router = np.where(np.asarray(experts) > 1, h * experts, 0.0)
+    router = ops.where(experts > 1, h * experts, 0.0)
     return att + mlp + router + 4.0 * h
 
 
 def model_params(layers, h, q_dim, kv_dim, ffn, swiglu, vocab, tied, experts=1):
     """All parameters: layers + input embedding ``V h`` + output head ``V h`` unless tied."""
-    emb = vocab * h * np.where(tied, 1.0, 2.0)
+    emb = vocab * h * ops.where(tied, 1.0, 2.0)
     return layers * params_per_layer(h, q_dim, kv_dim, ffn, swiglu, experts) + emb + 2.0 * h
 
 
@@ -102,16 +104,16 @@ def activation_bytes_per_layer(s, b, h, heads, q_dim, kv_dim, ffn, swiglu, tp, s
     """
     s_kv = s if s_kv is None else s_kv
     sbh = s * b * h
-    tp = np.asarray(tp, dtype=float)
-    drop = np.where(dropout, 1.0, 0.0)
+    tp = ops.as_float(tp)
+    drop = ops.where(dropout, 1.0, 0.0)
     repl = (8.0 + 2.0 * drop) * sbh  # LayerNorm inputs 4, QKV input 2, MLP input 2, dropout masks 2
     att = s * b * (4.0 * q_dim + 4.0 * kv_dim)  # Q, K (4), V (2), out-proj input (2) -> 8 s b h for MHA
-    mlp = s * b * ffn * np.where(swiglu, 6.0, 4.0) * experts_per_token
+    mlp = s * b * ffn * ops.where(swiglu, 6.0, 4.0) * experts_per_token
     score = (2.0 + 3.0 * drop) * heads * s * s_kv * b  # softmax out (2) + dropout mask (1) + dropout out (2)
-    score = np.where(materialized & (np.asarray(recompute) == 0), score, 0.0)
-    full_store = np.where(sp, 2.0 * sbh / tp, 2.0 * sbh)
-    per_layer = np.where(sp, repl / tp, repl) + (att + mlp + score) / tp
-    return np.where(np.asarray(recompute) == 2, full_store, per_layer), per_layer
+    score = ops.where(materialized & (recompute == 0), score, 0.0)
+    full_store = ops.where(sp, 2.0 * sbh / tp, 2.0 * sbh)
+    per_layer = ops.where(sp, repl / tp, repl) + (att + mlp + score) / tp
+    return ops.where(recompute == 2, full_store, per_layer), per_layer
 
 
 def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_el=2.0, count=1.0):
@@ -129,23 +131,23 @@ def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_
     Checked against bf16 GEMMs measured on an H200 over 342 transformer-layer
     shapes (``benchmarks/gemm_model_check.py``): 8 % mean absolute error.
     """
-    m = np.asarray(m, dtype=float)
-    n = np.asarray(n, dtype=float)
-    k = np.asarray(k, dtype=float)
+    m = ops.as_float(m)
+    n = ops.as_float(n)
+    k = ops.as_float(k)
     flops = 2.0 * m * n * k
-    sms = np.maximum(np.asarray(sm_count, dtype=float), 0.0)
+    sms = ops.maximum(ops.as_float(sm_count), 0.0)
     best = None
     for tm, tn in ((128.0, 256.0), (128.0, 128.0)):
-        tiles = np.ceil(m / tm) * np.ceil(n / tn)
-        split = np.clip(np.minimum(np.floor(sms / tiles), np.floor(k / 512.0)), 1.0, None)
+        tiles = ops.ceil(m / tm) * ops.ceil(n / tn)
+        split = ops.maximum(ops.minimum(ops.floor(sms / tiles), ops.floor(k / 512.0)), 1.0)
         work = tiles * split
-        waves = np.ceil(work / np.maximum(sms, 1.0))
-        q = np.where(sms > 0, work / np.maximum(waves * sms, 1.0), 1.0)
-        best = q if best is None else np.maximum(best, q)
+        waves = ops.ceil(work / ops.maximum(sms, 1.0))
+        q = ops.where(sms > 0, work / ops.maximum(waves * sms, 1.0), 1.0)
+        best = q if best is None else ops.maximum(best, q)
     t_flop = flops / (peak_flops * efficiency * best)
     t_in = bytes_per_el * (m * k + k * n) / hbm_bytes_s
     t_out = 2.0 * m * n / hbm_bytes_s
-    return count * (np.maximum(t_flop, t_in) + t_out + KERNEL_OVERHEAD_S)
+    return count * (ops.maximum(t_flop, t_in) + t_out + KERNEL_OVERHEAD_S)
 
 
 def group_span(size, stride, gpus_per_node):
@@ -155,10 +157,10 @@ def group_span(size, stride, gpus_per_node):
     innermost); a group of ``size`` ranks ``stride`` apart keeps
     ``k = clip(gpus_per_node / stride, 1, size)`` members in each node.
     """
-    size = np.asarray(size, dtype=float)
-    per_node = np.floor(gpus_per_node / np.maximum(stride, 1.0))
-    k = np.clip(per_node, 1.0, size)
-    nodes = np.ceil(size / k)
+    size = ops.as_float(size)
+    per_node = ops.floor(gpus_per_node / ops.maximum(stride, 1.0))
+    k = ops.clip(per_node, 1.0, size)
+    nodes = ops.ceil(size / k)
     return k, nodes
 
 
@@ -169,6 +171,6 @@ def ring_collective_time(nbytes, n, bw, lat, steps_factor=1.0):
     (all-reduce = 2x). ``bw`` is the achieved per-rank bandwidth in bytes/s,
     ``lat`` the per-step latency in seconds.
     """
-    n = np.asarray(n, dtype=float)
-    frac = np.where(n > 1, (n - 1.0) / np.maximum(n, 1.0), 0.0)
-    return steps_factor * (np.maximum(n - 1.0, 0.0) * lat + frac * nbytes / bw)
+    n = ops.as_float(n)
+    frac = ops.where(n > 1, (n - 1.0) / ops.maximum(n, 1.0), 0.0)
+    return steps_factor * (ops.maximum(n - 1.0, 0.0) * lat + frac * nbytes / bw)

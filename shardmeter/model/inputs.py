@@ -2,7 +2,8 @@
 
 Every array broadcasts to ``(N, I)``: N rows (candidate plans, sweep points) by I islands;
 the topology's tier arrays carry a trailing tier axis ``(N, I, T)``. Part codes index the
-:class:`PartTable` the inputs were built with.
+:class:`PartTable` the inputs were built with. For the scalar path (one plan, one island) the
+same bundles hold Python floats and bools, and tuples per tier.
 
 The planner and the sweep move inputs around as flat *columns* (``"layout.tp"``, ...):
 :meth:`ModelInputs.columns` and :meth:`ModelInputs.from_columns` convert, so a column name is
@@ -35,7 +36,8 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 
 def _arr() -> Any:
-    return attrs.field(converter=np.asarray)
+    """A field holding an array (a batch) or a Python scalar (the scalar path); stored as given."""
+    return attrs.field()
 
 
 @attrs.frozen(kw_only=True)
@@ -177,7 +179,7 @@ class ModelInputs:
         for key, value in cols.items():
             b, _, name = key.partition(".")
             parts[b][name] = value
-        return cls(**{b: bcls(**parts[b]) for b, bcls in _BUNDLES.items()})
+        return cls(**{b: bcls(**{k: np.asarray(v) for k, v in parts[b].items()}) for b, bcls in _BUNDLES.items()})
 
 
 #: Every column name, in order.

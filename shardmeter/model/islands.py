@@ -19,6 +19,7 @@ import numpy as np
 from ..parts import WanInputs
 from .dispatch import by_code
 from .inputs import ModelInputs, PartTable
+from . import ops
 from .reduce import over_islands
 
 __all__ = ["combine_islands", "cross_island", "SEARCH_OUTPUTS"]
@@ -31,7 +32,9 @@ def cross_island(parts: PartTable, inp: ModelInputs, n_isl: int, slow, island_st
                  ar_window, full) -> dict[str, Any]:
     """The sync strategy's terms (zeros with one island): ``exposed_s``, ``wan_s``, ``round_s``
     (rows..., 1) and ``egress_bytes`` (rows...)."""
-    col = tuple(full[:-1]) + (1,)
+    if not full:  # the scalar path: one island
+        return {"exposed_s": 0.0, "wan_s": 0.0, "round_s": 0.0, "egress_bytes": 0.0}
+    col = (*full[:-1], 1)
     if n_isl < 2:
         z = np.zeros(col)
         return {"exposed_s": z, "wan_s": z, "round_s": z, "egress_bytes": z[..., 0]}
@@ -55,6 +58,8 @@ def cross_island(parts: PartTable, inp: ModelInputs, n_isl: int, slow, island_st
 
 def _first(x, shape):
     """Column 0 of a per-island array whose value is global (same on every island)."""
+    if ops.is_scalar(x):
+        return x
     return np.broadcast_to(x, shape)[..., :1]
 
 
@@ -63,34 +68,35 @@ def combine_islands(*, parts, inp, shape, reasons, terms, hidden, ar_window, gra
     """The output arrays of :func:`~.evaluate.evaluate` (see the module docstring); without
     ``detail`` only what a search ranks by (:data:`SEARCH_OUTPUTS`)."""
     island_step = sum(terms.values())
-    n_isl = shape[-1]
+    n_isl = shape[-1] if shape else 1
     full = np.broadcast_shapes(shape, np.shape(reasons), np.shape(island_step))
-    reasons, island_step = np.broadcast_to(reasons, full), np.broadcast_to(island_step, full)
+    reasons, island_step = ops.broadcast(reasons, full), ops.broadcast(island_step, full)
     feasible_isl = reasons == 0
     feasible = over_islands(np.logical_and, feasible_isl)
-    slow = over_islands(np.maximum, np.where(feasible_isl, island_step, 0.0))
+    slow = over_islands(np.maximum, ops.where(feasible_isl, island_step, 0.0))
     params_col = _first(params, full)
-    wan = cross_island(parts, inp, n_isl, slow, np.where(feasible_isl, island_step, 0.0), params_col,
-                       np.broadcast_to(grad_bytes, full), ar_window, full)
+    wan = cross_island(parts, inp, n_isl, slow, ops.where(feasible_isl, island_step, 0.0), params_col,
+                       ops.broadcast(grad_bytes, full), ar_window, full)
     sync = wan["exposed_s"]
     step = slow + sync
     isl_gpus = tp * pp * cp * dp
-    isl_gpus_full = np.broadcast_to(isl_gpus, full)
+    isl_gpus_full = ops.broadcast(isl_gpus, full)
     if not detail:
-        return {"feasible": feasible[..., 0], "reasons": reasons, "step_time_s": step[..., 0],
+        return {"feasible": ops.col0(feasible), "reasons": reasons, "step_time_s": ops.col0(step),
                 "egress_bytes_per_step": wan["egress_bytes"], "island_gpus": isl_gpus_full}
     idle = slow - island_step
     total_gpus = over_islands(np.add, isl_gpus_full)
     w_gpu = isl_gpus_full / total_gpus
 
     def _mean(x):
-        return over_islands(np.add, np.broadcast_to(x, full) * w_gpu)
+        return over_islands(np.add, ops.broadcast(x, full) * w_gpu)
 
+    col = np.shape(slow)
     bd = {k: _mean(val) for k, val in terms.items()}
-    bd["island_sync"] = np.broadcast_to(sync, slow.shape)
+    bd["island_sync"] = ops.broadcast(sync, col)
     bd["idle"] = _mean(idle)
     overlapped = {k: _mean(val) for k, val in hidden.items()}
-    overlapped["island_sync"] = np.broadcast_to(np.maximum(wan["wan_s"] - sync, 0.0), slow.shape)
+    overlapped["island_sync"] = ops.broadcast(ops.maximum(wan["wan_s"] - sync, 0.0), col)
 
     tokens_step = _first(inp.training.global_batch * inp.model.seq_len, full)
     mf_tok, hw_tok = _first(mf_tok, full), _first(hw_tok, full)
@@ -98,43 +104,42 @@ def combine_islands(*, parts, inp, shape, reasons, terms, hidden, ar_window, gra
     tps_gpu = tps / total_gpus
     model_tf = tps_gpu * mf_tok / 1e12
     hw_tf = tps_gpu * hw_tok / 1e12
-    gpu_peak_mean = over_islands(np.add, np.broadcast_to(peak * isl_gpus, full)) / total_gpus
+    gpu_peak_mean = over_islands(np.add, ops.broadcast(peak * isl_gpus, full)) / total_gpus
     cu_isl = island_step / step
-    cu = over_islands(np.add, np.broadcast_to(cu_isl * isl_gpus, full)) / total_gpus
-    col = slow.shape
+    cu = over_islands(np.add, ops.broadcast(cu_isl * isl_gpus, full)) / total_gpus
 
     def g(x):  # a global (N, 1) value as (N,)
-        return np.broadcast_to(x, col)[..., 0]
+        return ops.col0(ops.broadcast(x, col))
 
     return {
-        "feasible": feasible[..., 0],
+        "feasible": ops.col0(feasible),
         "feasible_island": feasible_isl,
         "reasons": reasons,
-        "step_time_s": step[..., 0],
+        "step_time_s": ops.col0(step),
         "island_step_s": island_step,
-        "island_idle_s": np.broadcast_to(idle, full),
-        "island_breakdown": {k: np.broadcast_to(val, full) for k, val in terms.items()},
-        "island_util": np.broadcast_to(cu_isl, full),
-        "breakdown": {k: np.asarray(val)[..., 0] for k, val in bd.items()},
-        "overlapped": {k: np.asarray(val)[..., 0] for k, val in overlapped.items()},
+        "island_idle_s": ops.broadcast(idle, full),
+        "island_breakdown": {k: ops.broadcast(val, full) for k, val in terms.items()},
+        "island_util": ops.broadcast(cu_isl, full),
+        "breakdown": {k: ops.col0(val) for k, val in bd.items()},
+        "overlapped": {k: ops.col0(val) for k, val in overlapped.items()},
         "tokens_per_s": g(tps),
         "tokens_per_s_per_gpu": g(tps_gpu),
-        "island_tokens_per_s": np.broadcast_to(b_isl * inp.model.seq_len / step, full),
+        "island_tokens_per_s": ops.broadcast(b_isl * inp.model.seq_len / step, full),
         "model_tflops_per_gpu": g(model_tf),
         "hardware_tflops_per_gpu": g(hw_tf),
         "mfu": g(model_tf * 1e12 / gpu_peak_mean),
         "hfu": g(hw_tf * 1e12 / gpu_peak_mean),
         "compute_utilization": g(cu),
-        "memory_per_gpu_gb": over_islands(np.maximum, np.broadcast_to(mem_used, full), keepdims=False) / 1e9,
-        "island_memory_gb": np.broadcast_to(mem_used, full) / 1e9,
+        "memory_per_gpu_gb": over_islands(np.maximum, ops.broadcast(mem_used, full), keepdims=False) / 1e9,
+        "island_memory_gb": ops.broadcast(mem_used, full) / 1e9,
         "island_gpus": isl_gpus_full,
-        "island_batch": np.broadcast_to(b_isl, full),
+        "island_batch": ops.broadcast(b_isl, full),
         "gpus": g(total_gpus),
         "egress_bytes_per_step": wan["egress_bytes"],
         "wan_s": g(wan["wan_s"]),
         "wan_round_s": g(wan["round_s"]),
         "model_flops_per_token": g(mf_tok),
         "params": g(params_col),
-        "micro_batches": np.broadcast_to(m_int, full),
-        "_mem_cap_gb": np.broadcast_to(inp.hardware.memory_bytes, full) / 1e9,
+        "micro_batches": ops.broadcast(m_int, full),
+        "_mem_cap_gb": ops.broadcast(inp.hardware.memory_bytes, full) / 1e9,
     }

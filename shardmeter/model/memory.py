@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import ops
+
 from .compute import Shapes
 from .formulas import activation_bytes_per_layer
 from .inputs import ModelShape, Training
@@ -25,14 +27,14 @@ def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_f
     rec = tr.recompute
     stored, full = activation_bytes_per_layer(
         sh.seq_local, tr.micro_batch, ms.hidden, ms.heads, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, tp, sp,
-        rec, tr.materialized.astype(bool), np.where(sh.moe, ms.experts_per_token, 1.0), s_kv=ms.seq_len,
-        dropout=ms.dropout.astype(bool))
+        rec, ops.as_bool(tr.materialized), ops.where(sh.moe, ms.experts_per_token, 1.0), s_kv=ms.seq_len,
+        dropout=ops.as_bool(ms.dropout))
     Ls = sh.layers_per_stage
-    working = np.where(rec == 2, full, 0.0)
+    working = ops.where(rec == 2, full, 0.0)
     logits = sh.tokens * ms.vocab / tp * 4.0  # logits in fp32 for the (fused, in-place) cross-entropy
-    first = stored * (Ls * in_flight) + working + np.where(pp == 1, logits, 0.0)
+    first = stored * (Ls * in_flight) + working + ops.where(pp == 1, logits, 0.0)
     last = stored * Ls + working + logits
-    return np.maximum(first, np.where(pp > 1, last, 0.0))
+    return ops.maximum(first, ops.where(pp > 1, last, 0.0))
 
 
 def total_memory(weights, gradients, optimizer, extra, activations) -> np.ndarray:

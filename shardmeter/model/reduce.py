@@ -16,6 +16,8 @@ _LOOP_MAX = 16
 
 def over_islands(op: np.ufunc, x: Any, keepdims: bool = True) -> np.ndarray:
     """``op.reduce(x, axis=-1)`` (e.g. ``np.add``, ``np.maximum``, ``np.logical_and``)."""
+    if isinstance(x, (float, int, bool)):  # the scalar path: one island
+        return x
     x = np.asarray(x)
     n = x.shape[-1] if x.ndim else 1
     if x.ndim == 0:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import ops
+
 from ..parts import COLLECTIVES
 from .formulas import ring_collective_time
 from .inputs import Topology
@@ -29,10 +31,10 @@ _KIND = {"all_gather": "ag", "reduce_scatter": "rs", "all_reduce": "ar", "all_to
 
 def members_per_tier(size, stride, topo: Topology) -> list[np.ndarray]:
     """``k_t``: members of the group inside one domain of each tier (the last is ``size``)."""
-    size = np.asarray(size, dtype=float)
-    stride = np.maximum(np.asarray(stride, dtype=float), 1.0)
+    size = ops.as_float(size)
+    stride = ops.maximum(ops.as_float(stride), 1.0)
     gpus = topo.tier_gpus
-    return [np.clip(np.floor(gpus[..., t] / stride), 1.0, size) for t in range(gpus.shape[-1])]
+    return [ops.clip(ops.floor(ops.tier(gpus, t) / stride), 1.0, size) for t in range(ops.n_tiers(gpus))]
 
 
 def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False) -> np.ndarray:
@@ -41,16 +43,16 @@ def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False)
     if _KIND.get(kind) is None:
         raise ValueError(f"unknown collective {kind!r} (expected one of {', '.join(COLLECTIVES)})")
     kind = _KIND[kind]
-    size = np.asarray(size, dtype=float)
+    size = ops.as_float(size)
     bw, lat = topo.tier_bytes_s, topo.tier_latency_s
     ks = members_per_tier(size, stride, topo)
     if kind == "a2a":
         out = None
         below = 1.0
         for t, k in enumerate(ks):
-            n = np.ceil(k / below) if t else k
-            part = (k - below) / np.maximum(size, 1.0) * nbytes / bw[..., t] + (n - 1.0) * lat[..., t]
-            out = part if out is None else np.maximum(out, np.where(n > 1, part, 0.0))
+            n = ops.ceil(k / below) if t else k
+            part = (k - below) / ops.maximum(size, 1.0) * nbytes / ops.tier(bw, t) + (n - 1.0) * ops.tier(lat, t)
+            out = part if out is None else ops.maximum(out, ops.where(n > 1, part, 0.0))
             below = k
         return out
     total = None
@@ -60,11 +62,11 @@ def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False)
             n, tier_bytes = k, nbytes
             carried = k
         else:
-            n = np.ceil(size / ks[t - 1]) if t == len(ks) - 1 else np.ceil(k / ks[t - 1])
-            tier_bytes = np.where(flat, nbytes, nbytes / carried)
+            n = ops.ceil(size / ks[t - 1]) if t == len(ks) - 1 else ops.ceil(k / ks[t - 1])
+            tier_bytes = ops.where(flat, nbytes, nbytes / carried)
             carried = carried * n
-        part = ring_collective_time(tier_bytes, n, bw[..., t], lat[..., t])
-        total = part if t == 0 else total + np.where(n > 1, part, 0.0)
+        part = ring_collective_time(tier_bytes, n, ops.tier(bw, t), ops.tier(lat, t))
+        total = part if t == 0 else total + ops.where(n > 1, part, 0.0)
     return 2.0 * total if kind == "ar" else total
 
 
@@ -72,18 +74,18 @@ def span_link(size, stride, topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     """``(bytes/s, latency s)`` of the innermost tier that holds the whole group: where its
     point-to-point transfers (ring attention, pipeline sends) travel."""
     ks = members_per_tier(size, stride, topo)
-    size = np.asarray(size, dtype=float)
+    size = ops.as_float(size)
     T = len(ks)
-    bw = topo.tier_bytes_s[..., T - 1]
-    lat = topo.tier_latency_s[..., T - 1]
+    bw = ops.tier(topo.tier_bytes_s, T - 1)
+    lat = ops.tier(topo.tier_latency_s, T - 1)
     for t in range(T - 2, -1, -1):
         inside = ks[t] >= size
-        bw = np.where(inside, topo.tier_bytes_s[..., t], bw)
-        lat = np.where(inside, topo.tier_latency_s[..., t], lat)
+        bw = ops.where(inside, ops.tier(topo.tier_bytes_s, t), bw)
+        lat = ops.where(inside, ops.tier(topo.tier_latency_s, t), lat)
     return bw, lat
 
 
 def slowest_link(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     """``(bytes/s, latency s)``: the slowest tier's bandwidth and the outermost tier's latency,
     the pace of a flat ring over the whole data-parallel group (the last gradient bucket)."""
-    return np.min(topo.tier_bytes_s, axis=-1), topo.tier_latency_s[..., -1]
+    return ops.min_tier(topo.tier_bytes_s), ops.tier(topo.tier_latency_s, ops.n_tiers(topo.tier_latency_s) - 1)

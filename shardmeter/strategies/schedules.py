@@ -19,6 +19,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from ..model import ops
+
 from ..parts import PipeInputs, PipeTerms, SchedulePart
 
 __all__ = ["ClassicSchedule", "p2p_transfers"]
@@ -26,7 +28,7 @@ __all__ = ["ClassicSchedule", "p2p_transfers"]
 
 def p2p_transfers(pipe: PipeInputs) -> np.ndarray:
     """Sends per step on one stage boundary: ``2 (v m + p - 1)`` with ``p > 1``, else 0."""
-    return np.where(pipe.pp > 1, 2.0 * (pipe.virtual_stages * pipe.micro_batches + pipe.pp - 1.0), 0.0)
+    return ops.where(pipe.pp > 1, 2.0 * (pipe.virtual_stages * pipe.micro_batches + pipe.pp - 1.0), 0.0)
 
 
 @attrs.frozen(kw_only=True)
@@ -45,8 +47,8 @@ class ClassicSchedule(SchedulePart):
     def infeasible(self, pipe: PipeInputs, opts: Any) -> np.ndarray:
         """Interleaving with ``v > 1`` needs the micro-batches to be a multiple of ``p``."""
         if not self.bubble_over_virtual:
-            return np.zeros(np.broadcast_shapes(np.shape(pipe.pp), np.shape(pipe.micro_batches)), dtype=bool)
-        return (pipe.virtual_stages > 1) & ((pipe.pp < 2) | (np.mod(pipe.micro_batches, pipe.pp) != 0))
+            return ops.where(pipe.pp < 0, True, False)  # nothing is infeasible (shaped like pp)
+        return (pipe.virtual_stages > 1) & ((pipe.pp < 2) | (ops.mod(pipe.micro_batches, pipe.pp) != 0))
 
     def terms(self, pipe: PipeInputs, opts: Any) -> PipeTerms:
         pp, m, v = pipe.pp, pipe.micro_batches, pipe.virtual_stages
@@ -55,8 +57,8 @@ class ClassicSchedule(SchedulePart):
         if self.in_flight == "all":
             held = m
         else:
-            held = np.minimum(m, pp)
+            held = ops.minimum(m, pp)
             if self.bubble_over_virtual:
-                held = held * np.where(v > 1, 1.0 + (pp - 1.0) / (pp * v), 1.0)
+                held = held * ops.where(v > 1, 1.0 + (pp - 1.0) / (pp * v), 1.0)
         return PipeTerms(bubble_s=bubble, in_flight=held, p2p_transfers=p2p_transfers(pipe),
                          infeasible=self.infeasible(pipe, opts))

@@ -17,6 +17,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from ..model import ops
+
 from ..parts import CommEvent, ShardingPart, ShardInputs, StateBytes
 
 __all__ = ["ZeroSharding", "LAST_BUCKET_BYTES", "shard_group_size"]
@@ -31,9 +33,9 @@ def shard_group_size(inp: ShardInputs, by_domain: bool) -> np.ndarray:
     ``by_domain`` (HSDP) the replicas of it inside one innermost network domain (a node)."""
     dpcp = inp.dp * inp.cp
     if not by_domain:
-        return np.maximum(dpcp, 1.0)
-    per_domain = np.clip(np.floor(inp.domain_gpus / (inp.tp * inp.cp)), 1.0, inp.dp) * inp.cp
-    return np.maximum(per_domain, 1.0)
+        return ops.maximum(dpcp, 1.0)
+    per_domain = ops.clip(ops.floor(inp.domain_gpus / (inp.tp * inp.cp)), 1.0, inp.dp) * inp.cp
+    return ops.maximum(per_domain, 1.0)
 
 
 @attrs.frozen(kw_only=True)
@@ -86,7 +88,7 @@ class ZeroSharding(ShardingPart):
         the same 2 x volume as an all-reduce)."""
         dpcp = inp.dp * inp.cp
         grad_msg = inp.params_per_gpu * inp.grad_bytes
-        param_msg = inp.params_per_gpu * np.where(inp.weight_bytes > 2, 4.0, 2.0)
+        param_msg = inp.params_per_gpu * ops.where(inp.weight_bytes > 2, 4.0, 2.0)
         bucket = dict(bucket_bytes=self.bucket_bytes(opts), bucket_ranks=dpcp)
         if self.gather_per_layer:
             n = shard_group_size(inp, self.shard_group == "node")

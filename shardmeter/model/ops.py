@@ -1,0 +1,142 @@
+"""Elementwise operations for the model's two paths: numpy arrays (a batch of plans) and plain
+Python floats (one plan on one island, the scalar fast path of :func:`~.evaluate.evaluate`).
+
+Each function takes the scalar branch only when every argument is a Python scalar (``float``,
+``int``, ``bool``; numpy's ``float64`` is a ``float``), and is otherwise the numpy function of
+the same name, so the array path computes exactly what it did before. The scalar branches
+follow numpy's semantics where they matter here: ``ceil``/``floor``/``round`` return floats,
+``round`` rounds half to even, ``mod`` takes the divisor's sign.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["is_scalar", "where", "maximum", "minimum", "clip", "ceil", "floor", "mod", "absolute", "rint",
+           "logical_not", "as_bool", "as_float", "tier", "n_tiers", "min_tier", "broadcast", "col0"]
+
+_SCALARS = (float, int, bool)
+#: Exact types of the scalar path (a type lookup is cheaper than isinstance over a tuple).
+_FAST = frozenset({float, int, bool})
+
+
+def is_scalar(x: Any) -> bool:
+    return isinstance(x, _SCALARS)
+
+
+def where(c: Any, a: Any, b: Any) -> Any:
+    if type(c) is bool and type(a) in _FAST and type(b) in _FAST:
+        return a if c else b
+    if isinstance(c, (bool, np.bool_)) and isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
+        return a if c else b
+    return np.where(c, a, b)
+
+
+def maximum(a: Any, b: Any) -> Any:
+    if (type(a) in _FAST and type(b) in _FAST) or (isinstance(a, _SCALARS) and isinstance(b, _SCALARS)):
+        if a != a or b != b:  # nan propagates, as in numpy
+            return math.nan
+        return a if a >= b else b
+    return np.maximum(a, b)
+
+
+def minimum(a: Any, b: Any) -> Any:
+    if (type(a) in _FAST and type(b) in _FAST) or (isinstance(a, _SCALARS) and isinstance(b, _SCALARS)):
+        if a != a or b != b:
+            return math.nan
+        return a if a <= b else b
+    return np.minimum(a, b)
+
+
+def clip(a: Any, lo: Any, hi: Any) -> Any:
+    """``minimum(maximum(a, lo), hi)`` (numpy's definition)."""
+    return minimum(maximum(a, lo), hi)
+
+
+_finite = math.isfinite
+
+
+def ceil(a: Any) -> Any:
+    if isinstance(a, _SCALARS) and _finite(a):
+        return float(math.ceil(a))
+    return np.ceil(a)
+
+
+def floor(a: Any) -> Any:
+    if isinstance(a, _SCALARS) and _finite(a):
+        return float(math.floor(a))
+    return np.floor(a)
+
+
+def rint(a: Any) -> Any:
+    """Round half to even (``np.round``)."""
+    if isinstance(a, _SCALARS) and _finite(a):
+        return float(round(a))
+    return np.round(a)
+
+
+def mod(a: Any, b: Any) -> Any:
+    if isinstance(a, _SCALARS) and isinstance(b, _SCALARS) and b != 0 and _finite(a) and _finite(b):
+        return float(a % b)
+    return np.mod(a, b)
+
+
+def absolute(a: Any) -> Any:
+    if isinstance(a, _SCALARS):
+        return abs(a)
+    return np.abs(a)
+
+
+def logical_not(a: Any) -> Any:
+    if isinstance(a, (bool, np.bool_)):
+        return not a
+    return ~np.asarray(a, dtype=bool)
+
+
+def as_bool(a: Any) -> Any:
+    if isinstance(a, _SCALARS):
+        return bool(a)
+    return np.asarray(a).astype(bool)
+
+
+def as_float(a: Any) -> Any:
+    if type(a) is float:
+        return a
+    if isinstance(a, _SCALARS):
+        return float(a)
+    return np.asarray(a, dtype=float)
+
+
+def tier(x: Any, t: int) -> Any:
+    """Tier ``t`` of a tier array (the last axis), or of a tuple of per-tier scalars."""
+    if isinstance(x, tuple):
+        return x[t]
+    return x[..., t]
+
+
+def n_tiers(x: Any) -> int:
+    return len(x) if isinstance(x, tuple) else int(np.shape(x)[-1])
+
+
+def min_tier(x: Any) -> Any:
+    """The smallest value over the tiers."""
+    if isinstance(x, tuple):
+        return min(x)
+    return np.min(x, axis=-1)
+
+
+def broadcast(x: Any, shape: tuple[int, ...]) -> Any:
+    """``np.broadcast_to`` (a scalar stays a scalar)."""
+    if isinstance(x, _SCALARS):
+        return x
+    return np.broadcast_to(x, shape)
+
+
+def col0(x: Any) -> Any:
+    """``x[..., 0]`` of an island-shaped array (a scalar is its own only island)."""
+    if isinstance(x, _SCALARS) or np.ndim(x) == 0:
+        return x
+    return np.asarray(x)[..., 0]
