@@ -1,8 +1,8 @@
 """The bundled hardware, interconnect and cost catalogs (shardmeter/hardware_catalog/*.toml).
 
-Checks the names SCENARIO.md ("Bundled names") promises, that every GPU's
+Checks the names docs/scenario.md ("Bundled names") promises, that every GPU's
 default links exist, a few sourced figures from
-shared/reference/hardware_and_physics.md, and that every record cites a source.
+docs/reference/hardware_and_physics.md, and that every record cites a source.
 """
 
 from __future__ import annotations

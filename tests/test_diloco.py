@@ -1,6 +1,6 @@
 """DiLoCo and Streaming DiLoCo accounting (shardmeter/strategies/sync.py) against
 hand calculations, the INTELLECT-1 measurements and the Streaming DiLoCo paper's
-bandwidth table (shared/reference/decentralized.md, sections 4.2 and 4.5)."""
+bandwidth table (docs/reference/decentralized.md, sections 4.2 and 4.5)."""
 
 from __future__ import annotations
 

@@ -190,20 +190,8 @@ NOT_CHECKED = ("tests/golden/",)
 
 #: Mentions that predate this check, in files owned by others: each is to be reworded (to a path in
 #: the repository, or to the source it stands for) and then removed from here; the second test below
-#: fails when a listed mention is gone, so the list only shrinks.
-PENDING_FILES = {
-    "docs/multi-island.md",  # its reference facts: cite the sources instead
-    "shardmeter/hardware_catalog/gpus.toml",  # header comment: the reference file of figures
-    "shardmeter/hardware_catalog/links.toml",
-    "shardmeter/hardware_catalog/prices.toml",
-    "shardmeter/validation_data/published/README.md",  # commands run on the project's originals
-    "tests/test_catalog.py",  # docstrings naming the reference file
-    "tests/test_diloco.py",
-    "tests/test_formulas.py",
-    "tests/test_multi_island.py",  # the skip message of the optional contract checker
-}
-#: Every published-run copy says what it added "(not in ../<project folder>/validation)".
-PENDING_PHRASE = ("shardmeter/validation_data/published/", "(not in ../" + _SHARED + "/validation)")
+#: fails when a listed mention is gone, so the list only shrinks. Empty since 2026-12-01: the check is strict.
+PENDING_FILES: set[str] = set()
 
 
 def _repo_text_files() -> dict[str, str]:
@@ -233,8 +221,6 @@ def _repo_text_files() -> dict[str, str]:
 
 
 def _outside_mentions(name: str, text: str) -> list[str]:
-    if name.startswith(PENDING_PHRASE[0]):
-        text = text.replace(PENDING_PHRASE[1], "")
     return [m.group(0) for m in OUTSIDE.finditer(text)]
 
 
@@ -251,9 +237,6 @@ def test_the_pending_list_of_outside_mentions_only_shrinks():
     files = _repo_text_files()
     fixed = sorted(n for n in PENDING_FILES if n not in files or not OUTSIDE.search(files[n]))
     assert not fixed, f"no longer mention it, remove them from PENDING_FILES: {fixed}"
-    assert any(n.startswith(PENDING_PHRASE[0]) and PENDING_PHRASE[1] in t for n, t in files.items()), (
-        "no published run says it any more: remove PENDING_PHRASE"
-    )
     assert "docs/scenario.md" in files and "docs/architecture.md" in files
 
 

@@ -1,6 +1,6 @@
 """The model's closed-form formulas against the numbers and equations of the papers.
 
-Sources (figures in ``shared/reference/``):
+Sources (figures in ``docs/reference/``):
 
 * Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
   Clusters Using Megatron-LM" (arXiv 2104.04473): FLOPs per iteration (Sec. 5.1,
