@@ -10,9 +10,11 @@ prices communication on the topology and composes the step (``docs/architecture.
 * a :class:`SyncPart` returns the cross-island time and bytes (:class:`SyncTerms`) from
   :class:`WanInputs`.
 
-Every array in these records broadcasts against the others of the same call. The evaluator
-calls each distinct (part, options) pair once per group of rows that uses it (never once per
-plan), with that group's arrays, and scatters the results back.
+Every array in these records broadcasts against the others of the same call (in the scalar
+path, one plan on one island, they are Python floats). The evaluator calls each distinct
+(part, options) pair once per batch (never once per plan) on the batch's arrays, and each row
+takes the result of its own part (:mod:`shardmeter.model.dispatch`); a part must therefore
+compute elementwise, without looking at other rows.
 
 A part's ``options`` is an attrs class; the scenario's keys for it (``[parallelism]`` for
 sharding and schedules, ``[sync]`` for sync) are structured into an instance by the project's

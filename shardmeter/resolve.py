@@ -117,9 +117,17 @@ def _tiers(reg, isl, gpu: HardwareProfile, gpn: int, levels, where: str, file: s
         return resolve_part(reg, "interconnect", ref, path, file)
 
     if isl.tiers:
+        last = isl.tiers[-1]
+        if last.gpus is not None and last.gpus < isl.nodes * gpn:
+            raise ScenarioError(f"the last tier joins the whole island ({isl.nodes * gpn} GPUs); omit gpus or give "
+                                f"at least that, got {last.gpus}", path=f"{where}.tiers[{len(isl.tiers) - 1}].gpus",
+                                file=file)
         out = []
         for t, tier in enumerate(isl.tiers):
-            out.append(ResolvedTier(link(tier.link, f"{where}.tiers[{t}].link"), tier.gpus, tier.oversubscription))
+            # an Estimator's with_level re-prices the innermost tier (intra_node) or the ones beyond it
+            level = "intra_node" if t == 0 else "inter_node"
+            ref = levels.get(level, tier.link)
+            out.append(ResolvedTier(link(ref, f"{where}.tiers[{t}].link"), tier.gpus, tier.oversubscription))
         return tuple(out)
     intra = link(levels.get("intra_node", isl.intra_node or gpu.intra_node or "pcie4"), f"{where}.intra_node")
     inter_ref = levels.get("inter_node", isl.inter_node or gpu.inter_node)

@@ -271,12 +271,6 @@ def test_three_tier_all_reduce_against_a_hand_calculation():
     assert a2a == pytest.approx(max(parts), rel=1e-12)
 
 
-def test_group_span():
-    assert tuple(map(float, F.group_span(8, 1, 8))) == (8.0, 1.0)
-    assert tuple(map(float, F.group_span(16, 8, 8))) == (1.0, 16.0)
-    assert tuple(map(float, F.group_span(16, 2, 8))) == (4.0, 4.0)
-
-
 # ---- fused-attention ramp (ATTENTION_RAMP_KEYS) ----------------------------------------------
 
 

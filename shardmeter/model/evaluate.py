@@ -143,8 +143,9 @@ def _schedule(parts: PartTable, pipe: PipeInputs, codes) -> dict[str, Any]:
     def run(code: int) -> dict[str, Any]:
         part, opts = parts.get("schedule", code)
         t = part.terms(pipe, opts)
-        return {"bubble_s": t.bubble_s, "in_flight": t.in_flight, "p2p": t.p2p_transfers,
-                "infeasible": ops.as_float(t.infeasible)}
+        # what the planner's pre-check asks (infeasible()) and what terms() says, either way
+        bad = ops.as_float(t.infeasible) + ops.as_float(part.infeasible(pipe, opts))
+        return {"bubble_s": t.bubble_s, "in_flight": t.in_flight, "p2p": t.p2p_transfers, "infeasible": bad}
 
     return by_code(codes, run)
 

@@ -19,7 +19,6 @@ __all__ = [
     "activation_bytes_per_layer",
     "gemm_time",
     "ring_collective_time",
-    "group_span",
     "KERNEL_OVERHEAD_S",
 ]
 
@@ -148,20 +147,6 @@ def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_
     t_in = bytes_per_el * (m * k + k * n) / hbm_bytes_s
     t_out = 2.0 * m * n / hbm_bytes_s
     return count * (ops.maximum(t_flop, t_in) + t_out + KERNEL_OVERHEAD_S)
-
-
-def group_span(size, stride, gpus_per_node):
-    """Members per node ``k`` and nodes spanned ``n`` of a process group.
-
-    Ranks are laid out Megatron-style (tensor, context, data, pipeline from the
-    innermost); a group of ``size`` ranks ``stride`` apart keeps
-    ``k = clip(gpus_per_node / stride, 1, size)`` members in each node.
-    """
-    size = ops.as_float(size)
-    per_node = ops.floor(gpus_per_node / ops.maximum(stride, 1.0))
-    k = ops.clip(per_node, 1.0, size)
-    nodes = ops.ceil(size / k)
-    return k, nodes
 
 
 def ring_collective_time(nbytes, n, bw, lat, steps_factor=1.0):

@@ -60,5 +60,5 @@ class ClassicSchedule(SchedulePart):
             held = ops.minimum(m, pp)
             if self.bubble_over_virtual:
                 held = held * ops.where(v > 1, 1.0 + (pp - 1.0) / (pp * v), 1.0)
-        return PipeTerms(bubble_s=bubble, in_flight=held, p2p_transfers=p2p_transfers(pipe),
-                         infeasible=self.infeasible(pipe, opts))
+        # the evaluator asks infeasible() itself, as the planner's pre-check does
+        return PipeTerms(bubble_s=bubble, in_flight=held, p2p_transfers=p2p_transfers(pipe))
