@@ -112,3 +112,20 @@ def test_declarative_record_is_sugar_for_the_zero_part():
     a = part.state(_shard(1e9, 8), part.options())
     b = same.state(_shard(1e9, 8), same.options())
     assert float(a.optimizer) == float(b.optimizer) and float(a.gradients) == float(b.gradients)
+
+
+def test_the_old_union_hook_still_registers_schedules_and_sync_with_a_deprecation_warning():
+    class Old:
+        @shardmeter.hookimpl
+        def shardmeter_sharding_strategies(self):
+            yield shardmeter.ShardingStrategy(name="old-zero1", shard_optimizer=True)
+            yield shardmeter.PipelineSchedule(name="old-half", bubble_fraction=0.5)
+            yield shardmeter.SyncStrategy(name="old-sync")
+
+    pm = shardmeter.make_plugin_manager(entry_points=False, plugins=[Old()])
+    with pytest.warns(DeprecationWarning, match="shardmeter_pipeline_schedules"):
+        reg = shardmeter.Registry.from_plugin_manager(pm)
+    assert "old-zero1" in reg.names("sharding")
+    assert "old-half" in reg.names("schedule") and "old-sync" in reg.names("sync")
+    half = reg.get("schedule", "old-half")
+    assert float(half.terms(_pipe(5, 20), half.options()).bubble_s) == pytest.approx(2.0)  # 0.5 x (5 - 1)

@@ -190,16 +190,8 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
 
     # ---- the sharding strategy: state and traffic ------------------------------------------------
-    p_layer = (params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0)
-               - ops.where(ms.swiglu, 3.0, 2.0) * ms.hidden * ms.ffn_hidden
-               + ops.where(ms.swiglu, 3.0, 2.0) * ms.hidden * ms.ffn_hidden * ops.where(sh.moe, ms.experts / ep, 1.0)
-               ) / tp
-    emb = ms.vocab * ms.hidden / tp
-    p_gpu = Ls * p_layer + emb * (1.0 + ops.where((pp == 1) & ops.logical_not(ops.as_bool(ms.tied)), 1.0, 0.0))
-    grad_b = ops.where(wb > 2, 4.0, 2.0)
-    shard = ShardInputs(params_per_gpu=p_gpu, params_per_layer=p_layer, layers_per_stage=Ls, weight_bytes=wb,
-                        grad_bytes=grad_b, optimizer_bytes_per_param=ops.where(wb > 2, 8.0, 12.0), tp=tp, dp=dp,
-                        cp=cp, domain_gpus=_f(topo.domain_gpus))
+    shard = _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb)
+    p_gpu, grad_b = shard.params_per_gpu, shard.grad_bytes
     sd = _sharding(parts, shard, topo, lay.sharding)
     priced = PricedTraffic(micro_batch_s=_f(sd["mb_s"]), micro_batch_fixed_s=_f(sd["mb_fixed_s"]),
                            step_s=_f(sd["step_s"]), bucket_s=_f(sd["bucket_s"]))
@@ -246,19 +238,38 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
                             sd["optimizer"] + p_gpu * outer / sd["param_shards"], sd["extra"], act_mem)
     reasons = reasons | ops.where(mem_used > hw.memory_bytes, int(Reason.MEMORY), 0)
 
-    # ---- FLOPs ------------------------------------------------------------------------------------
-    E, ktop = _f(ms.experts), _f(ms.experts_per_token)
-    flops_args = (ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu)
-    mf_tok = model_flops_per_token(ms.layers, *flops_args, ms.vocab, ms.seq_len, ktop, E)
-    dense_l, att_l = layer_flops_per_token(*flops_args, ms.seq_len, ktop, E)
-    hw_tok = mf_tok + ms.layers * ops.where(rec == 2, dense_l + att_l, ops.where(rec == 1, att_l, 0.0))
-    p_total = model_params(ms.layers, *flops_args, ms.vocab, ops.as_bool(ms.tied), E)
-
+    mf_tok, hw_tok, p_total = _flops(ms, rec)
     return combine_islands(
         parts=parts, inp=inp, shape=shape, reasons=reasons, terms=terms, hidden=hidden, ar_window=ar_window,
         grad_bytes=grad_b, params=p_total, b_isl=b_isl, m_int=m_int, mem_used=mem_used, peak=peak,
         mf_tok=mf_tok, hw_tok=hw_tok, tp=tp, pp=pp, cp=cp, dp=dp, detail=detail,
     )
+
+
+def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb) -> ShardInputs:
+    """What the sharding strategy sees: this GPU's parameters (its stage's layers, its
+    tensor-parallel slice, its local experts; the embedding, and the untied output head with
+    one stage) and the bytes per element of weights, gradients and the optimizer."""
+    mlp = ops.where(ms.swiglu, 3.0, 2.0) * ms.hidden * ms.ffn_hidden
+    p_layer = (params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0)
+               - mlp + mlp * ops.where(sh.moe, ms.experts / ep, 1.0)) / tp
+    emb = ms.vocab * ms.hidden / tp
+    p_gpu = sh.layers_per_stage * p_layer + emb * (
+        1.0 + ops.where((pp == 1) & ops.logical_not(ops.as_bool(ms.tied)), 1.0, 0.0))
+    return ShardInputs(params_per_gpu=p_gpu, params_per_layer=p_layer, layers_per_stage=sh.layers_per_stage,
+                       weight_bytes=wb, grad_bytes=ops.where(wb > 2, 4.0, 2.0),
+                       optimizer_bytes_per_param=ops.where(wb > 2, 8.0, 12.0), tp=tp, dp=dp, cp=cp,
+                       domain_gpus=_f(topo.domain_gpus))
+
+
+def _flops(ms, rec):
+    """``(model FLOPs per token, hardware FLOPs per token with recompute, parameters)``."""
+    E, ktop = _f(ms.experts), _f(ms.experts_per_token)
+    args = (ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu)
+    mf_tok = model_flops_per_token(ms.layers, *args, ms.vocab, ms.seq_len, ktop, E)
+    dense_l, att_l = layer_flops_per_token(*args, ms.seq_len, ktop, E)
+    hw_tok = mf_tok + ms.layers * ops.where(rec == 2, dense_l + att_l, ops.where(rec == 1, att_l, 0.0))
+    return mf_tok, hw_tok, model_params(ms.layers, *args, ms.vocab, ops.as_bool(ms.tied), E)
 
 
 def _outer_state_bytes(parts: PartTable, inp: ModelInputs) -> Any:
