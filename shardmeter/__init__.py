@@ -17,7 +17,14 @@ from .parts import (
     WanInputs,
 )
 from .plugins_core import Registry, get_registry, make_plugin_manager
-from .records import CostSource, HardwareProfile, Interconnect, PipelineSchedule, ShardingStrategy, SyncStrategy
+from .records import (
+    CostSource,
+    HardwareProfile,
+    Interconnect,
+    PipelineSchedule,
+    ShardingStrategy,
+    SyncStrategy,
+)
 
 __version__ = "0.1.0"
 
@@ -44,6 +51,7 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "load_scenario",

@@ -12,7 +12,7 @@ import math
 import os
 import re
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from .errors import ShardMeterError
 
@@ -71,14 +71,20 @@ def _cmd_plugins(args) -> int:
     rows = []
     for kind in reg.kinds():
         for name, prov in reg.items(kind):
-            rows.append({"kind": kind, "name": name, "plugin": prov.plugin, "distribution": prov.distribution})
+            rows.append(
+                {"kind": kind, "name": name, "plugin": prov.plugin, "distribution": prov.distribution}
+            )
     if args.json:
         print(dump_json({"parts": rows}))
     else:
         from .table import render_table
 
-        print(render_table(("kind", "name", "plugin", "distribution"),
-                           [(r["kind"], r["name"], r["plugin"], r["distribution"]) for r in rows]))
+        print(
+            render_table(
+                ("kind", "name", "plugin", "distribution"),
+                [(r["kind"], r["name"], r["plugin"], r["distribution"]) for r in rows],
+            )
+        )
     return 0
 
 
@@ -102,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     import importlib
 
-    for name, target in COMMANDS.items():
+    for target in COMMANDS.values():
         mod_name, fn = target.split(":")
         mod = importlib.import_module(mod_name)
         getattr(mod, fn)(sub)

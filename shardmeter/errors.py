@@ -20,9 +20,9 @@ class ScenarioError(ShardMeterError):
 
     def __str__(self) -> str:
         parts = [p for p in (self.file, f"$.{self.path}" if self.path else "") if p]
-        return ": ".join(parts + [self.message])
+        return ": ".join([*parts, self.message])
 
-    def with_file(self, file: str) -> "ScenarioError":
+    def with_file(self, file: str) -> ScenarioError:
         return ScenarioError(self.message, path=self.path, file=file)
 
 

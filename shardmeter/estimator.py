@@ -30,8 +30,13 @@ __all__ = ["Estimator", "ResolvedIsland", "Resolved", "estimate"]
 class Estimator:
     """Predicts one scenario (or a batch of plans) from registered parts."""
 
-    def __init__(self, registry: Registry | None = None, *, levels: Mapping[str, Any] | None = None,
-                 cost_source: str | CostSource | None = None):
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        *,
+        levels: Mapping[str, Any] | None = None,
+        cost_source: str | CostSource | None = None,
+    ):
         self.registry = registry if registry is not None else get_registry()
         self._levels = dict(levels or {})
         self._cost = cost_source
@@ -64,7 +69,9 @@ class Estimator:
         """Every part of the scenario resolved (raises :class:`ScenarioError` on unknown names)."""
         return resolve_scenario(sc, self.registry, levels=self._levels, cost_source=self._cost)
 
-    def inputs(self, res: Resolved | Scenario, table: PartTable | None = None) -> tuple[ModelInputs, PartTable]:
+    def inputs(
+        self, res: Resolved | Scenario, table: PartTable | None = None
+    ) -> tuple[ModelInputs, PartTable]:
         """Model inputs of shape (1, islands) and the part table their codes index."""
         if isinstance(res, Scenario):
             res = self.resolve(res)

@@ -8,7 +8,8 @@ providers. Implement a hook with ``@shardmeter.hookimpl``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import pluggy
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Iterator, TextIO
+from collections.abc import Iterator
+from typing import TextIO
 
 __all__ = ["atomic_write"]
 
@@ -19,8 +20,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str = "utf-
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, mode, encoding=encoding if "b" not in mode else None, newline="" if "b" not in mode
-                       else None) as fh:
+        with os.fdopen(
+            fd, mode, encoding=encoding if "b" not in mode else None, newline="" if "b" not in mode else None
+        ) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())

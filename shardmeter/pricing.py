@@ -15,7 +15,14 @@ import math
 from .records import Interconnect
 from .resolve import Resolved, ResolvedIsland
 
-__all__ = ["gpu_hour_usd", "egress_usd_per_gb", "island_cost_usd", "unpriced_island", "gpu_time_usd", "egress_usd"]
+__all__ = [
+    "gpu_hour_usd",
+    "egress_usd_per_gb",
+    "island_cost_usd",
+    "unpriced_island",
+    "gpu_time_usd",
+    "egress_usd",
+]
 
 
 def gpu_time_usd(gpus_billed, usd_per_gpu_hour, seconds):
@@ -40,14 +47,17 @@ def egress_usd_per_gb(isl: ResolvedIsland, network: Interconnect | None) -> floa
     return network.egress_usd_per_gb if network is not None else 0.0
 
 
-def island_cost_usd(isl: ResolvedIsland, network: Interconnect | None, wall_clock_s: float,
-                    egress_gb: float) -> tuple[float, float] | None:
+def island_cost_usd(
+    isl: ResolvedIsland, network: Interconnect | None, wall_clock_s: float, egress_gb: float
+) -> tuple[float, float] | None:
     """``(GPU cost, egress cost)`` of a run on this island, or ``None`` when the GPU-hour price
     is unknown."""
     price = gpu_hour_usd(isl)
     if not math.isfinite(price):
         return None
-    return gpu_time_usd(isl.gpus, price, wall_clock_s), egress_usd(egress_gb * 1e9, egress_usd_per_gb(isl, network))
+    return gpu_time_usd(isl.gpus, price, wall_clock_s), egress_usd(
+        egress_gb * 1e9, egress_usd_per_gb(isl, network)
+    )
 
 
 def unpriced_island(res: Resolved) -> ResolvedIsland | None:

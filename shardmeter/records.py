@@ -14,7 +14,7 @@ citing where its figures come from.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 import attrs
 
@@ -365,8 +365,9 @@ def as_part(record):
         outer = fields.pop("outer_state_bytes_per_param")
         cls = _load(SUGAR[kind][1] if local else SUGAR[kind][0])
         extra = {"outer_state_bytes_per_param": outer} if local else {}
-        return cls(name=record.name, options=opts, description=record.description, source=record.source,
-                   **extra)
+        return cls(
+            name=record.name, options=opts, description=record.description, source=record.source, **extra
+        )
     return _load(SUGAR[kind])(options=opts, **fields)
 
 

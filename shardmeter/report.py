@@ -7,7 +7,6 @@ import math
 from typing import Any
 
 import attrs
-import numpy as np
 
 from .model.evaluate import BREAKDOWN_TERMS
 from .model.feasibility import reason_messages
@@ -17,6 +16,7 @@ from .table import format_report
 from .words import describe_bottleneck, regime_of
 
 __all__ = ["Report", "build_report", "regime_of", "describe_bottleneck"]
+
 
 def _at(x: Any, row: int, j: int | None = None) -> Any:
     """Row ``row`` (island ``j``) of an output array; the scalar path's outputs are plain numbers."""
@@ -88,12 +88,23 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
             continue
         par = isl.parallelism
         vals = {
-            "tp": par.tp, "heads": sc.model.heads, "cp": par.cp, "s": sc.model.seq_len, "ep": par.ep,
-            "E": sc.model.experts, "dpcp": isl.dp * par.cp, "used": par.tp * par.pp * par.cp * isl.dp,
-            "gpus": isl.nodes * isl.gpus_per_node, "bi": _fmt_int(_at(out["island_batch"], row, j)),
-            "mbs_dp": sc.training.micro_batch * isl.dp, "mem_gb": float(_at(out["island_memory_gb"], row, j)),
-            "cap_gb": float(_at(out["_mem_cap_gb"], row, j)), "m": _fmt_int(_at(out["micro_batches"], row, j)),
-            "pp": par.pp, "pv": par.pp * par.virtual_stages, "L": sc.model.layers,
+            "tp": par.tp,
+            "heads": sc.model.heads,
+            "cp": par.cp,
+            "s": sc.model.seq_len,
+            "ep": par.ep,
+            "E": sc.model.experts,
+            "dpcp": isl.dp * par.cp,
+            "used": par.tp * par.pp * par.cp * isl.dp,
+            "gpus": isl.nodes * isl.gpus_per_node,
+            "bi": _fmt_int(_at(out["island_batch"], row, j)),
+            "mbs_dp": sc.training.micro_batch * isl.dp,
+            "mem_gb": float(_at(out["island_memory_gb"], row, j)),
+            "cap_gb": float(_at(out["_mem_cap_gb"], row, j)),
+            "m": _fmt_int(_at(out["micro_batches"], row, j)),
+            "pp": par.pp,
+            "pv": par.pp * par.virtual_stages,
+            "L": sc.model.layers,
         }
         prefix = f"island[{j}]." if n_isl > 1 and isl.own_parallelism else ""
         for key, msg in reason_messages(bits, vals):
@@ -115,21 +126,47 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
     cap = min(isl.gpu.memory_gb for isl in islands)
     if not feasible:
         return Report(
-            feasible=False, reasons=reasons, step_time_s=None, tokens_per_s=None, tokens_per_s_per_gpu=None,
-            model_tflops_per_gpu=None, hardware_tflops_per_gpu=None, mfu=None, hfu=None,
-            memory_per_gpu_gb=mem, memory_capacity_gb=cap, compute_utilization=None, wall_clock_s=None,
-            cost_usd=None, bottleneck=None, regime=None, breakdown_s={}, overlapped_s={},
-            islands=[{"name": isl.name, "gpus": isl.nodes * isl.gpus_per_node, "tokens_per_s": None,
-                      "step_time_s": None, "memory_per_gpu_gb": _num(_at(out["island_memory_gb"], row, j)),
-                      "cost_usd": None, "feasible": bool(_at(out["feasible_island"], row, j))}
-                     for j, isl in enumerate(islands)],
-            gpus=gpus, params=float(_at(out["params"], row)),
-            model_flops_per_token=float(_at(out["model_flops_per_token"], row)), notes=notes,
+            feasible=False,
+            reasons=reasons,
+            step_time_s=None,
+            tokens_per_s=None,
+            tokens_per_s_per_gpu=None,
+            model_tflops_per_gpu=None,
+            hardware_tflops_per_gpu=None,
+            mfu=None,
+            hfu=None,
+            memory_per_gpu_gb=mem,
+            memory_capacity_gb=cap,
+            compute_utilization=None,
+            wall_clock_s=None,
+            cost_usd=None,
+            bottleneck=None,
+            regime=None,
+            breakdown_s={},
+            overlapped_s={},
+            islands=[
+                {
+                    "name": isl.name,
+                    "gpus": isl.nodes * isl.gpus_per_node,
+                    "tokens_per_s": None,
+                    "step_time_s": None,
+                    "memory_per_gpu_gb": _num(_at(out["island_memory_gb"], row, j)),
+                    "cost_usd": None,
+                    "feasible": bool(_at(out["feasible_island"], row, j)),
+                }
+                for j, isl in enumerate(islands)
+            ],
+            gpus=gpus,
+            params=float(_at(out["params"], row)),
+            model_flops_per_token=float(_at(out["model_flops_per_token"], row)),
+            notes=notes,
         )
 
     step = float(_at(out["step_time_s"], row))
     bd = {k: max(0.0, float(_at(out["breakdown"][k], row))) for k in BREAKDOWN_TERMS}
-    keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)  # island sync always shown between islands
+    keep = (
+        ("compute", "island_sync") if n_isl > 1 else ("compute",)
+    )  # island sync always shown between islands
     bd = {k: v for k, v in bd.items() if v > 0 or k in keep}
     ov = {k: float(_at(out["overlapped"][k], row)) for k in out["overlapped"]}
     ov = {k: v for k, v in ov.items() if v > 0 or (k == "island_sync" and n_isl > 1)}
@@ -138,22 +175,42 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
     isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
     comm_in = sum(bd.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
     levels = {
-        "intra_island": {"time_s": comm_in + sum(ov.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm")),
-                         "exposed_s": comm_in},
-        "wan": {"time_s": float(_at(out["wan_s"], row)), "exposed_s": bd.get("island_sync", 0.0),
-                "bytes_per_island": float(_at(out["egress_bytes_per_step"], row)),
-                "round_s": float(_at(out["wan_round_s"], row))},
+        "intra_island": {
+            "time_s": comm_in + sum(ov.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm")),
+            "exposed_s": comm_in,
+        },
+        "wan": {
+            "time_s": float(_at(out["wan_s"], row)),
+            "exposed_s": bd.get("island_sync", 0.0),
+            "bytes_per_island": float(_at(out["egress_bytes_per_step"], row)),
+            "round_s": float(_at(out["wan_round_s"], row)),
+        },
     }
     return Report(
-        feasible=True, reasons=[], step_time_s=step, tokens_per_s=tps,
+        feasible=True,
+        reasons=[],
+        step_time_s=step,
+        tokens_per_s=tps,
         tokens_per_s_per_gpu=float(_at(out["tokens_per_s_per_gpu"], row)),
         model_tflops_per_gpu=float(_at(out["model_tflops_per_gpu"], row)),
         hardware_tflops_per_gpu=float(_at(out["hardware_tflops_per_gpu"], row)),
-        mfu=float(_at(out["mfu"], row)), hfu=float(_at(out["hfu"], row)), memory_per_gpu_gb=mem, memory_capacity_gb=cap,
-        compute_utilization=float(_at(out["compute_utilization"], row)), wall_clock_s=wall, cost_usd=total_cost,
-        bottleneck=bottleneck, regime=regime_of(bd), breakdown_s=bd, overlapped_s=ov, islands=isl_reports,
-        gpus=gpus, params=float(_at(out["params"], row)),
-        model_flops_per_token=float(_at(out["model_flops_per_token"], row)), notes=notes, levels=levels,
+        mfu=float(_at(out["mfu"], row)),
+        hfu=float(_at(out["hfu"], row)),
+        memory_per_gpu_gb=mem,
+        memory_capacity_gb=cap,
+        compute_utilization=float(_at(out["compute_utilization"], row)),
+        wall_clock_s=wall,
+        cost_usd=total_cost,
+        bottleneck=bottleneck,
+        regime=regime_of(bd),
+        breakdown_s=bd,
+        overlapped_s=ov,
+        islands=isl_reports,
+        gpus=gpus,
+        params=float(_at(out["params"], row)),
+        model_flops_per_token=float(_at(out["model_flops_per_token"], row)),
+        notes=notes,
+        levels=levels,
     )
 
 
@@ -200,8 +257,10 @@ def _island_entries(res: Resolved, out, row, step, tps, notes):
                 gpu_cost, egress_cost = priced
                 cost = gpu_cost + egress_cost
             else:
-                notes.append(f"island '{isl.name}': no GPU-hour price for '{isl.gpu.name}' in cost source "
-                             f"'{isl.cost.name if isl.cost else 'none'}'; cost_usd is null")
+                notes.append(
+                    f"island '{isl.name}': no GPU-hour price for '{isl.gpu.name}' in cost source "
+                    f"'{isl.cost.name if isl.cost else 'none'}'; cost_usd is null"
+                )
         if total_cost is not None:
             total_cost = None if cost is None else total_cost + cost
         idle = max(0.0, float(_at(out["island_idle_s"], row, j)))
@@ -209,35 +268,34 @@ def _island_entries(res: Resolved, out, row, step, tps, notes):
         own_bd = {k: v for k, v in own.items() if v > 0 or k == "compute"}
         own_bd["idle"] = idle
         own_bd["island_sync"] = max(0.0, float(_at(out["breakdown"]["island_sync"], row)))
-        entries.append({
-            "name": isl.name,
-            "gpu": isl.gpu.name,
-            "gpus": g,
-            "gpus_billed": billed,
-            "tokens_per_s": isl_tps,
-            "tokens_per_s_per_gpu": isl_tps / g if g else None,
-            "step_time_s": float(_at(out["island_step_s"], row, j)),
-            "idle_s": idle,
-            "idle_fraction": idle / step,
-            "compute_utilization": float(_at(out["island_util"], row, j)),
-            "breakdown_s": own_bd,
-            "memory_per_gpu_gb": float(_at(out["island_memory_gb"], row, j)),
-            "batch_per_step": float(_at(out["island_batch"], row, j)),
-            "tokens": tokens * isl_tps / tps if tokens else None,
-            "wall_clock_s": wall,
-            "cost_source": isl.cost.name if isl.cost is not None else None,
-            "usd_per_gpu_hour": price if math.isfinite(price) else None,
-            "gpu_cost_usd": gpu_cost,
-            "egress_gb": egress_gb,
-            "egress_cost_usd": egress_cost,
-            "cost_usd": cost,
-        })
+        entries.append(
+            {
+                "name": isl.name,
+                "gpu": isl.gpu.name,
+                "gpus": g,
+                "gpus_billed": billed,
+                "tokens_per_s": isl_tps,
+                "tokens_per_s_per_gpu": isl_tps / g if g else None,
+                "step_time_s": float(_at(out["island_step_s"], row, j)),
+                "idle_s": idle,
+                "idle_fraction": idle / step,
+                "compute_utilization": float(_at(out["island_util"], row, j)),
+                "breakdown_s": own_bd,
+                "memory_per_gpu_gb": float(_at(out["island_memory_gb"], row, j)),
+                "batch_per_step": float(_at(out["island_batch"], row, j)),
+                "tokens": tokens * isl_tps / tps if tokens else None,
+                "wall_clock_s": wall,
+                "cost_source": isl.cost.name if isl.cost is not None else None,
+                "usd_per_gpu_hour": price if math.isfinite(price) else None,
+                "gpu_cost_usd": gpu_cost,
+                "egress_gb": egress_gb,
+                "egress_cost_usd": egress_cost,
+                "cost_usd": cost,
+            }
+        )
     return entries, total_cost, wall
 
 
 def _fmt_int(x) -> str:
     x = float(x)
-    return str(int(round(x))) if abs(x - round(x)) < 1e-9 else f"{x:.3g}"
-
-
-
+    return str(round(x)) if abs(x - round(x)) < 1e-9 else f"{x:.3g}"

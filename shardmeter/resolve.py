@@ -119,9 +119,12 @@ def _tiers(reg, isl, gpu: HardwareProfile, gpn: int, levels, where: str, file: s
     if isl.tiers:
         last = isl.tiers[-1]
         if last.gpus is not None and last.gpus < isl.nodes * gpn:
-            raise ScenarioError(f"the last tier joins the whole island ({isl.nodes * gpn} GPUs); omit gpus or give "
-                                f"at least that, got {last.gpus}", path=f"{where}.tiers[{len(isl.tiers) - 1}].gpus",
-                                file=file)
+            raise ScenarioError(
+                f"the last tier joins the whole island ({isl.nodes * gpn} GPUs); omit gpus or give "
+                f"at least that, got {last.gpus}",
+                path=f"{where}.tiers[{len(isl.tiers) - 1}].gpus",
+                file=file,
+            )
         out = []
         for t, tier in enumerate(isl.tiers):
             # an Estimator's with_level re-prices the innermost tier (intra_node) or the ones beyond it
@@ -133,13 +136,17 @@ def _tiers(reg, isl, gpu: HardwareProfile, gpn: int, levels, where: str, file: s
     inter_ref = levels.get("inter_node", isl.inter_node or gpu.inter_node)
     inter = link(inter_ref, f"{where}.inter_node") if inter_ref else None
     if inter is None and isl.nodes > 1:
-        raise ScenarioError("required with more than one node (no default for this GPU)",
-                            path=f"{where}.inter_node", file=file)
+        raise ScenarioError(
+            "required with more than one node (no default for this GPU)",
+            path=f"{where}.inter_node",
+            file=file,
+        )
     return (ResolvedTier(intra, gpn, nic_shared=False), ResolvedTier(inter or intra, None))
 
 
-def resolve_scenario(sc: Scenario, reg, *, levels: Mapping[str, Any] | None = None,
-                     cost_source: Any = None) -> Resolved:
+def resolve_scenario(
+    sc: Scenario, reg, *, levels: Mapping[str, Any] | None = None, cost_source: Any = None
+) -> Resolved:
     """Resolve every part of ``sc`` (raises :class:`ScenarioError` naming the key on an unknown
     name). ``levels`` re-prices ``intra_node``/``inter_node``/``network`` on every island;
     ``cost_source`` prices every island."""
@@ -164,13 +171,26 @@ def resolve_scenario(sc: Scenario, reg, *, levels: Mapping[str, Any] | None = No
         sharding = reg.get("sharding", par.sharding, path=f"{ppath}.sharding", file=file)
         schedule = reg.get("schedule", par.schedule, path=f"{ppath}.schedule", file=file)
         dp = par.dp or max(1, (isl.nodes * gpn) // (par.tp * par.pp * par.cp))
-        islands.append(ResolvedIsland(
-            name=isl.name or f"island-{i}", gpu=gpu, nodes=isl.nodes, gpus_per_node=gpn, tiers=tiers,
-            nics_per_node=nics, cost=cost, parallelism=par, sharding=sharding,
-            sharding_options=structure_options(sharding, par.options, ppath, file), schedule=schedule,
-            schedule_options=structure_options(schedule, par.options, ppath, file), dp=dp,
-            own_parallelism=isl.parallelism is not None,
-            has_inter_node=bool(isl.tiers) or bool(levels.get("inter_node", isl.inter_node or gpu.inter_node))))
+        islands.append(
+            ResolvedIsland(
+                name=isl.name or f"island-{i}",
+                gpu=gpu,
+                nodes=isl.nodes,
+                gpus_per_node=gpn,
+                tiers=tiers,
+                nics_per_node=nics,
+                cost=cost,
+                parallelism=par,
+                sharding=sharding,
+                sharding_options=structure_options(sharding, par.options, ppath, file),
+                schedule=schedule,
+                schedule_options=structure_options(schedule, par.options, ppath, file),
+                dp=dp,
+                own_parallelism=isl.parallelism is not None,
+                has_inter_node=bool(isl.tiers)
+                or bool(levels.get("inter_node", isl.inter_node or gpu.inter_node)),
+            )
+        )
     sync = reg.get("sync", sc.sync.strategy, path="sync.strategy", file=file)
     sync_opts = structure_options(sync, sc.sync.options, "sync", file)
     network = None

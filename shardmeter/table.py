@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .words import describe_bottleneck
 
 __all__ = ["render_table", "format_report", "fmt_time", "fmt_num"]
 
 
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, title: str | None = None,
-                 align_numbers: bool = True) -> str:
+def render_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    title: str | None = None,
+    align_numbers: bool = True,
+) -> str:
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     if title:
         lines.append(title)
     for n, r in enumerate(cells):
-        lines.append("  ".join(c.rjust(w) if align_numbers and _numeric(c) else c.ljust(w)
-                               for c, w in zip(r, widths)).rstrip())
+        lines.append(
+            "  ".join(
+                c.rjust(w) if align_numbers and _numeric(c) else c.ljust(w)
+                for c, w in zip(r, widths, strict=False)
+            ).rstrip()
+        )
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -90,15 +100,31 @@ def format_report(r) -> str:
     out.append(render_table(("breakdown", "time", "share"), bd_rows))
     if r.overlapped_s:
         out.append("")
-        out.append(render_table(("hidden under compute", "time"),
-                                [(k, fmt_time(v)) for k, v in r.overlapped_s.items()]))
+        out.append(
+            render_table(
+                ("hidden under compute", "time"), [(k, fmt_time(v)) for k, v in r.overlapped_s.items()]
+            )
+        )
     if len(r.islands) > 1:
         out.append("")
-        out.append(render_table(
-            ("island", "gpu", "GPUs", "tokens/s", "own step", "idle", "mem GB", "cost"),
-            [(i["name"], i["gpu"], i["gpus"], fmt_num(i["tokens_per_s"]), fmt_time(i["step_time_s"]),
-              f"{i['idle_fraction']:.1%}", f"{i['memory_per_gpu_gb']:.1f}",
-              f"${i['cost_usd']:,.0f}" if i["cost_usd"] is not None else "-") for i in r.islands]))
+        out.append(
+            render_table(
+                ("island", "gpu", "GPUs", "tokens/s", "own step", "idle", "mem GB", "cost"),
+                [
+                    (
+                        i["name"],
+                        i["gpu"],
+                        i["gpus"],
+                        fmt_num(i["tokens_per_s"]),
+                        fmt_time(i["step_time_s"]),
+                        f"{i['idle_fraction']:.1%}",
+                        f"{i['memory_per_gpu_gb']:.1f}",
+                        f"${i['cost_usd']:,.0f}" if i["cost_usd"] is not None else "-",
+                    )
+                    for i in r.islands
+                ],
+            )
+        )
     for n in r.notes:
         out.append(f"note: {n}")
     return "\n".join(out)

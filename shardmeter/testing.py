@@ -25,7 +25,8 @@ from __future__ import annotations
 import ast
 import inspect
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 

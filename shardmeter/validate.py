@@ -10,8 +10,8 @@ counted, never skipped.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from importlib import resources
-from typing import Iterable
 
 from .errors import ShardMeterError
 
@@ -42,8 +42,8 @@ def _group(path: str) -> str:
 
 def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
     """Validate scenario files / folders. Returns the ``--json`` document."""
-    from .estimator import Estimator
     from .errors import ScenarioError
+    from .estimator import Estimator
 
     est = estimator or Estimator()
     files = collect_files(paths)
@@ -74,8 +74,16 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
                 fail(f, f"no predicted value for '{field}'")
                 continue
             err = (pred - measured) / measured if measured else float("nan")
-            cases.append({"file": f, "group": _group(f), "field": field, "measured": measured,
-                          "predicted": float(pred), "error": err})
+            cases.append(
+                {
+                    "file": f,
+                    "group": _group(f),
+                    "field": field,
+                    "measured": measured,
+                    "predicted": float(pred),
+                    "error": err,
+                }
+            )
     mape: dict[str, float] = {}
     by_field: dict[str, list[float]] = {}
     by_group: dict[str, list[float]] = {}
@@ -105,8 +113,16 @@ def _run(args) -> int:
     if args.json:
         print(dump_json(res))
         return 0
-    rows = [(os.path.basename(c["file"]), c["field"], f"{c['measured']:.4g}", f"{c['predicted']:.4g}",
-             f"{c['error']:+.1%}") for c in res["cases"]]
+    rows = [
+        (
+            os.path.basename(c["file"]),
+            c["field"],
+            f"{c['measured']:.4g}",
+            f"{c['predicted']:.4g}",
+            f"{c['error']:+.1%}",
+        )
+        for c in res["cases"]
+    ]
     print(render_table(("case", "field", "measured", "predicted", "error"), rows))
     if res["failures"]:
         print()
@@ -118,14 +134,21 @@ def _run(args) -> int:
     print()
     print(render_table(("field", "MAPE"), [(k, f"{v:.1%}") for k, v in res["mape"].items()]))
     om = res["overall_mape"]
-    print(f"overall MAPE: {om:.2%} over {len(res['cases'])} comparisons, {res['n_failed']} failed cases"
-          if om is not None else f"overall MAPE: n/a, {res['n_failed']} failed cases")
+    print(
+        f"overall MAPE: {om:.2%} over {len(res['cases'])} comparisons, {res['n_failed']} failed cases"
+        if om is not None
+        else f"overall MAPE: n/a, {res['n_failed']} failed cases"
+    )
     return 0
 
 
 def add_parser(sub) -> None:
     v = sub.add_parser("validate", help="compare predictions with published measurements")
-    v.add_argument("paths", nargs="*", metavar="PATH",
-                   help="scenario files or folders with [measured] (default: the bundled published runs)")
+    v.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="scenario files or folders with [measured] (default: the bundled published runs)",
+    )
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=_run)

@@ -25,9 +25,8 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from . import ops
-
 from ..parts import CommEvent
+from . import ops
 from .compute import ComputeTerms, Shapes
 from .formulas import ring_collective_time
 from .inputs import ModelShape, Topology
@@ -52,13 +51,16 @@ class LayerComm:
     act_msg: np.ndarray
 
 
-def layer_comm(ms: ModelShape, sh: Shapes, ct: ComputeTerms, topo: Topology, tp, cp, ep, tp_overlap,
-               recompute) -> LayerComm:
+def layer_comm(
+    ms: ModelShape, sh: Shapes, ct: ComputeTerms, topo: Topology, tp, cp, ep, tp_overlap, recompute
+) -> LayerComm:
     """Tensor, context and expert-parallel communication of one micro-batch on the stage."""
     T, Ls = sh.tokens, sh.layers_per_stage
     act_msg = T * ms.hidden * ACT_BYTES
     t_tp_one = collective_time("all_reduce", act_msg, tp, 1.0, topo)
-    n_tp = 4.0 + ops.where(recompute == 2, 2.0, 0.0)  # 2 fwd + 2 bwd all-reduces (or AG+RS pairs), + recompute fwd
+    n_tp = 4.0 + ops.where(
+        recompute == 2, 2.0, 0.0
+    )  # 2 fwd + 2 bwd all-reduces (or AG+RS pairs), + recompute fwd
     tp_total = ops.where(tp > 1, Ls * n_tp * t_tp_one, 0.0)
     tp_hidden = ops.where(tp_overlap, ops.minimum(tp_total, 0.5 * Ls * 3.0 * ct.dense_forward), 0.0)
     # context parallel (ring attention): K,V chunks around the ring, overlapped with attention
@@ -66,16 +68,23 @@ def layer_comm(ms: ModelShape, sh: Shapes, ct: ComputeTerms, topo: Topology, tp,
     bw_cp, lat_cp = span_link(cp, tp, topo)
     cp_f = (cp - 1.0) * (kv_msg / bw_cp + lat_cp)
     cp_total = ops.where(cp > 1, Ls * (cp_f + 2.0 * cp_f + ops.where(recompute >= 1, cp_f, 0.0)), 0.0)
-    cp_window = Ls * (ct.attention_forward + ct.attention_backward
-                      + ops.where(recompute >= 1, ct.attention_forward, 0.0))
+    cp_window = Ls * (
+        ct.attention_forward + ct.attention_backward + ops.where(recompute >= 1, ct.attention_forward, 0.0)
+    )
     cp_exposed = ops.maximum(0.0, cp_total - cp_window)
     # expert parallel all-to-all (dispatch + combine, forward and backward)
     cap = ops.where(sh.moe, ops.maximum(ms.capacity_factor, 1e-9), 1.0)
     a2a_msg = cap * T * ms.experts_per_token * ms.hidden * ACT_BYTES
     t_a2a = collective_time("all_to_all", a2a_msg, ep, tp * cp, topo)
     ep_exposed = ops.where(sh.moe & (ep > 1), Ls * (4.0 + ops.where(recompute == 2, 2.0, 0.0)) * t_a2a, 0.0)
-    return LayerComm(tp_exposed=tp_total - tp_hidden, tp_hidden=tp_hidden, cp_exposed=cp_exposed,
-                     cp_hidden=cp_total - cp_exposed, ep_exposed=ep_exposed, act_msg=act_msg)
+    return LayerComm(
+        tp_exposed=tp_total - tp_hidden,
+        tp_hidden=tp_hidden,
+        cp_exposed=cp_exposed,
+        cp_hidden=cp_total - cp_exposed,
+        ep_exposed=ep_exposed,
+        act_msg=act_msg,
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -95,17 +104,24 @@ def price_traffic(events: Sequence[CommEvent], topo: Topology) -> PricedTraffic:
     mb = fixed = step = bucket = 0.0
     slow_bw, outer_lat = slowest_link(topo)
     for ev in events:
-        t = ev.count * collective_time(ev.collective, ev.bytes, ev.group_size, ev.group_stride, topo, flat=ev.flat)
+        t = ev.count * collective_time(
+            ev.collective, ev.bytes, ev.group_size, ev.group_stride, topo, flat=ev.flat
+        )
         if ev.per == "micro_batch":
             mb = mb + t
             fixed = fixed + t * ev.exposed_fraction
             continue
         step = step + t
         if ev.bucket_bytes is not None:
-            bucket = ops.maximum(bucket, ring_collective_time(ev.bucket_bytes, ev.bucket_ranks, slow_bw, outer_lat,
-                                                             2.0))
-    return PricedTraffic(micro_batch_s=ops.as_float(mb), micro_batch_fixed_s=ops.as_float(fixed),
-                         step_s=ops.as_float(step), bucket_s=ops.as_float(bucket))
+            bucket = ops.maximum(
+                bucket, ring_collective_time(ev.bucket_bytes, ev.bucket_ranks, slow_bw, outer_lat, 2.0)
+            )
+    return PricedTraffic(
+        micro_batch_s=ops.as_float(mb),
+        micro_batch_fixed_s=ops.as_float(fixed),
+        step_s=ops.as_float(step),
+        bucket_s=ops.as_float(bucket),
+    )
 
 
 def exposed_traffic(pt: PricedTraffic, mb_window, bwd_window, dp_overlap):

@@ -11,12 +11,17 @@ import attrs
 import numpy as np
 
 from . import ops
-
 from .formulas import KERNEL_OVERHEAD_S, gemm_time
 from .inputs import Hardware, ModelShape, Training
 
-__all__ = ["Shapes", "ComputeTerms", "local_shapes", "micro_batch_compute", "FLASH_BWD_FACTOR",
-           "ATTENTION_RAMP_KEYS"]
+__all__ = [
+    "Shapes",
+    "ComputeTerms",
+    "local_shapes",
+    "micro_batch_compute",
+    "FLASH_BWD_FACTOR",
+    "ATTENTION_RAMP_KEYS",
+]
 
 #: FlashAttention's backward executes 2.5x the forward FLOPs (it recomputes the scores: 5 matrix
 #: products against 2; Dao 2023, FlashAttention-2, Sec. 3).
@@ -88,8 +93,9 @@ class ComputeTerms:
     attention_backward: np.ndarray
 
 
-def micro_batch_compute(ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, tp, ep, sp, peak,
-                        peak16) -> ComputeTerms:
+def micro_batch_compute(
+    ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, tp, ep, sp, peak, peak16
+) -> ComputeTerms:
     """Compute time of one micro-batch (see the module docstring); ``peak``/``peak16`` are the
     precision's and the 16-bit FLOP/s with missing rates replaced (infeasible rows)."""
     T, h = sh.tokens, ms.hidden
@@ -111,7 +117,8 @@ def micro_batch_compute(ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, 
     cap = ops.where(moe, ops.maximum(ms.capacity_factor, 1e-9), 1.0)
     m_exp = ops.where(moe, cap * T * ms.experts_per_token * ep / ms.experts, T)
     t_mlp = gemm_time(m_exp, sh.mlp_up, h, peak, eff, hbm, sms, el, count=e_loc) + gemm_time(
-        m_exp, h, ffn_t, peak, eff, hbm, sms, el, count=e_loc)
+        m_exp, h, ffn_t, peak, eff, hbm, sms, el, count=e_loc
+    )
     t_router = ops.where(moe, gemm_time(T, ms.experts, h, peak16, eff, hbm, sms), 0.0)
     t_dense_f = t_qkv + t_proj + t_mlp + t_router
     # Attention core: flash (causal blocks skipped) or materialised scores.
@@ -122,11 +129,17 @@ def micro_batch_compute(ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, 
     # Keys one query row meets per kernel call: the whole local sequence, half of it when causal
     # (ring attention calls the kernel once per K/V chunk of s / cp).
     kv_call = sh.seq_local * causal_frac
-    t_flash_f = att_flops * causal_frac / (peak16 * hw.attention_efficiency) * (
-        1.0 + ATTENTION_RAMP_KEYS / kv_call) + 2 * KERNEL_OVERHEAD_S
+    t_flash_f = (
+        att_flops * causal_frac / (peak16 * hw.attention_efficiency) * (1.0 + ATTENTION_RAMP_KEYS / kv_call)
+        + 2 * KERNEL_OVERHEAD_S
+    )
     score_el = heads_t * T * s  # score matrix elements of this GPU
-    t_mat_f = gemm_time(sh.seq_local, s, ms.q_dim / ms.heads, peak16, eff, hbm, sms,
-                        count=2.0 * heads_t * tr.micro_batch) + 9.0 * score_el / hbm
+    t_mat_f = (
+        gemm_time(
+            sh.seq_local, s, ms.q_dim / ms.heads, peak16, eff, hbm, sms, count=2.0 * heads_t * tr.micro_batch
+        )
+        + 9.0 * score_el / hbm
+    )
     mat = ops.as_bool(tr.materialized)
     t_att_f = ops.where(mat, t_mat_f, t_flash_f)
     t_att_b = ops.where(mat, 2.0 * t_mat_f, FLASH_BWD_FACTOR * t_flash_f)
@@ -149,7 +162,11 @@ def micro_batch_compute(ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, 
     comp_b = Ls * (2.0 * t_dense_f + t_att_b)
     recomp = ops.where(rec == 2, comp_f, ops.where(rec == 1, Ls * t_att_f, 0.0))
     elem_f = Ls * t_elem_f
-    elem = 3.0 * elem_f + ops.where(rec == 2, elem_f, 0.0) + Ls * (cast_f * ops.where(rec == 2, 2.0, 1.0) + cast_b)
+    elem = (
+        3.0 * elem_f
+        + ops.where(rec == 2, elem_f, 0.0)
+        + Ls * (cast_f * ops.where(rec == 2, 2.0, 1.0) + cast_b)
+    )
     return ComputeTerms(
         forward=comp_f,
         backward=comp_b,

@@ -27,8 +27,9 @@ _CHOOSE_MAX = 32
 
 def _varying_axis(codes: np.ndarray) -> tuple[int, np.ndarray] | None:
     """``(axis, 1-D codes)`` when ``codes`` changes along one axis only, else None."""
-    axes = [a for a in range(codes.ndim) if codes.shape[a] > 1
-            and not np.all(codes == codes.take([0], axis=a))]
+    axes = [
+        a for a in range(codes.ndim) if codes.shape[a] > 1 and not np.all(codes == codes.take([0], axis=a))
+    ]
     if len(axes) != 1:
         return None
     a = axes[0]
@@ -40,7 +41,7 @@ def _gather(vals: list[Any], pos: np.ndarray, axis: int, ndim: int, length: int)
     """Each position ``j`` along ``axis`` takes ``vals[pos[j]]`` there."""
     shapes = [np.shape(v) for v in vals]
     full = np.broadcast_shapes(*shapes, (1,) * ndim)
-    full = full[len(full) - ndim:] if len(full) > ndim else full
+    full = full[len(full) - ndim :] if len(full) > ndim else full
     if len(full) == ndim and full[axis] == 1:  # results do not vary along the codes' axis
         stacked = np.concatenate([np.broadcast_to(v, full) for v in vals], axis=axis)
         return np.take(stacked, pos, axis=axis)

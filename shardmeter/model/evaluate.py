@@ -20,14 +20,19 @@ from typing import Any
 import attrs
 import numpy as np
 
-from . import ops
-
 from ..parts import PipeInputs, ShardInputs
+from . import ops
 from .comm import PricedTraffic, exposed_traffic, layer_comm, price_traffic
 from .compute import local_shapes, micro_batch_compute
 from .dispatch import by_code
 from .feasibility import Reason, batch_reasons, batch_split, layout_reasons
-from .formulas import KERNEL_OVERHEAD_S, layer_flops_per_token, model_flops_per_token, model_params, params_per_layer
+from .formulas import (
+    KERNEL_OVERHEAD_S,
+    layer_flops_per_token,
+    model_flops_per_token,
+    model_params,
+    params_per_layer,
+)
 from .inputs import ModelInputs, PartTable, Topology
 from .islands import combine_islands
 from .memory import activation_memory, total_memory
@@ -36,8 +41,19 @@ from .tiers import span_link
 __all__ = ["evaluate", "evaluate_columns", "BREAKDOWN_TERMS", "ADAM_BYTES_PER_PARAM"]
 
 #: Names of the breakdown terms, in report order.
-BREAKDOWN_TERMS = ("compute", "memory_ops", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm",
-                   "optimizer", "island_sync", "idle")
+BREAKDOWN_TERMS = (
+    "compute",
+    "memory_ops",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "pp_comm",
+    "pp_bubble",
+    "dp_comm",
+    "optimizer",
+    "island_sync",
+    "idle",
+)
 
 #: Bytes moved per parameter by the Adam update (read fp32 grad 4, master weight, m and v
 #: 3 x (4 + 4), write 16-bit weight 2): a memory-bound kernel.
@@ -47,7 +63,9 @@ ADAM_BYTES_PER_PARAM = 30.0
 _f = ops.as_float
 
 
-def evaluate(inp: ModelInputs, parts: PartTable, *, detail: bool = True, scalar: bool = False) -> dict[str, Any]:
+def evaluate(
+    inp: ModelInputs, parts: PartTable, *, detail: bool = True, scalar: bool = False
+) -> dict[str, Any]:
     """Score every plan in the batch. See the module docstring. ``detail=False`` returns only
     what a search ranks by (:data:`~.islands.SEARCH_OUTPUTS`), skipping the breakdown.
 
@@ -82,8 +100,12 @@ def _one_plan(inp: ModelInputs) -> bool:
         bundle = getattr(inp, b)
         for a in attrs.fields(type(bundle)):
             x = getattr(bundle, a.name)
-            if np.size(x) != 1 and not (b == "topology" and a.name in _TIER_FIELDS and np.ndim(x) >= 1
-                                         and np.size(x) == np.shape(x)[-1]):
+            if np.size(x) != 1 and not (
+                b == "topology"
+                and a.name in _TIER_FIELDS
+                and np.ndim(x) >= 1
+                and np.size(x) == np.shape(x)[-1]
+            ):
                 return False
     return True
 
@@ -93,7 +115,9 @@ def _as_arrays(inp: ModelInputs) -> ModelInputs:
     out = {}
     for b in _BUNDLES:
         bundle = getattr(inp, b)
-        out[b] = type(bundle)(**{a.name: np.asarray([[getattr(bundle, a.name)]]) for a in attrs.fields(type(bundle))})
+        out[b] = type(bundle)(
+            **{a.name: np.asarray([[getattr(bundle, a.name)]]) for a in attrs.fields(type(bundle))}
+        )
     return ModelInputs(**out)
 
 
@@ -131,10 +155,18 @@ def _sharding(parts: PartTable, shard: ShardInputs, topo: Topology, codes) -> di
         part, opts = parts.get("sharding", code)
         st = part.state(shard, opts)
         pt = price_traffic(part.traffic(shard, opts), topo)
-        return {"weights": st.weights, "gradients": st.gradients, "optimizer": st.optimizer,
-                "param_shards": st.param_shards, "optimizer_shards": st.optimizer_shards, "extra": st.extra,
-                "mb_s": pt.micro_batch_s, "mb_fixed_s": pt.micro_batch_fixed_s, "step_s": pt.step_s,
-                "bucket_s": pt.bucket_s}
+        return {
+            "weights": st.weights,
+            "gradients": st.gradients,
+            "optimizer": st.optimizer,
+            "param_shards": st.param_shards,
+            "optimizer_shards": st.optimizer_shards,
+            "extra": st.extra,
+            "mb_s": pt.micro_batch_s,
+            "mb_fixed_s": pt.micro_batch_fixed_s,
+            "step_s": pt.step_s,
+            "bucket_s": pt.bucket_s,
+        }
 
     return by_code(codes, run)
 
@@ -193,19 +225,32 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
     shard = _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb)
     p_gpu, grad_b = shard.params_per_gpu, shard.grad_bytes
     sd = _sharding(parts, shard, topo, lay.sharding)
-    priced = PricedTraffic(micro_batch_s=_f(sd["mb_s"]), micro_batch_fixed_s=_f(sd["mb_fixed_s"]),
-                           step_s=_f(sd["step_s"]), bucket_s=_f(sd["bucket_s"]))
+    priced = PricedTraffic(
+        micro_batch_s=_f(sd["mb_s"]),
+        micro_batch_fixed_s=_f(sd["mb_fixed_s"]),
+        step_s=_f(sd["step_s"]),
+        bucket_s=_f(sd["bucket_s"]),
+    )
     t_compute_mb, t_elem_mb = ct.compute, ct.memory_ops
     fsdp_exposed_mb, dp_exposed, ar_window = exposed_traffic(
-        priced, t_compute_mb + t_elem_mb + mb_comm, ct.backward + ct.recompute + mb_comm,
-        ops.as_bool(lay.dp_comm_overlap))
+        priced,
+        t_compute_mb + t_elem_mb + mb_comm,
+        ct.backward + ct.recompute + mb_comm,
+        ops.as_bool(lay.dp_comm_overlap),
+    )
     fsdp_hidden_mb = priced.micro_batch_s - fsdp_exposed_mb
     dp_hidden = priced.step_s - dp_exposed
 
     # ---- pipeline: the schedule's bubble, activations in flight and transfers --------------------
     t_mb = t_compute_mb + t_elem_mb + mb_comm + fsdp_exposed_mb
-    pipe = PipeInputs(pp=pp, micro_batches=m_int, virtual_stages=v, stage_s=t_mb, forward_s=ct.forward,
-                      weight_grad_s=Ls * ct.dense_forward)
+    pipe = PipeInputs(
+        pp=pp,
+        micro_batches=m_int,
+        virtual_stages=v,
+        stage_s=t_mb,
+        forward_s=ct.forward,
+        weight_grad_s=Ls * ct.dense_forward,
+    )
     sch = _schedule(parts, pipe, lay.schedule)
     reasons = reasons | ops.where(_f(sch["infeasible"]) > 0, int(Reason.SCHEDULE), 0)
     p2p_bytes = lc.act_msg / tp  # Megatron's scatter-gather optimisation sends 1/t per TP rank
@@ -227,22 +272,47 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
         "dp_comm": dp_exposed + m_int * fsdp_exposed_mb,
         "optimizer": t_opt,
     }
-    hidden = {"tp_comm": m_int * lc.tp_hidden, "cp_comm": m_int * lc.cp_hidden,
-              "dp_comm": dp_hidden + m_int * fsdp_hidden_mb}
+    hidden = {
+        "tp_comm": m_int * lc.tp_hidden,
+        "cp_comm": m_int * lc.cp_hidden,
+        "dp_comm": dp_hidden + m_int * fsdp_hidden_mb,
+    }
 
     # ---- memory of the busiest GPU -----------------------------------------------------------------
     n_isl = shape[-1] if shape else 1
     outer = _outer_state_bytes(parts, inp) if n_isl > 1 else 0.0
     act_mem = activation_memory(ms, tr, sh, tp, sp, pp, sch["in_flight"])
-    mem_used = total_memory(sd["weights"], sd["gradients"],
-                            sd["optimizer"] + p_gpu * outer / sd["param_shards"], sd["extra"], act_mem)
+    mem_used = total_memory(
+        sd["weights"],
+        sd["gradients"],
+        sd["optimizer"] + p_gpu * outer / sd["param_shards"],
+        sd["extra"],
+        act_mem,
+    )
     reasons = reasons | ops.where(mem_used > hw.memory_bytes, int(Reason.MEMORY), 0)
 
     mf_tok, hw_tok, p_total = _flops(ms, rec)
     return combine_islands(
-        parts=parts, inp=inp, shape=shape, reasons=reasons, terms=terms, hidden=hidden, ar_window=ar_window,
-        grad_bytes=grad_b, params=p_total, b_isl=b_isl, m_int=m_int, mem_used=mem_used, peak=peak,
-        mf_tok=mf_tok, hw_tok=hw_tok, tp=tp, pp=pp, cp=cp, dp=dp, detail=detail,
+        parts=parts,
+        inp=inp,
+        shape=shape,
+        reasons=reasons,
+        terms=terms,
+        hidden=hidden,
+        ar_window=ar_window,
+        grad_bytes=grad_b,
+        params=p_total,
+        b_isl=b_isl,
+        m_int=m_int,
+        mem_used=mem_used,
+        peak=peak,
+        mf_tok=mf_tok,
+        hw_tok=hw_tok,
+        tp=tp,
+        pp=pp,
+        cp=cp,
+        dp=dp,
+        detail=detail,
     )
 
 
@@ -251,15 +321,27 @@ def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb) -> ShardInputs:
     tensor-parallel slice, its local experts; the embedding, and the untied output head with
     one stage) and the bytes per element of weights, gradients and the optimizer."""
     mlp = ops.where(ms.swiglu, 3.0, 2.0) * ms.hidden * ms.ffn_hidden
-    p_layer = (params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0)
-               - mlp + mlp * ops.where(sh.moe, ms.experts / ep, 1.0)) / tp
+    p_layer = (
+        params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0)
+        - mlp
+        + mlp * ops.where(sh.moe, ms.experts / ep, 1.0)
+    ) / tp
     emb = ms.vocab * ms.hidden / tp
     p_gpu = sh.layers_per_stage * p_layer + emb * (
-        1.0 + ops.where((pp == 1) & ops.logical_not(ops.as_bool(ms.tied)), 1.0, 0.0))
-    return ShardInputs(params_per_gpu=p_gpu, params_per_layer=p_layer, layers_per_stage=sh.layers_per_stage,
-                       weight_bytes=wb, grad_bytes=ops.where(wb > 2, 4.0, 2.0),
-                       optimizer_bytes_per_param=ops.where(wb > 2, 8.0, 12.0), tp=tp, dp=dp, cp=cp,
-                       domain_gpus=_f(topo.domain_gpus))
+        1.0 + ops.where((pp == 1) & ops.logical_not(ops.as_bool(ms.tied)), 1.0, 0.0)
+    )
+    return ShardInputs(
+        params_per_gpu=p_gpu,
+        params_per_layer=p_layer,
+        layers_per_stage=sh.layers_per_stage,
+        weight_bytes=wb,
+        grad_bytes=ops.where(wb > 2, 4.0, 2.0),
+        optimizer_bytes_per_param=ops.where(wb > 2, 8.0, 12.0),
+        tp=tp,
+        dp=dp,
+        cp=cp,
+        domain_gpus=_f(topo.domain_gpus),
+    )
 
 
 def _flops(ms, rec):
@@ -274,5 +356,7 @@ def _flops(ms, rec):
 
 def _outer_state_bytes(parts: PartTable, inp: ModelInputs) -> Any:
     """The sync strategy's extra state per parameter, per row."""
-    return by_code(inp.network.sync, lambda c: {"b": parts.get("sync", c)[0].state_bytes_per_param(
-        parts.get("sync", c)[1])})["b"]
+    return by_code(
+        inp.network.sync,
+        lambda c: {"b": parts.get("sync", c)[0].state_bytes_per_param(parts.get("sync", c)[1])},
+    )["b"]

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from . import ops
-
 from .reduce import over_islands
 
 __all__ = ["Reason", "REASONS", "reason_messages", "layout_reasons", "batch_split", "batch_reasons"]
@@ -36,14 +35,21 @@ REASONS: dict[int, tuple[str, str]] = {
     Reason.CP_SEQUENCE: ("parallelism.cp", "cp ({cp}) must divide model.seq_len ({s})"),
     Reason.EP_EXPERTS: ("parallelism.ep", "ep ({ep}) must divide model.experts ({E}) and dp x cp ({dpcp})"),
     Reason.TOO_MANY_GPUS: ("parallelism", "tp x pp x cp x dp = {used} exceeds the island's {gpus} GPUs"),
-    Reason.BATCH_SPLIT: ("training.global_batch", "the island's share of global_batch ({bi}) is not a multiple of "
-                                                  "micro_batch x dp ({mbs_dp})"),
-    Reason.MEMORY: ("island[{j}].gpu.memory_gb", "the plan needs {mem_gb:.1f} GB per GPU, more than the "
-                    "{cap_gb:.1f} GB the GPU has (shard more: parallelism.tp/pp/sharding, training.recompute, "
-                    "or a smaller training.micro_batch)"),
+    Reason.BATCH_SPLIT: (
+        "training.global_batch",
+        "the island's share of global_batch ({bi}) is not a multiple of micro_batch x dp ({mbs_dp})",
+    ),
+    Reason.MEMORY: (
+        "island[{j}].gpu.memory_gb",
+        "the plan needs {mem_gb:.1f} GB per GPU, more than the "
+        "{cap_gb:.1f} GB the GPU has (shard more: parallelism.tp/pp/sharding, training.recompute, "
+        "or a smaller training.micro_batch)",
+    ),
     Reason.PRECISION: ("training.precision", "the GPU has no tensor-core rate for this precision"),
-    Reason.SCHEDULE: ("parallelism.virtual_stages", "the interleaved schedule needs the micro-batches ({m}) to be "
-                                                    "a multiple of pp ({pp})"),
+    Reason.SCHEDULE: (
+        "parallelism.virtual_stages",
+        "the interleaved schedule needs the micro-batches ({m}) to be a multiple of pp ({pp})",
+    ),
     Reason.STAGES: ("parallelism.pp", "pp x virtual_stages ({pv}) exceeds model.layers ({L})"),
 }
 
@@ -69,8 +75,11 @@ def layout_reasons(heads, seq_len, experts, tp, pp, cp, dp, ep, gpus) -> np.ndar
     moe = experts > 1
     bits = ops.where(ops.mod(heads, tp) != 0, Reason.TP_HEADS, 0)
     bits |= ops.where(ops.mod(seq_len, cp) != 0, Reason.CP_SEQUENCE, 0)
-    bits |= ops.where(moe & ((ops.mod(experts, ep) != 0) | (ops.mod(dp * cp, ep) != 0)) | (ops.logical_not(moe) & (ep > 1)),
-                     Reason.EP_EXPERTS, 0)
+    bits |= ops.where(
+        moe & ((ops.mod(experts, ep) != 0) | (ops.mod(dp * cp, ep) != 0)) | (ops.logical_not(moe) & (ep > 1)),
+        Reason.EP_EXPERTS,
+        0,
+    )
     bits |= ops.where(tp * pp * cp * dp > gpus, Reason.TOO_MANY_GPUS, 0)
     return _bits(bits)
 
@@ -93,6 +102,7 @@ def batch_reasons(m, pp, virtual_stages, layers) -> np.ndarray:
     """A batch that does not split into whole micro-batches, and too many stages for the layers
     (``virtual_stages`` already 1 where ``pp = 1``)."""
     bits = ops.where(ops.absolute(m - ops.rint(m)) > 1e-9, Reason.BATCH_SPLIT, 0) | ops.where(
-        m < 1 - 1e-9, Reason.BATCH_SPLIT, 0)
+        m < 1 - 1e-9, Reason.BATCH_SPLIT, 0
+    )
     bits = bits | ops.where(pp * virtual_stages > layers, Reason.STAGES, 0)
     return _bits(bits)

@@ -7,8 +7,6 @@ of candidate plans. Units: bytes, FLOPs, seconds, bytes/s.
 
 from __future__ import annotations
 
-import numpy as np
-
 from . import ops
 
 __all__ = [
@@ -77,8 +75,23 @@ def model_params(layers, h, q_dim, kv_dim, ffn, swiglu, vocab, tied, experts=1):
     return layers * params_per_layer(h, q_dim, kv_dim, ffn, swiglu, experts) + emb + 2.0 * h
 
 
-def activation_bytes_per_layer(s, b, h, heads, q_dim, kv_dim, ffn, swiglu, tp, sp, recompute, materialized,
-                               experts_per_token=1, s_kv=None, dropout=True):
+def activation_bytes_per_layer(
+    s,
+    b,
+    h,
+    heads,
+    q_dim,
+    kv_dim,
+    ffn,
+    swiglu,
+    tp,
+    sp,
+    recompute,
+    materialized,
+    experts_per_token=1,
+    s_kv=None,
+    dropout=True,
+):
     """Activation memory of one layer for one micro-batch (bytes, 16-bit activations).
 
     Korthikanti et al. 2022 (arXiv 2205.05198), Sec. 4, Table 2, generalised to

@@ -34,34 +34,28 @@ __all__ = [
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 
 
-
-def _arr() -> Any:
-    """A field holding an array (a batch) or a Python scalar (the scalar path); stored as given."""
-    return attrs.field()
-
-
 @attrs.frozen(kw_only=True)
 class ModelShape:
     """The transformer: ``layers``, ``hidden``, ``heads``, ``kv_heads``, ``q_dim`` (heads x
     head_dim), ``kv_dim``, ``ffn_hidden``, ``swiglu`` (bool), ``vocab``, ``seq_len``, ``tied``
     embeddings, ``experts``, ``experts_per_token``, ``capacity_factor``, ``causal``, ``dropout``."""
 
-    layers: np.ndarray = _arr()
-    hidden: np.ndarray = _arr()
-    heads: np.ndarray = _arr()
-    kv_heads: np.ndarray = _arr()
-    q_dim: np.ndarray = _arr()
-    kv_dim: np.ndarray = _arr()
-    ffn_hidden: np.ndarray = _arr()
-    swiglu: np.ndarray = _arr()
-    vocab: np.ndarray = _arr()
-    seq_len: np.ndarray = _arr()
-    tied: np.ndarray = _arr()
-    experts: np.ndarray = _arr()
-    experts_per_token: np.ndarray = _arr()
-    capacity_factor: np.ndarray = _arr()
-    causal: np.ndarray = _arr()
-    dropout: np.ndarray = _arr()
+    layers: np.ndarray
+    hidden: np.ndarray
+    heads: np.ndarray
+    kv_heads: np.ndarray
+    q_dim: np.ndarray
+    kv_dim: np.ndarray
+    ffn_hidden: np.ndarray
+    swiglu: np.ndarray
+    vocab: np.ndarray
+    seq_len: np.ndarray
+    tied: np.ndarray
+    experts: np.ndarray
+    experts_per_token: np.ndarray
+    capacity_factor: np.ndarray
+    causal: np.ndarray
+    dropout: np.ndarray
 
 
 @attrs.frozen(kw_only=True)
@@ -69,12 +63,12 @@ class Training:
     """``global_batch`` and ``micro_batch`` (sequences), ``recompute`` (:data:`RECOMPUTE_CODES`),
     ``materialized`` attention (bool), ``weight_bytes`` per parameter, ``fp8`` GEMMs (bool)."""
 
-    global_batch: np.ndarray = _arr()
-    micro_batch: np.ndarray = _arr()
-    recompute: np.ndarray = _arr()
-    materialized: np.ndarray = _arr()
-    weight_bytes: np.ndarray = _arr()
-    fp8: np.ndarray = _arr()
+    global_batch: np.ndarray
+    micro_batch: np.ndarray
+    recompute: np.ndarray
+    materialized: np.ndarray
+    weight_bytes: np.ndarray
+    fp8: np.ndarray
 
 
 @attrs.frozen(kw_only=True)
@@ -83,14 +77,14 @@ class Hardware:
     0 = no tensor-core rate), ``memory_bytes``, ``hbm_bytes_s`` and ``hbm_efficiency``,
     ``gemm_efficiency``, ``attention_efficiency`` (of the chosen kernel), ``sm_count``."""
 
-    peak_flops: np.ndarray = _arr()
-    peak16_flops: np.ndarray = _arr()
-    memory_bytes: np.ndarray = _arr()
-    hbm_bytes_s: np.ndarray = _arr()
-    hbm_efficiency: np.ndarray = _arr()
-    gemm_efficiency: np.ndarray = _arr()
-    attention_efficiency: np.ndarray = _arr()
-    sm_count: np.ndarray = _arr()
+    peak_flops: np.ndarray
+    peak16_flops: np.ndarray
+    memory_bytes: np.ndarray
+    hbm_bytes_s: np.ndarray
+    hbm_efficiency: np.ndarray
+    gemm_efficiency: np.ndarray
+    attention_efficiency: np.ndarray
+    sm_count: np.ndarray
 
 
 @attrs.frozen(kw_only=True)
@@ -105,12 +99,12 @@ class Topology:
     ``tier_latency_s``: latency of one step of a collective algorithm on it.
     """
 
-    gpus_per_node: np.ndarray = _arr()
-    nodes: np.ndarray = _arr()
-    domain_gpus: np.ndarray = _arr()
-    tier_gpus: np.ndarray = _arr()
-    tier_bytes_s: np.ndarray = _arr()
-    tier_latency_s: np.ndarray = _arr()
+    gpus_per_node: np.ndarray
+    nodes: np.ndarray
+    domain_gpus: np.ndarray
+    tier_gpus: np.ndarray
+    tier_bytes_s: np.ndarray
+    tier_latency_s: np.ndarray
 
 
 @attrs.frozen(kw_only=True)
@@ -119,17 +113,17 @@ class Layout:
     ``virtual_stages``, ``tp_comm_overlap``, ``dp_comm_overlap`` (bools); ``sharding`` and
     ``schedule``: codes into the :class:`PartTable`."""
 
-    tp: np.ndarray = _arr()
-    pp: np.ndarray = _arr()
-    dp: np.ndarray = _arr()
-    cp: np.ndarray = _arr()
-    ep: np.ndarray = _arr()
-    sequence_parallel: np.ndarray = _arr()
-    virtual_stages: np.ndarray = _arr()
-    tp_comm_overlap: np.ndarray = _arr()
-    dp_comm_overlap: np.ndarray = _arr()
-    sharding: np.ndarray = _arr()
-    schedule: np.ndarray = _arr()
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    sequence_parallel: np.ndarray
+    virtual_stages: np.ndarray
+    tp_comm_overlap: np.ndarray
+    dp_comm_overlap: np.ndarray
+    sharding: np.ndarray
+    schedule: np.ndarray
 
 
 @attrs.frozen(kw_only=True)
@@ -137,9 +131,9 @@ class Network:
     """Between islands: each island's achieved uplink ``wan_bytes_s``, ``wan_latency_s`` per ring
     step, and the ``sync`` strategy's code (one per row)."""
 
-    wan_bytes_s: np.ndarray = _arr()
-    wan_latency_s: np.ndarray = _arr()
-    sync: np.ndarray = _arr()
+    wan_bytes_s: np.ndarray
+    wan_latency_s: np.ndarray
+    sync: np.ndarray
 
 
 _BUNDLES: dict[str, type] = {
@@ -179,7 +173,9 @@ class ModelInputs:
         for key, value in cols.items():
             b, _, name = key.partition(".")
             parts[b][name] = value
-        return cls(**{b: bcls(**{k: np.asarray(v) for k, v in parts[b].items()}) for b, bcls in _BUNDLES.items()})
+        return cls(
+            **{b: bcls(**{k: np.asarray(v) for k, v in parts[b].items()}) for b, bcls in _BUNDLES.items()}
+        )
 
 
 #: Every column name, in order.

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..parts import WanInputs
+from . import ops
 from .dispatch import by_code
 from .inputs import ModelInputs, PartTable
-from . import ops
 from .reduce import over_islands
 
 __all__ = ["combine_islands", "cross_island", "SEARCH_OUTPUTS"]
@@ -28,8 +28,9 @@ __all__ = ["combine_islands", "cross_island", "SEARCH_OUTPUTS"]
 SEARCH_OUTPUTS = ("feasible", "reasons", "step_time_s", "egress_bytes_per_step", "island_gpus")
 
 
-def cross_island(parts: PartTable, inp: ModelInputs, n_isl: int, slow, island_step, params, grad_bytes,
-                 ar_window, full) -> dict[str, Any]:
+def cross_island(
+    parts: PartTable, inp: ModelInputs, n_isl: int, slow, island_step, params, grad_bytes, ar_window, full
+) -> dict[str, Any]:
     """The sync strategy's terms (zeros with one island): ``exposed_s``, ``wan_s``, ``round_s``
     (rows..., 1) and ``egress_bytes`` (rows...)."""
     if not full:  # the scalar path: one island
@@ -39,16 +40,26 @@ def cross_island(parts: PartTable, inp: ModelInputs, n_isl: int, slow, island_st
         z = np.zeros(col)
         return {"exposed_s": z, "wan_s": z, "round_s": z, "egress_bytes": z[..., 0]}
     net = inp.network
-    wan = WanInputs(islands=n_isl, slowest_step_s=slow, island_step_s=island_step, params=params,
-                    grad_bytes=grad_bytes, uplink_bytes_s=np.asarray(net.wan_bytes_s, dtype=float),
-                    latency_s=np.asarray(net.wan_latency_s, dtype=float),
-                    overlap_window_s=np.broadcast_to(ar_window, full))
+    wan = WanInputs(
+        islands=n_isl,
+        slowest_step_s=slow,
+        island_step_s=island_step,
+        params=params,
+        grad_bytes=grad_bytes,
+        uplink_bytes_s=np.asarray(net.wan_bytes_s, dtype=float),
+        latency_s=np.asarray(net.wan_latency_s, dtype=float),
+        overlap_window_s=np.broadcast_to(ar_window, full),
+    )
 
     def run(code: int) -> dict[str, Any]:
         part, opts = parts.get("sync", code)
         t = part.exchange(wan, opts)
-        return {"exposed_s": t.exposed_s, "wan_s": t.wan_s, "round_s": t.round_s,
-                "egress_bytes": np.asarray(t.egress_bytes)[..., None]}
+        return {
+            "exposed_s": t.exposed_s,
+            "wan_s": t.wan_s,
+            "round_s": t.round_s,
+            "egress_bytes": np.asarray(t.egress_bytes)[..., None],
+        }
 
     out = by_code(np.broadcast_to(net.sync, col), run)
     res = {k: np.broadcast_to(v, col) for k, v in out.items()}
@@ -63,8 +74,29 @@ def _first(x, shape):
     return np.broadcast_to(x, shape)[..., :1]
 
 
-def combine_islands(*, parts, inp, shape, reasons, terms, hidden, ar_window, grad_bytes, params, b_isl, m_int,
-                    mem_used, peak, mf_tok, hw_tok, tp, pp, cp, dp, detail=True) -> dict[str, Any]:
+def combine_islands(
+    *,
+    parts,
+    inp,
+    shape,
+    reasons,
+    terms,
+    hidden,
+    ar_window,
+    grad_bytes,
+    params,
+    b_isl,
+    m_int,
+    mem_used,
+    peak,
+    mf_tok,
+    hw_tok,
+    tp,
+    pp,
+    cp,
+    dp,
+    detail=True,
+) -> dict[str, Any]:
     """The output arrays of :func:`~.evaluate.evaluate` (see the module docstring); without
     ``detail`` only what a search ranks by (:data:`SEARCH_OUTPUTS`)."""
     island_step = sum(terms.values())
@@ -75,15 +107,29 @@ def combine_islands(*, parts, inp, shape, reasons, terms, hidden, ar_window, gra
     feasible = over_islands(np.logical_and, feasible_isl)
     slow = over_islands(np.maximum, ops.where(feasible_isl, island_step, 0.0))
     params_col = _first(params, full)
-    wan = cross_island(parts, inp, n_isl, slow, ops.where(feasible_isl, island_step, 0.0), params_col,
-                       ops.broadcast(grad_bytes, full), ar_window, full)
+    wan = cross_island(
+        parts,
+        inp,
+        n_isl,
+        slow,
+        ops.where(feasible_isl, island_step, 0.0),
+        params_col,
+        ops.broadcast(grad_bytes, full),
+        ar_window,
+        full,
+    )
     sync = wan["exposed_s"]
     step = slow + sync
     isl_gpus = tp * pp * cp * dp
     isl_gpus_full = ops.broadcast(isl_gpus, full)
     if not detail:
-        return {"feasible": ops.col0(feasible), "reasons": reasons, "step_time_s": ops.col0(step),
-                "egress_bytes_per_step": wan["egress_bytes"], "island_gpus": isl_gpus_full}
+        return {
+            "feasible": ops.col0(feasible),
+            "reasons": reasons,
+            "step_time_s": ops.col0(step),
+            "egress_bytes_per_step": wan["egress_bytes"],
+            "island_gpus": isl_gpus_full,
+        }
     idle = slow - island_step
     total_gpus = over_islands(np.add, isl_gpus_full)
     w_gpu = isl_gpus_full / total_gpus

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import ops
-
 from .compute import Shapes
 from .formulas import activation_bytes_per_layer
 from .inputs import ModelShape, Training
@@ -26,9 +25,22 @@ def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_f
     (Korthikanti et al. 2022, Sec. 4 and 4.2.3)."""
     rec = tr.recompute
     stored, full = activation_bytes_per_layer(
-        sh.seq_local, tr.micro_batch, ms.hidden, ms.heads, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, tp, sp,
-        rec, ops.as_bool(tr.materialized), ops.where(sh.moe, ms.experts_per_token, 1.0), s_kv=ms.seq_len,
-        dropout=ops.as_bool(ms.dropout))
+        sh.seq_local,
+        tr.micro_batch,
+        ms.hidden,
+        ms.heads,
+        ms.q_dim,
+        ms.kv_dim,
+        ms.ffn_hidden,
+        ms.swiglu,
+        tp,
+        sp,
+        rec,
+        ops.as_bool(tr.materialized),
+        ops.where(sh.moe, ms.experts_per_token, 1.0),
+        s_kv=ms.seq_len,
+        dropout=ops.as_bool(ms.dropout),
+    )
     Ls = sh.layers_per_stage
     working = ops.where(rec == 2, full, 0.0)
     logits = sh.tokens * ms.vocab / tp * 4.0  # logits in fp32 for the (fused, in-place) cross-entropy

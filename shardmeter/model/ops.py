@@ -15,8 +15,26 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["is_scalar", "where", "maximum", "minimum", "clip", "ceil", "floor", "mod", "absolute", "rint",
-           "logical_not", "as_bool", "as_float", "tier", "n_tiers", "min_tier", "broadcast", "col0"]
+__all__ = [
+    "is_scalar",
+    "where",
+    "maximum",
+    "minimum",
+    "clip",
+    "ceil",
+    "floor",
+    "mod",
+    "absolute",
+    "rint",
+    "logical_not",
+    "as_bool",
+    "as_float",
+    "tier",
+    "n_tiers",
+    "min_tier",
+    "broadcast",
+    "col0",
+]
 
 _SCALARS = (float, int, bool)
 #: Exact types of the scalar path (a type lookup is cheaper than isinstance over a tuple).

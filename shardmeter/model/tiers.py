@@ -17,16 +17,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ops
-
 from ..parts import COLLECTIVES
+from . import ops
 from .formulas import ring_collective_time
 from .inputs import Topology
 
 __all__ = ["collective_time", "span_link", "slowest_link", "members_per_tier"]
 
-_KIND = {"all_gather": "ag", "reduce_scatter": "rs", "all_reduce": "ar", "all_to_all": "a2a",
-         "ag": "ag", "rs": "rs", "ar": "ar", "a2a": "a2a"}
+_KIND = {
+    "all_gather": "ag",
+    "reduce_scatter": "rs",
+    "all_reduce": "ar",
+    "all_to_all": "a2a",
+    "ag": "ag",
+    "rs": "rs",
+    "ar": "ar",
+    "a2a": "a2a",
+}
 
 
 def members_per_tier(size, stride, topo: Topology) -> list[np.ndarray]:
@@ -51,7 +58,9 @@ def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False)
         below = 1.0
         for t, k in enumerate(ks):
             n = ops.ceil(k / below) if t else k
-            part = (k - below) / ops.maximum(size, 1.0) * nbytes / ops.tier(bw, t) + (n - 1.0) * ops.tier(lat, t)
+            part = (k - below) / ops.maximum(size, 1.0) * nbytes / ops.tier(bw, t) + (n - 1.0) * ops.tier(
+                lat, t
+            )
             out = part if out is None else ops.maximum(out, ops.where(n > 1, part, 0.0))
             below = k
         return out
@@ -88,4 +97,6 @@ def span_link(size, stride, topo: Topology) -> tuple[np.ndarray, np.ndarray]:
 def slowest_link(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     """``(bytes/s, latency s)``: the slowest tier's bandwidth and the outermost tier's latency,
     the pace of a flat ring over the whole data-parallel group (the last gradient bucket)."""
-    return ops.min_tier(topo.tier_bytes_s), ops.tier(topo.tier_latency_s, ops.n_tiers(topo.tier_latency_s) - 1)
+    return ops.min_tier(topo.tier_bytes_s), ops.tier(
+        topo.tier_latency_s, ops.n_tiers(topo.tier_latency_s) - 1
+    )

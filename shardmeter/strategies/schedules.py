@@ -20,7 +20,6 @@ import attrs
 import numpy as np
 
 from ..model import ops
-
 from ..parts import PipeInputs, PipeTerms, SchedulePart
 
 __all__ = ["ClassicSchedule", "p2p_transfers"]

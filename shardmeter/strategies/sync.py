@@ -62,11 +62,17 @@ class GlobalAllReduce(SyncPart):
         t_ar = frac * grad / wan.uplink_bytes_s + lat
         t_last = frac * np.minimum(WAN_BUCKET_BYTES, grad) / wan.uplink_bytes_s + lat
         t_ring, t_last_ring = _col(t_ar, shape), _col(t_last, shape)
-        per_island = np.maximum(np.maximum(0.0, t_ring - wan.overlap_window_s), np.minimum(t_last_ring, t_ring))
+        per_island = np.maximum(
+            np.maximum(0.0, t_ring - wan.overlap_window_s), np.minimum(t_last_ring, t_ring)
+        )
         exposed = np.maximum(_col(wan.island_step_s + per_island, shape) - wan.slowest_step_s, 0.0)
         busy = _col(t_ar, shape)
-        return SyncTerms(exposed_s=_col(exposed, shape), wan_s=busy, round_s=busy,
-                         egress_bytes=_col(frac * grad, shape)[..., 0])
+        return SyncTerms(
+            exposed_s=_col(exposed, shape),
+            wan_s=busy,
+            round_s=busy,
+            egress_bytes=_col(frac * grad, shape)[..., 0],
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -104,5 +110,9 @@ class DiLoCo(SyncPart):
         window = min(tau, H / F) * wan.slowest_step_s
         round_exposed = F * np.maximum(0.0, t_frag - window)
         round_busy = F * t_frag
-        return SyncTerms(exposed_s=_col(round_exposed / H, shape), wan_s=_col(round_busy / H, shape),
-                         round_s=_col(round_busy, shape), egress_bytes=_col(frac * payload / H, shape)[..., 0])
+        return SyncTerms(
+            exposed_s=_col(round_exposed / H, shape),
+            wan_s=_col(round_busy / H, shape),
+            round_s=_col(round_busy, shape),
+            egress_bytes=_col(frac * payload / H, shape)[..., 0],
+        )

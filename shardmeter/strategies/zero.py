@@ -18,7 +18,6 @@ import attrs
 import numpy as np
 
 from ..model import ops
-
 from ..parts import CommEvent, ShardingPart, ShardInputs, StateBytes
 
 __all__ = ["ZeroSharding", "LAST_BUCKET_BYTES", "shard_group_size"]
@@ -94,20 +93,50 @@ class ZeroSharding(ShardingPart):
             n = shard_group_size(inp, self.shard_group == "node")
             first = 1.0 / (3.0 * inp.layers_per_stage)
             events = [
-                CommEvent(collective="all_gather", bytes=param_msg, group_size=n, group_stride=inp.tp, count=2.0,
-                          flat=self.flat_collectives, per="micro_batch", exposed_fraction=first),
-                CommEvent(collective="reduce_scatter", bytes=grad_msg, group_size=n, group_stride=inp.tp,
-                          flat=self.flat_collectives, per="micro_batch", exposed_fraction=first),
+                CommEvent(
+                    collective="all_gather",
+                    bytes=param_msg,
+                    group_size=n,
+                    group_stride=inp.tp,
+                    count=2.0,
+                    flat=self.flat_collectives,
+                    per="micro_batch",
+                    exposed_fraction=first,
+                ),
+                CommEvent(
+                    collective="reduce_scatter",
+                    bytes=grad_msg,
+                    group_size=n,
+                    group_stride=inp.tp,
+                    flat=self.flat_collectives,
+                    per="micro_batch",
+                    exposed_fraction=first,
+                ),
             ]
             if self.shard_group == "node":
-                events.append(CommEvent(collective="all_reduce", bytes=grad_msg / n, group_size=dpcp / n,
-                                        group_stride=inp.tp * n, **bucket))
+                events.append(
+                    CommEvent(
+                        collective="all_reduce",
+                        bytes=grad_msg / n,
+                        group_size=dpcp / n,
+                        group_stride=inp.tp * n,
+                        **bucket,
+                    )
+                )
             return events
         if self.shard_optimizer:
             return [
-                CommEvent(collective="reduce_scatter", bytes=grad_msg, group_size=dpcp, group_stride=inp.tp,
-                          **bucket),
-                CommEvent(collective="all_gather", bytes=param_msg, group_size=dpcp, group_stride=inp.tp,
-                          **bucket),
+                CommEvent(
+                    collective="reduce_scatter",
+                    bytes=grad_msg,
+                    group_size=dpcp,
+                    group_stride=inp.tp,
+                    **bucket,
+                ),
+                CommEvent(
+                    collective="all_gather", bytes=param_msg, group_size=dpcp, group_stride=inp.tp, **bucket
+                ),
             ]
-        return [CommEvent(collective="all_reduce", bytes=grad_msg, group_size=dpcp, group_stride=inp.tp, **bucket)]
+        return [
+            CommEvent(collective="all_reduce", bytes=grad_msg, group_size=dpcp, group_stride=inp.tp, **bucket)
+        ]
