@@ -4,6 +4,8 @@ of shape ``(1, islands)`` (tiers ``(1, islands, tiers)``), its strategies coded 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .model.inputs import (
@@ -46,7 +48,7 @@ def tier_arrays(islands: tuple[ResolvedIsland, ...]) -> tuple[np.ndarray, np.nda
             share = (
                 isl.nics_per_node / isl.gpus_per_node if tier.nic_shared and link.kind == "network" else 1.0
             )
-            g.append(float("inf") if i == len(isl.tiers) - 1 else float(tier.gpus))
+            g.append(float("inf") if i == len(isl.tiers) - 1 or tier.gpus is None else float(tier.gpus))
             b.append(link.bandwidth_gb_s * 1e9 * link.efficiency * share / tier.oversubscription)
             la.append(link.latency_us * 1e-6)
         pad = T - len(g)
@@ -120,9 +122,10 @@ def build_inputs(
         ),
         sm_count=_row([isl.gpu.sm_count for isl in isls]),
     )
-    tg, tb, tl = tier_arrays(isls)
+    tiers: tuple[Any, Any, Any] = tier_arrays(isls)
     if scalar:
-        tg, tb, tl = (tuple(float(x) for x in np.ravel(a)) for a in (tg, tb, tl))
+        tiers = tuple(tuple(float(x) for x in np.ravel(a)) for a in tiers)  # type: ignore[assignment]
+    tg, tb, tl = tiers
     topology = Topology(
         gpus_per_node=_row([isl.gpus_per_node for isl in isls]),
         nodes=_row([isl.nodes for isl in isls]),

@@ -7,13 +7,13 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
-from typing import TextIO
+from typing import IO, Any
 
 __all__ = ["atomic_write"]
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str = "utf-8") -> Iterator[TextIO]:
+def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str = "utf-8") -> Iterator[IO[Any]]:
     """Open a temporary sibling of ``path`` for writing; on success rename it to ``path``
     (``os.replace`` is atomic on POSIX and Windows); on error remove it."""
     path = os.fspath(path)

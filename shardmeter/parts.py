@@ -28,10 +28,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import attrs
-import numpy as np
-from numpy.typing import ArrayLike
 
-from .model.ops import where
+from .model.ops import Array, where
 
 __all__ = [
     "NoOptions",
@@ -50,6 +48,9 @@ __all__ = [
     "option_defaults",
     "make_options_class",
 ]
+
+#: A numpy array over the rows of a batch, or a Python float in the scalar path (one plan).
+ArrayLike = Any
 
 #: Collectives the core prices (``docs/architecture.md``, "Pricing a collective").
 COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
@@ -107,16 +108,16 @@ class ShardInputs:
     NVLink domain).
     """
 
-    params_per_gpu: np.ndarray
-    params_per_layer: np.ndarray
-    layers_per_stage: np.ndarray
-    weight_bytes: np.ndarray
-    grad_bytes: np.ndarray
-    optimizer_bytes_per_param: np.ndarray
-    tp: np.ndarray
-    dp: np.ndarray
-    cp: np.ndarray
-    domain_gpus: np.ndarray
+    params_per_gpu: Array
+    params_per_layer: Array
+    layers_per_stage: Array
+    weight_bytes: Array
+    grad_bytes: Array
+    optimizer_bytes_per_param: Array
+    tp: Array
+    dp: Array
+    cp: Array
+    domain_gpus: Array
 
 
 @attrs.frozen(kw_only=True)
@@ -195,12 +196,12 @@ class PipeInputs:
     ``forward_s`` is the forward pass and ``weight_grad_s`` the weight-gradient GEMMs of the
     backward pass (the part a zero-bubble schedule defers)."""
 
-    pp: np.ndarray
-    micro_batches: np.ndarray
-    virtual_stages: np.ndarray
-    stage_s: np.ndarray
-    forward_s: np.ndarray
-    weight_grad_s: np.ndarray
+    pp: Array
+    micro_batches: Array
+    virtual_stages: Array
+    stage_s: Array
+    forward_s: Array
+    weight_grad_s: Array
 
 
 @attrs.frozen(kw_only=True)
@@ -225,7 +226,7 @@ class SchedulePart(Part):
     def terms(self, pipe: PipeInputs, opts: Any) -> PipeTerms:
         raise NotImplementedError
 
-    def infeasible(self, pipe: PipeInputs, opts: Any) -> np.ndarray:
+    def infeasible(self, pipe: PipeInputs, opts: Any) -> Array:
         """Rows this schedule cannot run (structural: needs ``pp``, ``micro_batches`` and
         ``virtual_stages`` only, so the planner can reject them before the full model)."""
         return where(pipe.pp < 0, True, False)  # nothing is infeasible (shaped like pp)
@@ -244,13 +245,13 @@ class WanInputs:
     island after its own data-parallel reduction."""
 
     islands: int
-    slowest_step_s: np.ndarray
-    island_step_s: np.ndarray
-    params: np.ndarray
-    grad_bytes: np.ndarray
-    uplink_bytes_s: np.ndarray
-    latency_s: np.ndarray
-    overlap_window_s: np.ndarray
+    slowest_step_s: Array
+    island_step_s: Array
+    params: Array
+    grad_bytes: Array
+    uplink_bytes_s: Array
+    latency_s: Array
+    overlap_window_s: Array
 
 
 @attrs.frozen(kw_only=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -332,7 +333,7 @@ class SyncStrategy:
 
 #: What each declarative record is sugar for: the bundled part class that implements its flags
 #: (the core names bundled code only here, as dotted strings).
-SUGAR = {
+SUGAR: dict[str, Any] = {
     "ShardingStrategy": "shardmeter.strategies.zero:ZeroSharding",
     "PipelineSchedule": "shardmeter.strategies.schedules:ClassicSchedule",
     "SyncStrategy": ("shardmeter.strategies.sync:GlobalAllReduce", "shardmeter.strategies.sync:DiLoCo"),

@@ -170,7 +170,7 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
     bd = {k: v for k, v in bd.items() if v > 0 or k in keep}
     ov = {k: float(_at(out["overlapped"][k], row)) for k in out["overlapped"]}
     ov = {k: v for k, v in ov.items() if v > 0 or (k == "island_sync" and n_isl > 1)}
-    bottleneck = max(bd, key=bd.get)
+    bottleneck = max(bd, key=lambda k: bd[k])
     tps = float(_at(out["tokens_per_s"], row))
     isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
     comm_in = sum(bd.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
@@ -251,7 +251,7 @@ def _island_entries(res: Resolved, out, row, step, tps, notes):
         price = gpu_hour_usd(isl)
         egress_gb = egress_step * steps / 1e9 if steps is not None else None
         cost = gpu_cost = egress_cost = None
-        if wall is not None:
+        if wall is not None and egress_gb is not None:
             priced = island_cost_usd(isl, net, wall, egress_gb)
             if priced is not None:
                 gpu_cost, egress_cost = priced

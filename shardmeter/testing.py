@@ -119,6 +119,7 @@ def check_records(plugin: object, *, bundled: bool = True) -> dict[str, list]:
             if kind is None:
                 want = " or ".join(c.__name__ for k, (cs, h) in part_kinds().items() if h == name for c in cs)
                 _fail(f"{name} yielded {type(rec).__name__}, expected {want}")
+                continue
             attrs.evolve(rec)  # re-runs every validator
             if any(r.name == rec.name for r in found[kind]):
                 _fail(f"{name} yields {kind} name {rec.name!r} twice")

@@ -88,11 +88,12 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
     by_field: dict[str, list[float]] = {}
     by_group: dict[str, list[float]] = {}
     for c in cases:
-        by_field.setdefault(c["field"], []).append(abs(c["error"]))
-        by_group.setdefault(c["group"], []).append(abs(c["error"]))
+        err_abs = abs(float(c["error"]))
+        by_field.setdefault(str(c["field"]), []).append(err_abs)
+        by_group.setdefault(str(c["group"]), []).append(err_abs)
     for k, v in by_field.items():
         mape[k] = sum(v) / len(v)
-    all_err = [abs(c["error"]) for c in cases]
+    all_err = [abs(float(c["error"])) for c in cases]
     return {
         "cases": cases,
         "failures": failures,

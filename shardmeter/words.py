@@ -33,7 +33,7 @@ def regime_of(breakdown: dict[str, float]) -> str:
         "memory-bound": breakdown.get("memory_ops", 0.0),
         "bubble-bound": breakdown.get("pp_bubble", 0.0) + breakdown.get("idle", 0.0),
     }
-    return max(groups, key=groups.get)
+    return max(groups, key=lambda g: groups[g])
 
 
 def describe_bottleneck(report: Any) -> str:

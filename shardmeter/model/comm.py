@@ -23,13 +23,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import attrs
-import numpy as np
 
 from ..parts import CommEvent
 from . import ops
 from .compute import ComputeTerms, Shapes
 from .formulas import ring_collective_time
 from .inputs import ModelShape, Topology
+from .ops import Array
 from .tiers import collective_time, slowest_link, span_link
 
 __all__ = ["LayerComm", "layer_comm", "PricedTraffic", "price_traffic", "exposed_traffic"]
@@ -43,12 +43,12 @@ class LayerComm:
     """Seconds per micro-batch: ``tp_exposed``/``tp_hidden``, ``cp_exposed``/``cp_hidden``,
     ``ep_exposed``; ``act_msg``: bytes of one activation tensor of the micro-batch."""
 
-    tp_exposed: np.ndarray
-    tp_hidden: np.ndarray
-    cp_exposed: np.ndarray
-    cp_hidden: np.ndarray
-    ep_exposed: np.ndarray
-    act_msg: np.ndarray
+    tp_exposed: Array
+    tp_hidden: Array
+    cp_exposed: Array
+    cp_hidden: Array
+    ep_exposed: Array
+    act_msg: Array
 
 
 def layer_comm(
@@ -93,10 +93,10 @@ class PricedTraffic:
     and its never-hidden share ``micro_batch_fixed_s``; ``step_s`` (per step) and ``bucket_s``
     (its last bucket)."""
 
-    micro_batch_s: np.ndarray
-    micro_batch_fixed_s: np.ndarray
-    step_s: np.ndarray
-    bucket_s: np.ndarray
+    micro_batch_s: Array
+    micro_batch_fixed_s: Array
+    step_s: Array
+    bucket_s: Array
 
 
 def price_traffic(events: Sequence[CommEvent], topo: Topology) -> PricedTraffic:

@@ -8,11 +8,11 @@ kernels at HBM bandwidth, FP8 casts, and the output head on the last stage.
 from __future__ import annotations
 
 import attrs
-import numpy as np
 
 from . import ops
 from .formulas import KERNEL_OVERHEAD_S, gemm_time
 from .inputs import Hardware, ModelShape, Training
+from .ops import Array
 
 __all__ = [
     "Shapes",
@@ -46,15 +46,15 @@ class Shapes:
     past ``kv_heads``), ``ffn_local``, ``mlp_up`` (2 x ffn_local for SwiGLU), ``moe`` (bool),
     ``experts_per_token_eff`` (1 for dense)."""
 
-    seq_local: np.ndarray
-    tokens: np.ndarray
-    layers_per_stage: np.ndarray
-    q_local: np.ndarray
-    kv_local: np.ndarray
-    ffn_local: np.ndarray
-    mlp_up: np.ndarray
-    moe: np.ndarray
-    virtual_stages: np.ndarray
+    seq_local: Array
+    tokens: Array
+    layers_per_stage: Array
+    q_local: Array
+    kv_local: Array
+    ffn_local: Array
+    mlp_up: Array
+    moe: Array
+    virtual_stages: Array
 
 
 def local_shapes(ms: ModelShape, tr: Training, tp, pp, cp, v) -> Shapes:
@@ -82,15 +82,15 @@ class ComputeTerms:
     GEMMs of one layer's forward: the weight-gradient share of its backward) and
     ``attention_forward`` / ``attention_backward``."""
 
-    forward: np.ndarray
-    backward: np.ndarray
-    recompute: np.ndarray
-    head: np.ndarray
-    compute: np.ndarray
-    memory_ops: np.ndarray
-    dense_forward: np.ndarray
-    attention_forward: np.ndarray
-    attention_backward: np.ndarray
+    forward: Array
+    backward: Array
+    recompute: Array
+    head: Array
+    compute: Array
+    memory_ops: Array
+    dense_forward: Array
+    attention_forward: Array
+    attention_backward: Array
 
 
 def micro_batch_compute(

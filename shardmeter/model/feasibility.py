@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import ops
+from .ops import Array
 from .reduce import over_islands
 
 __all__ = ["Reason", "REASONS", "reason_messages", "layout_reasons", "batch_split", "batch_reasons"]
@@ -70,7 +71,7 @@ def reason_messages(bits: int, values: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def layout_reasons(heads, seq_len, experts, tp, pp, cp, dp, ep, gpus) -> np.ndarray:
+def layout_reasons(heads, seq_len, experts, tp, pp, cp, dp, ep, gpus) -> Array:
     """Reasons that depend on the layout and the model only."""
     moe = experts > 1
     bits = ops.where(ops.mod(heads, tp) != 0, Reason.TP_HEADS, 0)
@@ -98,7 +99,7 @@ def batch_split(global_batch, dp, micro_batch):
     return b_isl, m, ops.maximum(ops.floor(m + 1e-9), 1.0)
 
 
-def batch_reasons(m, pp, virtual_stages, layers) -> np.ndarray:
+def batch_reasons(m, pp, virtual_stages, layers) -> Array:
     """A batch that does not split into whole micro-batches, and too many stages for the layers
     (``virtual_stages`` already 1 where ``pp = 1``)."""
     bits = ops.where(ops.absolute(m - ops.rint(m)) > 1e-9, Reason.BATCH_SPLIT, 0) | ops.where(

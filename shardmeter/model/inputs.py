@@ -18,6 +18,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from .ops import Array
+
 __all__ = [
     "ModelShape",
     "Training",
@@ -40,22 +42,22 @@ class ModelShape:
     head_dim), ``kv_dim``, ``ffn_hidden``, ``swiglu`` (bool), ``vocab``, ``seq_len``, ``tied``
     embeddings, ``experts``, ``experts_per_token``, ``capacity_factor``, ``causal``, ``dropout``."""
 
-    layers: np.ndarray
-    hidden: np.ndarray
-    heads: np.ndarray
-    kv_heads: np.ndarray
-    q_dim: np.ndarray
-    kv_dim: np.ndarray
-    ffn_hidden: np.ndarray
-    swiglu: np.ndarray
-    vocab: np.ndarray
-    seq_len: np.ndarray
-    tied: np.ndarray
-    experts: np.ndarray
-    experts_per_token: np.ndarray
-    capacity_factor: np.ndarray
-    causal: np.ndarray
-    dropout: np.ndarray
+    layers: Array
+    hidden: Array
+    heads: Array
+    kv_heads: Array
+    q_dim: Array
+    kv_dim: Array
+    ffn_hidden: Array
+    swiglu: Array
+    vocab: Array
+    seq_len: Array
+    tied: Array
+    experts: Array
+    experts_per_token: Array
+    capacity_factor: Array
+    causal: Array
+    dropout: Array
 
 
 @attrs.frozen(kw_only=True)
@@ -63,12 +65,12 @@ class Training:
     """``global_batch`` and ``micro_batch`` (sequences), ``recompute`` (:data:`RECOMPUTE_CODES`),
     ``materialized`` attention (bool), ``weight_bytes`` per parameter, ``fp8`` GEMMs (bool)."""
 
-    global_batch: np.ndarray
-    micro_batch: np.ndarray
-    recompute: np.ndarray
-    materialized: np.ndarray
-    weight_bytes: np.ndarray
-    fp8: np.ndarray
+    global_batch: Array
+    micro_batch: Array
+    recompute: Array
+    materialized: Array
+    weight_bytes: Array
+    fp8: Array
 
 
 @attrs.frozen(kw_only=True)
@@ -77,14 +79,14 @@ class Hardware:
     0 = no tensor-core rate), ``memory_bytes``, ``hbm_bytes_s`` and ``hbm_efficiency``,
     ``gemm_efficiency``, ``attention_efficiency`` (of the chosen kernel), ``sm_count``."""
 
-    peak_flops: np.ndarray
-    peak16_flops: np.ndarray
-    memory_bytes: np.ndarray
-    hbm_bytes_s: np.ndarray
-    hbm_efficiency: np.ndarray
-    gemm_efficiency: np.ndarray
-    attention_efficiency: np.ndarray
-    sm_count: np.ndarray
+    peak_flops: Array
+    peak16_flops: Array
+    memory_bytes: Array
+    hbm_bytes_s: Array
+    hbm_efficiency: Array
+    gemm_efficiency: Array
+    attention_efficiency: Array
+    sm_count: Array
 
 
 @attrs.frozen(kw_only=True)
@@ -99,12 +101,12 @@ class Topology:
     ``tier_latency_s``: latency of one step of a collective algorithm on it.
     """
 
-    gpus_per_node: np.ndarray
-    nodes: np.ndarray
-    domain_gpus: np.ndarray
-    tier_gpus: np.ndarray
-    tier_bytes_s: np.ndarray
-    tier_latency_s: np.ndarray
+    gpus_per_node: Array
+    nodes: Array
+    domain_gpus: Array
+    tier_gpus: Array
+    tier_bytes_s: Array
+    tier_latency_s: Array
 
 
 @attrs.frozen(kw_only=True)
@@ -113,17 +115,17 @@ class Layout:
     ``virtual_stages``, ``tp_comm_overlap``, ``dp_comm_overlap`` (bools); ``sharding`` and
     ``schedule``: codes into the :class:`PartTable`."""
 
-    tp: np.ndarray
-    pp: np.ndarray
-    dp: np.ndarray
-    cp: np.ndarray
-    ep: np.ndarray
-    sequence_parallel: np.ndarray
-    virtual_stages: np.ndarray
-    tp_comm_overlap: np.ndarray
-    dp_comm_overlap: np.ndarray
-    sharding: np.ndarray
-    schedule: np.ndarray
+    tp: Array
+    pp: Array
+    dp: Array
+    cp: Array
+    ep: Array
+    sequence_parallel: Array
+    virtual_stages: Array
+    tp_comm_overlap: Array
+    dp_comm_overlap: Array
+    sharding: Array
+    schedule: Array
 
 
 @attrs.frozen(kw_only=True)
@@ -131,9 +133,9 @@ class Network:
     """Between islands: each island's achieved uplink ``wan_bytes_s``, ``wan_latency_s`` per ring
     step, and the ``sync`` strategy's code (one per row)."""
 
-    wan_bytes_s: np.ndarray
-    wan_latency_s: np.ndarray
-    sync: np.ndarray
+    wan_bytes_s: Array
+    wan_latency_s: Array
+    sync: Array
 
 
 _BUNDLES: dict[str, type] = {

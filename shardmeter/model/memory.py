@@ -3,12 +3,11 @@ schedule's count) and the framework's own reservation."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from . import ops
 from .compute import Shapes
 from .formulas import activation_bytes_per_layer
 from .inputs import ModelShape, Training
+from .ops import Array
 
 __all__ = ["activation_memory", "total_memory", "RESERVED_BYTES", "FRAGMENTATION"]
 
@@ -18,7 +17,7 @@ RESERVED_BYTES = 1.0e9
 FRAGMENTATION = 0.05
 
 
-def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_flight) -> np.ndarray:
+def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_flight) -> Array:
     """Activation bytes of the busier of the first stage (``in_flight`` micro-batches through
     the stage, as the schedule says) and the last (one micro-batch, plus the fp32 logits of the
     fused cross-entropy); full recompute adds one layer's working set while recomputing
@@ -49,6 +48,6 @@ def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_f
     return ops.maximum(first, ops.where(pp > 1, last, 0.0))
 
 
-def total_memory(weights, gradients, optimizer, extra, activations) -> np.ndarray:
+def total_memory(weights, gradients, optimizer, extra, activations) -> Array:
     """Bytes per GPU: tensors with the fragmentation allowance, plus the reservation."""
     return (weights + gradients + optimizer + extra + activations) * (1.0 + FRAGMENTATION) + RESERVED_BYTES

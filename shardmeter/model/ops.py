@@ -36,6 +36,9 @@ __all__ = [
     "col0",
 ]
 
+#: What the model computes with: a numpy array (a batch of plans) or a Python float (one plan).
+Array = Any
+
 _SCALARS = (float, int, bool)
 #: Exact types of the scalar path (a type lookup is cheaper than isinstance over a tuple).
 _FAST = frozenset({float, int, bool})

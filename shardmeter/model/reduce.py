@@ -8,13 +8,15 @@ from typing import Any
 
 import numpy as np
 
+from .ops import Array
+
 __all__ = ["over_islands"]
 
 #: Above this many islands numpy's own reduction is used.
 _LOOP_MAX = 16
 
 
-def over_islands(op: np.ufunc, x: Any, keepdims: bool = True) -> np.ndarray:
+def over_islands(op: np.ufunc, x: Any, keepdims: bool = True) -> Array:
     """``op.reduce(x, axis=-1)`` (e.g. ``np.add``, ``np.maximum``, ``np.logical_and``)."""
     if isinstance(x, (float, int, bool)):  # the scalar path: one island
         return x

@@ -21,6 +21,7 @@ from ..parts import COLLECTIVES
 from . import ops
 from .formulas import ring_collective_time
 from .inputs import Topology
+from .ops import Array
 
 __all__ = ["collective_time", "span_link", "slowest_link", "members_per_tier"]
 
@@ -44,7 +45,7 @@ def members_per_tier(size, stride, topo: Topology) -> list[np.ndarray]:
     return [ops.clip(ops.floor(ops.tier(gpus, t) / stride), 1.0, size) for t in range(ops.n_tiers(gpus))]
 
 
-def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False) -> np.ndarray:
+def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False) -> Array:
     """Seconds of one collective (``kind``: one of :data:`~shardmeter.parts.COLLECTIVES`) of
     ``nbytes`` over a group of ``size`` ranks ``stride`` apart (see the module docstring)."""
     if _KIND.get(kind) is None:
@@ -54,8 +55,8 @@ def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False)
     bw, lat = topo.tier_bytes_s, topo.tier_latency_s
     ks = members_per_tier(size, stride, topo)
     if kind == "a2a":
-        out = None
-        below = 1.0
+        out: Array = None
+        below: Array = 1.0
         for t, k in enumerate(ks):
             n = ops.ceil(k / below) if t else k
             part = (k - below) / ops.maximum(size, 1.0) * nbytes / ops.tier(bw, t) + (n - 1.0) * ops.tier(
@@ -64,8 +65,8 @@ def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False)
             out = part if out is None else ops.maximum(out, ops.where(n > 1, part, 0.0))
             below = k
         return out
-    total = None
-    carried = None  # members aggregated by the tiers below (n_0 ... n_{t-1})
+    total: Array = None
+    carried: Array = None  # members aggregated by the tiers below (n_0 ... n_{t-1})
     for t, k in enumerate(ks):
         if t == 0:
             n, tier_bytes = k, nbytes

@@ -17,15 +17,15 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-import numpy as np
 
 from ..model import ops
+from ..model.ops import Array
 from ..parts import PipeInputs, PipeTerms, SchedulePart
 
 __all__ = ["ClassicSchedule", "p2p_transfers"]
 
 
-def p2p_transfers(pipe: PipeInputs) -> np.ndarray:
+def p2p_transfers(pipe: PipeInputs) -> Array:
     """Sends per step on one stage boundary: ``2 (v m + p - 1)`` with ``p > 1``, else 0."""
     return ops.where(pipe.pp > 1, 2.0 * (pipe.virtual_stages * pipe.micro_batches + pipe.pp - 1.0), 0.0)
 
@@ -43,7 +43,7 @@ class ClassicSchedule(SchedulePart):
     in_flight: str = attrs.field(default="pipeline", validator=attrs.validators.in_(("pipeline", "all")))
     bubble_fraction: float = 1.0
 
-    def infeasible(self, pipe: PipeInputs, opts: Any) -> np.ndarray:
+    def infeasible(self, pipe: PipeInputs, opts: Any) -> Array:
         """Interleaving with ``v > 1`` needs the micro-batches to be a multiple of ``p``."""
         if not self.bubble_over_virtual:
             return ops.where(pipe.pp < 0, True, False)  # nothing is infeasible (shaped like pp)

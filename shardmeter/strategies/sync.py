@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from ..model.ops import Array
 from ..model.reduce import over_islands
 from ..parts import SyncPart, SyncTerms, WanInputs
 
@@ -39,7 +40,7 @@ __all__ = ["GlobalAllReduce", "DiLoCo", "DiLoCoOptions", "WAN_BUCKET_BYTES", "ri
 WAN_BUCKET_BYTES = 25e6
 
 
-def _col(x, shape) -> np.ndarray:
+def _col(x, shape) -> Array:
     """The slowest island's value (the ring runs at the pace of its slowest uplink) -> (n, 1)."""
     x = np.broadcast_to(x, np.broadcast_shapes(np.shape(x), shape))
     return over_islands(np.maximum, x)

@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-import numpy as np
 
 from ..model import ops
+from ..model.ops import Array
 from ..parts import CommEvent, ShardingPart, ShardInputs, StateBytes
 
 __all__ = ["ZeroSharding", "LAST_BUCKET_BYTES", "shard_group_size"]
@@ -27,7 +27,7 @@ __all__ = ["ZeroSharding", "LAST_BUCKET_BYTES", "shard_group_size"]
 LAST_BUCKET_BYTES = 25e6
 
 
-def shard_group_size(inp: ShardInputs, by_domain: bool) -> np.ndarray:
+def shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
     """Ranks one copy of the state is sharded over: the data x context-parallel group, or with
     ``by_domain`` (HSDP) the replicas of it inside one innermost network domain (a node)."""
     dpcp = inp.dp * inp.cp
