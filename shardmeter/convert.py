@@ -14,7 +14,8 @@ import math
 import re
 import sys
 import typing
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 import cattrs
@@ -62,8 +63,10 @@ def _float(v, _t):
         raise StrictTypeError(f"expected a finite number, got {v!r}")
     if v != 0.0 and not FLOAT_MIN <= abs(v) <= FLOAT_MAX:
         # a unit slip or a typo: 1e-300 GB/s or 1e308 tokens would overflow the model to inf
-        raise StrictTypeError(f"{v!r} is absurdly {'large' if abs(v) > 1 else 'small'} "
-                              f"(0 or {FLOAT_MIN:g} to {FLOAT_MAX:g} in magnitude)")
+        raise StrictTypeError(
+            f"{v!r} is absurdly {'large' if abs(v) > 1 else 'small'} "
+            f"(0 or {FLOAT_MIN:g} to {FLOAT_MAX:g} in magnitude)"
+        )
     return v
 
 
@@ -115,12 +118,15 @@ def make_converter() -> cattrs.Converter:
     def _is(*types):
         return lambda t: any(t == x for x in types)
 
-    c.register_structure_hook_func(_is(Mapping[str, float], dict[str, float]), _map_str_float)
-    c.register_structure_hook_func(_is(Mapping[str, object], dict[str, Any], dict[str, object]), _map_str_obj)
+    # the records annotate with typing.Mapping, whose aliases compare unequal to collections.abc's
+    c.register_structure_hook_func(_is(typing.Mapping[str, float], dict[str, float]), _map_str_float)
+    c.register_structure_hook_func(
+        _is(typing.Mapping[str, object], dict[str, Any], dict[str, object]), _map_str_obj
+    )
     for base, fn in ((float, _float), (int, _int), (str, _str)):
         c.register_structure_hook_func(
-            _is(typing.Optional[base], base | None),
-            (lambda f: (lambda v, t: None if v is None else f(v, t)))(fn),
+            _is(base | None),  # equal to typing.Optional[base]: both spellings match
+            (lambda f: lambda v, t: None if v is None else f(v, t))(fn),
         )
     return c
 
@@ -155,7 +161,8 @@ def _walk(exc: BaseException, path: str, out: list[tuple[str, str]]) -> None:
         out.append((path, "required key is missing"))
         return
     msg = str(exc) if str(exc) else type(exc).__name__
-    if len(exc.args) > 1 and isinstance(exc.args[0], str):  # attrs: ValueError(msg, attribute, options, value)
+    # attrs: ValueError(msg, attribute, options, value)
+    if len(exc.args) > 1 and isinstance(exc.args[0], str):
         msg = exc.args[0]
         m = re.match(r"^'(\w+)' (must be .+)$", msg, re.S)
         if m:

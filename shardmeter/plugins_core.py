@@ -16,15 +16,15 @@ import os
 import re
 import sys
 import time
-from typing import Iterable, Mapping
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 import pluggy
 
 from . import hookspecs
 from .errors import PluginError, ScenarioError
-import warnings
-
 from .records import LEGACY_STRATEGY_HOOK, PART_KINDS, as_part, part_kinds
 
 __all__ = ["make_plugin_manager", "Registry", "Provided", "BUNDLED", "get_registry"]
@@ -91,58 +91,9 @@ def make_plugin_manager(
     pm.add_hookspecs(hookspecs)
     disabled = _disabled()
     dists: dict[str, str] = {}
-    found_core = False
-    if entry_points:
-        for ep in _entry_points():
-            dist = getattr(ep, "dist", None)
-            dist_label = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
-            if dist is not None and dist.name.lower().replace("_", "-") == "shardmeter":
-                found_core = True
-            if _norm(ep.name) in disabled or (dist is not None and _norm(dist.name) in disabled):
-                continue
-            if pm.get_plugin(ep.name) is not None:
-                # Two distributions register the same entry-point name: never
-                # keep one silently (the part names could differ entirely).
-                raise PluginError(
-                    f"ShardMeter plugin name '{ep.name}' is registered by both {dists.get(ep.name)} and "
-                    f"{dist_label}; uninstall one of them"
-                )
-            started = time.perf_counter()
-            try:
-                with contextlib.redirect_stdout(sys.stderr):  # a chatty plugin must not corrupt --json output
-                    obj = ep.load()
-                if obj is None or isinstance(obj, (str, bytes, int, float, bool)):
-                    raise PluginError(f"the entry point names {type(obj).__name__} {obj!r:.40}, not a module "
-                                      "or object with ShardMeter hooks")
-                pm.register(obj, name=ep.name)
-                unknown = _unknown_hooks(pm, obj)
-                if unknown or not pm.get_hookcallers(obj):
-                    pm.unregister(obj)
-                    raise PluginError(unknown or f"{type(obj).__name__} {getattr(obj, '__name__', '')} "
-                                                 "implements no ShardMeter hook")
-            except (Exception, SystemExit) as exc:  # noqa: BLE001 - isolate third-party failures
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                msg = f"Error loading ShardMeter plugin '{ep.name}' from {dist_label}: {type(exc).__name__}"
-                msg += f": {first}" if first else ""
-                if _strict():
-                    raise PluginError(msg) from exc
-                _warn(msg + " (skipped; SHARDMETER_DISABLE_PLUGINS=" + ep.name + " silences this)")
-                continue
-            took = time.perf_counter() - started
-            if took > SLOW_IMPORT_S:  # no timeout (a plugin is code, run at import): say who is slow
-                _warn(f"ShardMeter plugin '{ep.name}' from {dist_label} took {took:.1f} s to import "
-                      f"(SHARDMETER_DISABLE_PLUGINS={ep.name} skips it)")
-            dists[ep.name] = dist_label
+    found_core = _load_entry_points(pm, disabled, dists) if entry_points else False
     if bundled or (bundled is None and not found_core):
-        for dotted in BUNDLED:
-            short = dotted.rsplit(".", 1)[-1]
-            if _norm(short) in disabled or pm.get_plugin(dotted) is not None:
-                continue
-            mod = importlib.import_module(dotted)
-            if pm.is_registered(mod):
-                continue
-            pm.register(mod, name=dotted)
-            dists[dotted] = "shardmeter (source tree)"
+        _register_bundled(pm, disabled, dists)
     for obj in plugins:
         name = getattr(obj, "__name__", None) or f"{type(obj).__name__}-{id(obj)}"
         pm.register(obj, name=name)
@@ -153,6 +104,83 @@ def make_plugin_manager(
         raise PluginError(f"ShardMeter plugin '{pm.get_name(exc.plugin)}': {exc}") from None
     pm._shardmeter_dists = dists  # type: ignore[attr-defined]
     return pm
+
+
+def _load_entry_points(pm: pluggy.PluginManager, disabled: set[str], dists: dict[str, str]) -> bool:
+    """Register the plugin of every entry point that is not disabled, one at a time, recording
+    each one's distribution in ``dists``; returns whether the ``shardmeter`` distribution itself
+    was among them (an installed core)."""
+    found_core = False
+    for ep in _entry_points():
+        dist = getattr(ep, "dist", None)
+        dist_label = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
+        if dist is not None and dist.name.lower().replace("_", "-") == "shardmeter":
+            found_core = True
+        if _norm(ep.name) in disabled or (dist is not None and _norm(dist.name) in disabled):
+            continue
+        if pm.get_plugin(ep.name) is not None:
+            # Two distributions register the same entry-point name: never
+            # keep one silently (the part names could differ entirely).
+            raise PluginError(
+                f"ShardMeter plugin name '{ep.name}' is registered by both {dists.get(ep.name)} and "
+                f"{dist_label}; uninstall one of them"
+            )
+        started = time.perf_counter()
+        if not _load_entry_point(pm, ep, dist_label):
+            continue
+        took = time.perf_counter() - started
+        if took > SLOW_IMPORT_S:  # no timeout (a plugin is code, run at import): say who is slow
+            _warn(
+                f"ShardMeter plugin '{ep.name}' from {dist_label} took {took:.1f} s to import "
+                f"(SHARDMETER_DISABLE_PLUGINS={ep.name} skips it)"
+            )
+        dists[ep.name] = dist_label
+    return found_core
+
+
+def _load_entry_point(pm: pluggy.PluginManager, ep, dist_label: str) -> bool:
+    """Import entry point ``ep`` and register its plugin; a plugin that fails to import, is not
+    a module or object, or implements no (or an unknown) hook is named in a warning and skipped
+    (``False``), or is fatal with ``SHARDMETER_STRICT_PLUGINS=1``."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # a chatty plugin must not corrupt --json output
+            obj = ep.load()
+        if obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+            raise PluginError(
+                f"the entry point names {type(obj).__name__} {obj!r:.40}, not a module "
+                "or object with ShardMeter hooks"
+            )
+        pm.register(obj, name=ep.name)
+        unknown = _unknown_hooks(pm, obj)
+        if unknown or not pm.get_hookcallers(obj):
+            pm.unregister(obj)
+            raise PluginError(
+                unknown
+                or f"{type(obj).__name__} {getattr(obj, '__name__', '')} implements no ShardMeter hook"
+            )
+    except (Exception, SystemExit) as exc:  # isolate third-party failures
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        msg = f"Error loading ShardMeter plugin '{ep.name}' from {dist_label}: {type(exc).__name__}"
+        msg += f": {first}" if first else ""
+        if _strict():
+            raise PluginError(msg) from exc
+        _warn(msg + " (skipped; SHARDMETER_DISABLE_PLUGINS=" + ep.name + " silences this)")
+        return False
+    return True
+
+
+def _register_bundled(pm: pluggy.PluginManager, disabled: set[str], dists: dict[str, str]) -> None:
+    """Register the bundled plugins by dotted name (an uninstalled source tree), but not one
+    disabled or already registered."""
+    for dotted in BUNDLED:
+        short = dotted.rsplit(".", 1)[-1]
+        if _norm(short) in disabled or pm.get_plugin(dotted) is not None:
+            continue
+        mod = importlib.import_module(dotted)
+        if pm.is_registered(mod):
+            continue
+        pm.register(mod, name=dotted)
+        dists[dotted] = "shardmeter (source tree)"
 
 
 def _unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> str:
@@ -192,7 +220,7 @@ class Registry:
             self._entries.setdefault(k, {})
 
     @classmethod
-    def from_plugin_manager(cls, pm: pluggy.PluginManager) -> "Registry":
+    def from_plugin_manager(cls, pm: pluggy.PluginManager) -> Registry:
         dists = getattr(pm, "_shardmeter_dists", {})
         entries: dict[str, dict[str, list[Provided]]] = {k: {} for k in PART_KINDS}
         hooks = sorted({hook for _, hook in part_kinds().values()})
@@ -201,76 +229,13 @@ class Registry:
             for impl in caller.get_hookimpls():
                 plugin_name = pm.get_name(impl.plugin) or repr(impl.plugin)
                 dist = dists.get(plugin_name, "unknown distribution")
-                try:
-                    with contextlib.redirect_stdout(sys.stderr):  # a chatty plugin must not corrupt --json output
-                        items = impl.function()
-                        if isinstance(items, (str, bytes, Mapping)) or not (
-                                items is None or hasattr(items, "__iter__")):
-                            raise TypeError(f"returned {type(items).__name__}, not an iterable of records")
-                        items = list(items) if items is not None else []
-                except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin's sys.exit() must not end ours
-                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                    msg = (
-                        f"ShardMeter plugin '{plugin_name}' ({dist}) failed in {hook_name}: "
-                        f"{type(exc).__name__}" + (f": {first}" if first else "")
-                    )
-                    if _strict():
-                        raise PluginError(msg) from exc
-                    _warn(msg)
-                    continue
-                for item in items:
-                    kind = kind_of(item, hook_name)
-                    if kind is None:
-                        accepted = [c.__name__ for k, (cs, h) in part_kinds().items() if h == hook_name for c in cs]
-                        msg = (
-                            f"ShardMeter plugin '{plugin_name}' ({dist}) returned "
-                            f"{type(item).__name__} from {hook_name}, which expects "
-                            + " or ".join(accepted)
-                        )
-                        if _strict():
-                            raise PluginError(msg)
-                        _warn(msg)
-                        continue
-                    if part_kinds()[kind][1] != hook_name:
-                        warnings.warn(
-                            f"ShardMeter plugin '{plugin_name}' ({dist}) yields a {kind} part "
-                            f"'{getattr(item, 'name', '?')}' from {hook_name}; yield it from "
-                            f"{part_kinds()[kind][1]} (the old union hook goes in the next release)",
-                            DeprecationWarning,
-                            stacklevel=2,
-                        )
-                    try:  # validators again: a record changed after construction (object.__setattr__)
-                        attrs.validate(item)
-                    except (ValueError, TypeError) as exc:
-                        first = str(exc.args[0] if exc.args else exc).strip().splitlines()[0]
-                        msg = (f"ShardMeter plugin '{plugin_name}' ({dist}) returned an invalid "
-                               f"{type(item).__name__} from {hook_name}: {first}")
-                        if _strict():
-                            raise PluginError(msg) from exc
-                        _warn(msg)
-                        continue
-                    try:
-                        part = as_part(item)
-                    except (ValueError, TypeError) as exc:
-                        msg = (f"ShardMeter plugin '{plugin_name}' ({dist}) returned an invalid "
-                               f"{type(item).__name__} from {hook_name}: {exc}")
-                        if _strict():
-                            raise PluginError(msg) from exc
-                        _warn(msg)
-                        continue
-                    entries[kind].setdefault(item.name, []).append(Provided(part, plugin_name, dist))
-        final: dict[str, dict[str, Provided]] = {}
-        for kind, names in entries.items():
-            final[kind] = {}
-            for name, provs in names.items():
-                if len(provs) > 1:
-                    who = "; ".join(f"plugin '{p.plugin}' from {p.distribution}" for p in provs)
-                    raise PluginError(
-                        f"duplicate {kind} name '{name}' provided by {who} "
-                        "(uninstall one, or disable one with SHARDMETER_DISABLE_PLUGINS)"
-                    )
-                final[kind][name] = provs[0]
-        return cls(final)
+                items = _contributed(impl, hook_name, plugin_name, dist)
+                for item in items if items is not None else ():
+                    accepted = _accepted(item, hook_name, plugin_name, dist)
+                    if accepted is not None:
+                        kind, part = accepted
+                        entries[kind].setdefault(item.name, []).append(Provided(part, plugin_name, dist))
+        return cls(_unique_names(entries))
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(self._entries)
@@ -294,12 +259,95 @@ class Registry:
     def items(self, kind: str):
         return [(n, p) for n, p in sorted(self._entries[kind].items())]
 
-    def override(self, kind: str, record, *, plugin: str = "override") -> "Registry":
+    def override(self, kind: str, record, *, plugin: str = "override") -> Registry:
         """A copy of this registry with ``record`` replacing (or adding) a part (a declarative
         strategy record is turned into its part)."""
         entries = {k: dict(v) for k, v in self._entries.items()}
         entries[kind][record.name] = Provided(as_part(record), plugin, "registered in code")
         return Registry(entries)
+
+
+def _reject(msg: str, cause: BaseException | None = None) -> None:
+    """A plugin's contribution is unusable: a warning on stderr, or fatal with
+    ``SHARDMETER_STRICT_PLUGINS=1``."""
+    if _strict():
+        if cause is None:
+            raise PluginError(msg)
+        raise PluginError(msg) from cause
+    _warn(msg)
+
+
+def _contributed(impl, hook_name: str, plugin_name: str, dist: str) -> list | None:
+    """What one hook implementation returns, as a list; ``None`` (after :func:`_reject`) when
+    it raises, exits or returns something other than an iterable of records."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # a chatty plugin must not corrupt --json output
+            items = impl.function()
+            if isinstance(items, (str, bytes, Mapping)) or not (items is None or hasattr(items, "__iter__")):
+                raise TypeError(f"returned {type(items).__name__}, not an iterable of records")
+            return list(items) if items is not None else []
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin's sys.exit() must not end ours
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        msg = f"ShardMeter plugin '{plugin_name}' ({dist}) failed in {hook_name}: {type(exc).__name__}"
+        _reject(msg + (f": {first}" if first else ""), exc)
+        return None
+
+
+def _accepted(item: Any, hook_name: str, plugin_name: str, dist: str) -> tuple[str, object] | None:
+    """The kind and part of one contributed item; ``None`` (after :func:`_reject`) when the hook
+    does not contribute its class or it is invalid. An item from the legacy union hook is
+    accepted with a :class:`DeprecationWarning`."""
+    kind = kind_of(item, hook_name)
+    if kind is None:
+        accepted = [c.__name__ for k, (cs, h) in part_kinds().items() if h == hook_name for c in cs]
+        _reject(
+            f"ShardMeter plugin '{plugin_name}' ({dist}) returned "
+            f"{type(item).__name__} from {hook_name}, which expects " + " or ".join(accepted)
+        )
+        return None
+    if part_kinds()[kind][1] != hook_name:
+        warnings.warn(
+            f"ShardMeter plugin '{plugin_name}' ({dist}) yields a {kind} part "
+            f"'{getattr(item, 'name', '?')}' from {hook_name}; yield it from "
+            f"{part_kinds()[kind][1]} (the old union hook goes in the next release)",
+            DeprecationWarning,
+            stacklevel=3,  # the caller of Registry.from_plugin_manager
+        )
+    try:  # validators again: a record changed after construction (object.__setattr__)
+        attrs.validate(item)
+    except (ValueError, TypeError) as exc:
+        first = str(exc.args[0] if exc.args else exc).strip().splitlines()[0]
+        _reject(
+            f"ShardMeter plugin '{plugin_name}' ({dist}) returned an invalid "
+            f"{type(item).__name__} from {hook_name}: {first}",
+            exc,
+        )
+        return None
+    try:
+        return kind, as_part(item)
+    except (ValueError, TypeError) as exc:
+        _reject(
+            f"ShardMeter plugin '{plugin_name}' ({dist}) returned an invalid "
+            f"{type(item).__name__} from {hook_name}: {exc}",
+            exc,
+        )
+        return None
+
+
+def _unique_names(entries: dict[str, dict[str, list[Provided]]]) -> dict[str, dict[str, Provided]]:
+    """One provider per name within a kind; a name provided twice is an error naming every provider."""
+    final: dict[str, dict[str, Provided]] = {}
+    for kind, names in entries.items():
+        final[kind] = {}
+        for name, provs in names.items():
+            if len(provs) > 1:
+                who = "; ".join(f"plugin '{p.plugin}' from {p.distribution}" for p in provs)
+                raise PluginError(
+                    f"duplicate {kind} name '{name}' provided by {who} "
+                    "(uninstall one, or disable one with SHARDMETER_DISABLE_PLUGINS)"
+                )
+            final[kind][name] = provs[0]
+    return final
 
 
 def kind_of(item: object, hook_name: str) -> str | None:

@@ -35,5 +35,6 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):  # musl and others: no mallopt
         return False
     _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) & bool(
-        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    )
     return _done

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
-from typing import Any, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from ..errors import ShardMeterError
 
@@ -163,7 +164,7 @@ def _run_dask(fn, payload, tasks, dask, workers, retries):
     try:
         [shared] = client.scatter([payload], broadcast=True, hash=False)
         futs = [client.submit(fn, shared, task, retries=retries, pure=False) for task in tasks]
-        index = {f.key: t for f, t in zip(futs, tasks)}
+        index = {f.key: t for f, t in zip(futs, tasks, strict=True)}
         for fut in as_completed(futs):
             task = index[fut.key]
             try:

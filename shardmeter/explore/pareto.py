@@ -53,7 +53,7 @@ def pareto_front(x: np.ndarray, y: np.ndarray, ids: np.ndarray) -> tuple[np.ndar
 
 def merge_fronts(a, b):
     """Merge two fronts ``(x, y, ids)`` into the front of their union."""
-    return pareto_front(*(np.concatenate([p, q]) for p, q in zip(a, b)))
+    return pareto_front(*(np.concatenate([p, q]) for p, q in zip(a, b, strict=True)))
 
 
 def dominated_by_any(x: np.ndarray, y: np.ndarray, px: np.ndarray, py: np.ndarray) -> np.ndarray:

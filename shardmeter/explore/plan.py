@@ -19,7 +19,8 @@ virtual-stage options when ``pp = 1``) are counted as ``duplicates``.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     reason_counts = {b: int(np.count_nonzero(bits & b)) * R_in for b in REASONS}
     okp = prefixes[(bits == 0) & ~dup]
     res = {
-        "evaluated": int(len(prefixes)) * R_in,
+        "evaluated": len(prefixes) * R_in,
         "feasible": 0,
         "duplicates": int(np.count_nonzero(dup & (bits == 0))) * R_in,
         "over_deadline": 0,
@@ -126,7 +127,9 @@ def _cost_per_step(out, obj) -> np.ndarray:
     gpn = obj["gpn"][None, :]
     billed = np.ceil(out["island_gpus"] / gpn - 1e-9) * gpn
     with np.errstate(all="ignore"):
-        gpu = over_islands(np.add, gpu_time_usd(billed, obj["price"][None, :], out["step_time_s"][:, None]), False)
+        gpu = over_islands(
+            np.add, gpu_time_usd(billed, obj["price"][None, :], out["step_time_s"][:, None]), False
+        )
         return gpu + egress_usd(out["egress_bytes_per_step"], obj["egress_price"])
 
 
@@ -198,17 +201,55 @@ def search(
     ``duplicates``, ``interrupted`` when Ctrl-C stopped it early)."""
     from ..estimator import Estimator
 
+    _check_search_args(objective, top, max_gpus)
+    est = estimator or Estimator()
+    t0 = time.perf_counter()
+    sc = est.load(source, overrides)
+    obj = _objective(sc, est, objective, top, deadline_days, budget_usd)
+    space = compile_space(sc, est, only=only, max_gpus=max_gpus, objective=obj)
+    acc, interrupted = _score_space(space, obj, chunk_fn, chunk_size, workers, dask, progress)
+    seconds = time.perf_counter() - t0
+    plans = _plans(sc, est, space, acc["best"], obj) if build_reports else []
+    doc = {
+        "evaluated": acc["evaluated"],
+        "feasible": acc["feasible"],
+        "seconds": seconds,
+        "plans": plans,
+        "objective": objective,
+        "space_size": space.size,
+        "candidates_per_s": acc["evaluated"] / seconds if seconds > 0 else None,
+        "infeasible": _infeasible_by_key(acc["reasons"]),
+        "duplicates": acc["duplicates"],
+        "over_deadline": acc["over_deadline"],
+        "over_budget": acc["over_budget"],
+        "interrupted": interrupted,
+        "space": {a.name: len(a) for a in space.axes} | {"layouts": space.n_layouts},
+        "per_token": obj["steps"] is None,
+    }
+    if objective == "pareto":
+        doc["front"] = {
+            "time": acc["best"][0].tolist(),
+            "cost": acc["best"][1].tolist(),
+            "ids": acc["best"][2].tolist(),
+        }
+    else:
+        doc["ids"] = acc["best"][1].tolist()
+    return doc
+
+
+def _check_search_args(objective: str, top: int, max_gpus: int | None) -> None:
     if objective not in OBJECTIVES:
         raise ShardMeterError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
     if top < 1:
         raise ShardMeterError("--top must be >= 1")
     if max_gpus is not None and max_gpus < 1:
         raise ShardMeterError("--max-gpus must be >= 1")
-    est = estimator or Estimator()
-    t0 = time.perf_counter()
-    sc = est.load(source, overrides)
-    obj = _objective(sc, est, objective, top, deadline_days, budget_usd)
-    space = compile_space(sc, est, only=only, max_gpus=max_gpus, objective=obj)
+
+
+def _score_space(space: Space, obj, chunk_fn, chunk_size: int, workers, dask, progress) -> tuple[dict, bool]:
+    """Score every chunk of ``space`` (on the chosen executor) and merge the results; Ctrl-C
+    stops early and keeps what was merged. Returns the merged counts and best candidates, and
+    whether the search was interrupted."""
     per = max(1, chunk_size // space.R_in)  # prefixes per task
     tasks = [(s, min(s + per, space.n_prefixes)) for s in range(0, space.n_prefixes, per)]
     acc = {
@@ -231,38 +272,17 @@ def search(
         interrupted = True
     finally:
         gen.close()
-    seconds = time.perf_counter() - t0
-    plans = _plans(sc, est, space, acc["best"], obj) if build_reports else []
-    infeasible = {}
-    for b, n in sorted(acc["reasons"].items()):
+    return acc, interrupted
+
+
+def _infeasible_by_key(reasons: Mapping[int, int]) -> dict[str, int]:
+    """Rejections per reason bit -> per scenario key (per-island keys summed over islands)."""
+    infeasible: dict[str, int] = {}
+    for b, n in sorted(reasons.items()):
         if n:
             key = REASONS[b][0].replace("[{j}]", "[*]")  # per-island keys, summed over islands
             infeasible[key] = infeasible.get(key, 0) + n
-    doc = {
-        "evaluated": acc["evaluated"],
-        "feasible": acc["feasible"],
-        "seconds": seconds,
-        "plans": plans,
-        "objective": objective,
-        "space_size": space.size,
-        "candidates_per_s": acc["evaluated"] / seconds if seconds > 0 else None,
-        "infeasible": infeasible,
-        "duplicates": acc["duplicates"],
-        "over_deadline": acc["over_deadline"],
-        "over_budget": acc["over_budget"],
-        "interrupted": interrupted,
-        "space": {a.name: len(a) for a in space.axes} | {"layouts": space.n_layouts},
-        "per_token": obj["steps"] is None,
-    }
-    if objective == "pareto":
-        doc["front"] = {
-            "time": acc["best"][0].tolist(),
-            "cost": acc["best"][1].tolist(),
-            "ids": acc["best"][2].tolist(),
-        }
-    else:
-        doc["ids"] = acc["best"][1].tolist()
-    return doc
+    return infeasible
 
 
 def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
@@ -270,11 +290,10 @@ def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
     from ..scenario import apply_override, load_scenario
 
     ids = best[-1]
-    scores = best[0]
     raw = plan_raw(sc)
     names = [isl.name for isl in sc.islands]
     out = []
-    for rank, (i, score) in enumerate(zip(ids.tolist(), scores.tolist())):
+    for rank, i in enumerate(ids.tolist()):
         ov, plan = space.describe(i, names)
         data = raw
         for k, v in ov:

@@ -38,29 +38,15 @@ def _num(v) -> bool:
 def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None) -> None:
     """Write a PNG of ``result`` (a :class:`~shardmeter.explore.sweep.SweepResult`)."""
     plt = _matplotlib()
-    from matplotlib.patches import Patch
+    from matplotlib.patches import Patch  # optional dependency (shardmeter[plot]), checked just above
 
     an = result.analysis
     x_key = an.get("x", result.keys[0])
     rows = result.rows
-    others = [k for k in result.keys if k != x_key]
-    numeric = all(_num(r["vary"][x_key]) for r in rows)
-    cats: list[str] = []
-    if not numeric:
-        for r in rows:
-            s = format_value(r["vary"][x_key])
-            if s not in cats:
-                cats.append(s)
-
-    def xpos(r):
-        return float(r["vary"][x_key]) if numeric else float(cats.index(format_value(r["vary"][x_key])))
-
-    series: dict[str, list[int]] = {}
-    for i, r in enumerate(rows):
-        label = ", ".join(f"{k}={format_value(r['vary'][k])}" for k in others)
-        series.setdefault(label, []).append(i)
-    xs_all = sorted({xpos(r) for r in rows})
-    logx = numeric and len(xs_all) > 2 and xs_all[0] > 0 and xs_all[-1] / xs_all[0] >= 8
+    xaxis = _XAxis(rows, x_key)
+    series = _series(rows, [k for k in result.keys if k != x_key])
+    xs_all = sorted({xaxis.pos(r) for r in rows})
+    logx = xaxis.numeric and len(xs_all) > 2 and xs_all[0] > 0 and xs_all[-1] / xs_all[0] >= 8
 
     fig, ax = plt.subplots(figsize=(9.5, 5.6), dpi=110)
     ax2 = ax.twinx()
@@ -69,7 +55,62 @@ def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None) -> 
 
     # regime shading: bands around each point of the first series, coloured by its regime
     first = series[next(iter(series))]
-    pts = sorted((xpos(rows[i]), an["regime"][i]) for i in first)
+    seen = _shade_regimes(ax, sorted((xaxis.pos(rows[i]), an["regime"][i]) for i in first), logx)
+    _plot_series(ax, ax2, rows, series, xaxis, eff)
+    k = an.get("knee")
+    if k is not None and _num(k) and xaxis.numeric:
+        _mark_knee(ax, k)
+    _set_x_scale(ax, xaxis, xs_all, logx)
+    ax.set_xlabel(x_key)
+    ax.set_ylabel("throughput (tokens/s, whole system)")
+    ax2.set_ylabel(right_label)
+    ax.set_ylim(bottom=0)
+    ax2.set_ylim(0, max(1.05, max([v for v in (eff or []) if v is not None] or [1.0]) * 1.05))
+    ax.grid(alpha=0.3)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    regs = [Patch(color=REGIME_COLOURS[r], alpha=0.35, label=r) for r in REGIME_COLOURS if r in seen]
+    ax.legend(
+        h1 + h2 + regs, l1 + l2 + [p.get_label() for p in regs], loc="lower right", fontsize=8, framealpha=0.9
+    )
+    ax.set_title(title or f"ShardMeter sweep over {x_key}")
+    fig.tight_layout()
+    with atomic_write(path, "wb") as fh:
+        fig.savefig(fh, format="png")
+    plt.close(fig)
+
+
+class _XAxis:
+    """Where each grid point sits on the x axis: its value of ``x_key`` when every value is a
+    number, else the index of its formatted value among ``cats`` (in order of appearance)."""
+
+    def __init__(self, rows, x_key: str):
+        self.x_key = x_key
+        self.numeric = all(_num(r["vary"][x_key]) for r in rows)
+        self.cats: list[str] = []
+        if not self.numeric:
+            for r in rows:
+                s = format_value(r["vary"][x_key])
+                if s not in self.cats:
+                    self.cats.append(s)
+
+    def pos(self, r) -> float:
+        v = r["vary"][self.x_key]
+        return float(v) if self.numeric else float(self.cats.index(format_value(v)))
+
+
+def _series(rows, others) -> dict[str, list[int]]:
+    """Row indices by series: one series per combination of the other varied keys."""
+    series: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        label = ", ".join(f"{k}={format_value(r['vary'][k])}" for k in others)
+        series.setdefault(label, []).append(i)
+    return series
+
+
+def _shade_regimes(ax, pts, logx: bool) -> set[str]:
+    """Shade a band around each ``(x, regime)`` point (halfway to its neighbours, geometrically on
+    a log axis); returns the regimes shaded."""
     seen = set()
     for j, (xv, reg) in enumerate(pts):
         if reg is None:
@@ -86,9 +127,14 @@ def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None) -> 
             )
         ax.axvspan(lo, hi, color=REGIME_COLOURS.get(reg, "#cccccc"), alpha=0.16, lw=0)
         seen.add(reg)
+    return seen
 
+
+def _plot_series(ax, ax2, rows, series, xaxis: _XAxis, eff) -> None:
+    """Per series: tokens/s (left axis, feasible points), scaling efficiency or MFU (right axis)
+    and a red cross at 0 for each infeasible point."""
     for n, (label, idx) in enumerate(series.items()):
-        pts = sorted((xpos(rows[i]), i) for i in idx)
+        pts = sorted((xaxis.pos(rows[i]), i) for i in idx)
         fx = [p for p, i in pts if rows[i]["report"].get("feasible")]
         ty = [rows[i]["report"]["tokens_per_s"] for p, i in pts if rows[i]["report"].get("feasible")]
         colour = f"C{n % 10}"
@@ -112,38 +158,28 @@ def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None) -> 
             ax.plot(
                 bad, [0] * len(bad), "x", color="red", ms=9, mew=2, label="infeasible" if n == 0 else None
             )
-    k = an.get("knee")
-    if k is not None and _num(k) and numeric:
-        ax.axvline(float(k), color="black", ls=":", lw=1.5)
-        ax.annotate(
-            f"knee: {format_value(k)}",
-            xy=(float(k), 0.97),
-            xycoords=("data", "axes fraction"),
-            ha="right",
-            va="top",
-            fontsize=9,
-            rotation=90,
-        )
+
+
+def _mark_knee(ax, k) -> None:
+    """A dotted vertical line at the knee, labelled."""
+    ax.axvline(float(k), color="black", ls=":", lw=1.5)
+    ax.annotate(
+        f"knee: {format_value(k)}",
+        xy=(float(k), 0.97),
+        xycoords=("data", "axes fraction"),
+        ha="right",
+        va="top",
+        fontsize=9,
+        rotation=90,
+    )
+
+
+def _set_x_scale(ax, xaxis: _XAxis, xs_all, logx: bool) -> None:
+    """A log x axis (base 2 for integers) over a wide numeric range; category or value ticks."""
     if logx:
         ax.set_xscale("log", base=2 if all(float(v).is_integer() for v in xs_all) else 10)
-    if not numeric:
+    if not xaxis.numeric:
+        cats = xaxis.cats
         ax.set_xticks(range(len(cats)), cats, rotation=30 if max(len(c) for c in cats) > 8 else 0)
     elif logx:
         ax.set_xticks(xs_all, [format_value(int(v) if float(v).is_integer() else v) for v in xs_all])
-    ax.set_xlabel(x_key)
-    ax.set_ylabel("throughput (tokens/s, whole system)")
-    ax2.set_ylabel(right_label)
-    ax.set_ylim(bottom=0)
-    ax2.set_ylim(0, max(1.05, max([v for v in (eff or []) if v is not None] or [1.0]) * 1.05))
-    ax.grid(alpha=0.3)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    regs = [Patch(color=REGIME_COLOURS[r], alpha=0.35, label=r) for r in REGIME_COLOURS if r in seen]
-    ax.legend(
-        h1 + h2 + regs, l1 + l2 + [p.get_label() for p in regs], loc="lower right", fontsize=8, framealpha=0.9
-    )
-    ax.set_title(title or f"ShardMeter sweep over {x_key}")
-    fig.tight_layout()
-    with atomic_write(path, "wb") as fh:
-        fig.savefig(fh, format="png")
-    plt.close(fig)

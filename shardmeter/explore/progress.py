@@ -38,7 +38,7 @@ class Progress:
         self.last = now
         frac = done / total if total else 1.0
         width = 30
-        fill = int(round(frac * width))
+        fill = round(frac * width)
         rate = done / el if el > 0 else 0.0
         eta = (total - done) / rate if rate > 0 else float("inf")
         eta_s = f"{eta:.0f}s" if eta != float("inf") else "?"

@@ -27,7 +27,9 @@ from the report; infeasible rows are skipped):
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import itertools
+from collections.abc import Sequence
+from typing import Any
 
 from .values import format_value, gpu_count_key
 
@@ -73,12 +75,12 @@ def analyse(keys: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str, An
     gpus = [rep(i).get("gpus") for i in range(len(rows))]
     eff: list[float | None] = [None] * len(rows)
     transitions, knees = [], []
-    for sig, idx in series.items():
+    for idx in series.values():
         if all(_is_num(rows[i]["vary"].get(x)) for i in idx):
             idx = sorted(idx, key=lambda i: rows[i]["vary"][x])
         fz = [i for i in idx if rep(i).get("feasible") and rep(i).get("tokens_per_s")]
         fixed = {k: rows[idx[0]]["vary"][k] for k in others}
-        for a, b in zip(fz, fz[1:]):
+        for a, b in itertools.pairwise(fz):
             if regime[a] != regime[b]:
                 transitions.append(
                     {

@@ -55,7 +55,9 @@ def sensitivity(source, *, estimator=None, overrides=()) -> dict[str, Any]:
             col, _, which = name.partition(":")
             scale = 1.0 + sign * STEP
             if which:
-                inp[col][row] = np.where(inner if which == "inner" else ~inner, inp[col][row] * scale, inp[col][row])
+                inp[col][row] = np.where(
+                    inner if which == "inner" else ~inner, inp[col][row] * scale, inp[col][row]
+                )
             else:
                 inp[col][row] *= scale
     with np.errstate(all="ignore"):

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +51,8 @@ ARRAY_KEYS = {
     "network.link.bandwidth_gb_s": "network.wan_bytes_s",
     "network.link.latency_us": "network.wan_latency_s",
 }
+
+
 def grid(vary: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
     """The cross product of the varied values, first key slowest."""
     keys = [k for k, _ in vary]
@@ -61,7 +64,7 @@ def grid(vary: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
     if len(set(keys)) != len(keys):
         dup = sorted({k for k in keys if keys.count(k) > 1})[0]
         raise ShardMeterError(f"--vary {dup} is given twice")
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(vals for _, vals in vary))]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*(vals for _, vals in vary))]
 
 
 class SweepResult:
@@ -177,7 +180,9 @@ def row_inputs(
     return inp
 
 
-def _eval_rows(payload: tuple[Mapping[str, np.ndarray], PartTable], bounds: tuple[int, int]) -> dict[str, Any]:
+def _eval_rows(
+    payload: tuple[Mapping[str, np.ndarray], PartTable], bounds: tuple[int, int]
+) -> dict[str, Any]:
     inputs, table = payload
     keep_freed_memory()  # in this process, or the worker's
     a, b = bounds

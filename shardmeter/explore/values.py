@@ -57,7 +57,7 @@ def _range(key: str, item: str) -> list[Any] | None:
     else:
         if k <= 0 or b < a:
             raise ShardMeterError(f"--vary {key}={item}: an arithmetic range a..b+k needs a <= b and k > 0")
-        n = int(math.floor((b - a) / k + 1e-9)) + 1
+        n = math.floor((b - a) / k + 1e-9) + 1
         if n > MAX_RANGE:
             raise ShardMeterError(f"--vary {key}={item}: {n} values (more than {MAX_RANGE})")
         out = [a + i * k for i in range(n)]

@@ -1,0 +1,165 @@
+"""What the ``sweep``, ``plan`` and ``sensitivity`` sub-commands run (their arguments are
+defined in :mod:`.cli`): each calls the Python API and prints a table, or one JSON
+document with ``--json``."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from ..cli import dump_json
+from ..errors import ShardMeterError
+from ..table import fmt_time, render_table
+from .plan_table import plan_table
+from .plot import plot_sweep
+from .progress import Progress
+from .scaling import analyse
+from .sweep_csv import read_resume, write_csv
+from .sweep_table import sweep_table
+from .values import parse_values, parse_vary
+
+__all__ = ["cmd_sweep", "cmd_plan", "cmd_sensitivity"]
+
+
+def _check_workers(args) -> None:
+    if getattr(args, "workers", None) is not None and args.workers < 1:
+        raise ShardMeterError("--workers must be >= 1")
+
+
+def _dump(obj) -> None:
+    print(dump_json(obj))
+
+
+def cmd_sweep(args) -> int:
+    """``shardmeter sweep``: evaluate the ``--vary`` grid, with ``--csv``, ``--resume``, ``--plot``."""
+    # deferred: the sweep loads the model, reports and executors (~40 ms), and every command
+    # line imports this module to build its parser
+    from .sweep import run_sweep
+
+    _check_workers(args)
+    vary = [parse_vary(v) for v in args.vary]
+    keys = [k for k, _ in vary]
+    if args.resume and not args.csv:
+        raise ShardMeterError("--resume needs --csv OUT (the file whose rows are kept)")
+    skip = read_resume(args.csv, keys) if args.resume else {}
+
+    def save(rows):
+        if args.csv:
+            write_csv(args.csv, keys, rows, analyse(keys, rows))
+
+    try:
+        res = run_sweep(
+            args.file,
+            vary,
+            overrides=args.set or (),
+            skip=skip,
+            workers=args.workers,
+            dask=args.dask,
+            on_progress=save if args.csv else None,
+        )
+    except KeyboardInterrupt:
+        if args.csv:
+            print(
+                f"shardmeter: interrupted; the rows done so far are in {args.csv}: rerun with --resume",
+                file=sys.stderr,
+            )
+        raise
+    if args.csv:
+        write_csv(args.csv, keys, res.rows, res.analysis)
+    if args.plot:
+        plot_sweep(res, args.plot, title=f"{os.path.basename(args.file)}: sweep over {res.analysis.get('x')}")
+    if args.json:
+        _dump(res.to_dict())
+    else:
+        print(sweep_table(res))
+        if args.csv:
+            print(f"wrote {args.csv}")
+        if args.plot:
+            print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_sensitivity(args) -> int:
+    """``shardmeter sensitivity``: rank resources by the throughput 10 % more of each buys."""
+    # deferred: it loads the model and reports (~20 ms), and every command line imports this
+    # module to build its parser
+    from .sensitivity import sensitivity
+
+    doc = sensitivity(args.file, overrides=args.set or ())
+    if args.json:
+        _dump(doc)
+        return 0
+    if not doc["feasible"]:
+        print("INFEASIBLE plan: nothing to rank")
+        for r in doc["reasons"]:
+            print(f"  - {r}")
+        return 0
+    rows = [
+        (
+            r["rank"],
+            r["label"],
+            r["change"],
+            f"{r['throughput_gain_pct']:+.2f} %" if r["throughput_gain_pct"] is not None else "-",
+            f"{r['elasticity']:.3f}" if r["elasticity"] is not None else "-",
+        )
+        for r in doc["resources"]
+    ]
+    print(
+        render_table(
+            ("rank", "resource", "change", "throughput", "elasticity"),
+            rows,
+            title=f"ShardMeter sensitivity (step {fmt_time(doc['step_time_s'])}, {doc['regime']}, "
+            f"bottleneck {doc['bottleneck']})",
+        )
+    )
+    print()
+    for r in doc["resources"][:3]:
+        print(r["summary"])
+    return 0
+
+
+def _parse_only(items) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for it in items or ():
+        if "=" in it:
+            k, v = it.split("=", 1)
+            out[k.strip()] = parse_values(k.strip(), v)
+        else:
+            out[it.strip()] = None
+    return out
+
+
+def cmd_plan(args) -> int:
+    """``shardmeter plan``: search the scenario's layouts; exit code 130 when interrupted."""
+    # deferred: the planner loads the model, the space compiler and executors (~50 ms), and
+    # every command line imports this module to build its parser
+    from .plan import DEFAULT_CHUNK, search
+
+    _check_workers(args)
+    prog = Progress("plan ", enabled=False if args.json else None)
+    try:
+        doc = search(
+            args.file,
+            overrides=args.set or (),
+            objective=args.objective,
+            top=args.top,
+            max_gpus=args.max_gpus,
+            budget_usd=args.budget_usd,
+            deadline_days=args.deadline_days,
+            only=_parse_only(args.only),
+            chunk_size=args.chunk or DEFAULT_CHUNK,
+            workers=args.workers,
+            dask=args.dask,
+            progress=prog,
+        )
+    finally:
+        prog.close()
+    if args.json:
+        _dump(doc)
+    else:
+        print(plan_table(doc))
+    if doc.get("interrupted"):
+        print("shardmeter: interrupted: the plans above are the best found so far", file=sys.stderr)
+        return 130
+    return 0

@@ -1,0 +1,125 @@
+"""The text table ``shardmeter sweep`` prints: one row per grid point, the knee and regime
+transitions of the scaling analysis (:mod:`.scaling`) marked on their rows and explained
+below the table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..table import fmt_num, fmt_time, render_table
+from .values import format_value
+
+__all__ = ["sweep_table"]
+
+
+def sweep_table(res) -> str:
+    """The table of sweep result ``res`` (a :class:`~shardmeter.explore.sweep.SweepResult`)."""
+    an = res.analysis
+    eff = an.get("scaling_efficiency")
+    x = an.get("x")
+    knees = an.get("knees") or ([{"knee": an.get("knee")}] if "knee" in an else [])
+    marks = _marks(res.rows, x, an.get("transitions", []), knees)
+    priced = any(r["report"].get("cost_usd") is not None for r in res.rows)
+    headers = [*res.keys, "GPUs", "step", "tokens/s", "tok/s/GPU", "MFU", "util", "mem GB", "regime"]
+    if priced:
+        headers += ["wall-clock", "cost"]
+    if eff:
+        headers.append("efficiency")
+    if marks:
+        headers.append("")
+    rows = []
+    for i, r in enumerate(res.rows):
+        cells = [format_value(r["vary"][k]) for k in res.keys] + _report_cells(r["report"], priced)
+        if eff:
+            cells.append(f"{eff[i]:.1%}" if eff[i] is not None else "-")
+        if marks:
+            cells.append("  ".join(marks.get(i, [])))
+        rows.append(cells)
+    out = [render_table(headers, rows, title=f"ShardMeter sweep ({len(res.rows)} points)")]
+    if "knee" in an:
+        out += _knee_lines(knees, x)
+    out += _transition_lines(an.get("transitions", []), x)
+    return "\n".join(out)
+
+
+def _marks(rows, x, transitions, knees) -> dict[int, list[str]]:
+    """Row index -> the transitions (``<- a -> b``) and knees (``<- knee``) at that row."""
+    marks: dict[int, list[str]] = {}
+    for t in transitions:
+        for i, r in enumerate(rows):
+            if r["vary"].get(x) == t["at"] and all(
+                r["vary"].get(k) == v for k, v in t.get("series", {}).items()
+            ):
+                marks.setdefault(i, []).append(f"<- {t['from']} -> {t['to']}")
+    for kn in knees:
+        if kn["knee"] is None:
+            continue
+        for i, r in enumerate(rows):
+            if r["vary"].get(x) == kn["knee"] and all(
+                r["vary"].get(k) == v for k, v in kn.get("series", {}).items()
+            ):
+                marks.setdefault(i, []).append("<- knee")
+    return marks
+
+
+def _report_cells(rep: dict[str, Any], priced: bool) -> list[Any]:
+    """The cells of one grid point's report, from ``GPUs`` to ``regime`` (and the price)."""
+    if rep.get("feasible"):
+        cells = [
+            rep.get("gpus"),
+            fmt_time(rep.get("step_time_s")),
+            fmt_num(rep.get("tokens_per_s")),
+            fmt_num(rep.get("tokens_per_s_per_gpu")),
+            f"{rep['mfu']:.1%}" if rep.get("mfu") is not None else "-",
+            f"{rep['compute_utilization']:.1%}" if rep.get("compute_utilization") is not None else "-",
+            f"{rep['memory_per_gpu_gb']:.1f}" if rep.get("memory_per_gpu_gb") is not None else "-",
+            rep.get("regime") or "-",
+        ]
+    else:
+        why = ", ".join(sorted({x.split(":")[0] for x in rep.get("reasons") or []})) or "?"
+        cells = [
+            rep.get("gpus"),
+            "-",
+            "-",
+            "-",
+            "-",
+            "-",
+            f"{rep['memory_per_gpu_gb']:.1f}" if rep.get("memory_per_gpu_gb") is not None else "-",
+            f"infeasible ({why})",
+        ]
+    if priced:
+        cells += [
+            fmt_time(rep.get("wall_clock_s")) if rep.get("wall_clock_s") else "-",
+            f"${rep['cost_usd']:,.0f}" if rep.get("cost_usd") is not None else "-",
+        ]
+    return cells
+
+
+def _knee_lines(knees, x) -> list[str]:
+    """One line per series: where its knee is, or that it has none."""
+    out = []
+    for kn in knees:
+        ser = ", ".join(f"{k}={format_value(v)}" for k, v in kn.get("series", {}).items())
+        ser = f" [{ser}]" if ser else ""
+        if kn["knee"] is None:
+            out.append(
+                f"knee{ser}: none (every added GPU still buys at least half the average per-GPU throughput)"
+            )
+        else:
+            out.append(
+                f"knee{ser}: {x} = {format_value(kn['knee'])} (past it an added GPU buys less than half "
+                "the average tokens/s per GPU)"
+            )
+    return out
+
+
+def _transition_lines(transitions, x) -> list[str]:
+    """One line per regime transition: between which values of ``x`` it happens."""
+    out = []
+    for t in transitions:
+        ser = ", ".join(f"{k}={format_value(v)}" for k, v in t.get("series", {}).items())
+        out.append(
+            f"transition{' [' + ser + ']' if ser else ''}: {t['from']} -> {t['to']} between {x} = "
+            f"{format_value(t['after'])} and {format_value(t['at'])}"
+        )
+    return out

@@ -1,0 +1,73 @@
+"""Reading a scenario's raw tables: a user's TOML file, strictly (existence, encoding, NUL
+bytes, TOML syntax, nesting depth, each a one-line :class:`ScenarioError` naming the
+file), and the bundled model presets."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+from .errors import ScenarioError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["read_scenario_file", "check_depth", "model_presets", "MAX_DEPTH"]
+
+
+def read_scenario_file(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
+    """The raw tables of the TOML file at ``path`` and its name; every problem (missing, a
+    folder, unreadable, not UTF-8 text, not TOML, too deep) is a one-line :class:`ScenarioError`."""
+    name = os.fspath(path)
+    if not os.path.exists(name):
+        raise ScenarioError("no such file", file=name)
+    if os.path.isdir(name):
+        raise ScenarioError("is a directory, not a scenario file", file=name)
+    try:
+        with open(name, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ScenarioError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise ScenarioError("UTF-16 text: save the file as UTF-8 (TOML must be UTF-8)", file=name)
+    try:
+        text = raw.decode("utf-8-sig")  # a UTF-8 byte-order mark (Windows editors) is dropped
+    except UnicodeDecodeError:
+        raise ScenarioError("not a UTF-8 text file (TOML must be UTF-8)", file=name) from None
+    if "\x00" in text:
+        raise ScenarioError("not a text file (contains NUL bytes)", file=name)
+    try:
+        return tomllib.loads(text), name
+    except ValueError as exc:  # TOMLDecodeError, or an integer of more than 4300 digits
+        raise ScenarioError(f"not valid TOML: {exc}", file=name) from None
+    except RecursionError:
+        raise ScenarioError(f"nested more than {MAX_DEPTH} levels deep", file=name) from None
+
+
+#: Deepest nesting of tables and arrays a scenario may have (real ones use 4).
+MAX_DEPTH = 32
+
+
+def check_depth(data: Any, file: str | None) -> None:
+    """Reject absurdly nested data up front (iteratively), naming the key path, instead of
+    failing later with a RecursionError that names nothing."""
+    stack = [(data, "", 0)]
+    while stack:
+        obj, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ScenarioError(f"nested more than {MAX_DEPTH} levels deep", path=path, file=file)
+        if isinstance(obj, Mapping):
+            stack.extend((v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in obj.items())
+        elif isinstance(obj, (list, tuple)):
+            stack.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(obj))
+
+
+def model_presets() -> dict[str, dict[str, Any]]:
+    """Bundled model presets (``shardmeter/presets/models.toml``)."""
+    text = resources.files("shardmeter").joinpath("presets/models.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)

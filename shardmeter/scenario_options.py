@@ -1,0 +1,81 @@
+"""Strategy options inside ``[parallelism]`` and ``[sync]``: keys that are not fields of the
+table's record belong to the registered strategies (their ``options``); they are split
+out, checked against the chosen strategy's defaults, and a key read only by a strategy
+that is not chosen is kept and noted as ignored."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .convert import key_path
+from .errors import ScenarioError
+from .scenario_specs import MAX_COUNT
+
+__all__ = ["split_options", "check_option_values"]
+
+
+def check_option_values(
+    defaults: Mapping[str, Any], given: Mapping[str, Any], where: str, file: str | None
+) -> None:
+    """A chosen strategy's options must have the type of their default (as the
+    estimator checks ``[sync]`` options): a bool, an integer >= 1 (>= 0 when the
+    default is below 1), a finite number >= 0, or a string."""
+    for k, v in given.items():
+        if k not in defaults:
+            continue
+        default = defaults[k]
+        if isinstance(default, bool):
+            ok, want = isinstance(v, bool), "true or false"
+        elif isinstance(default, int):
+            floor = 1 if default >= 1 else 0
+            ok, want = isinstance(v, int) and not isinstance(v, bool) and v >= floor, f"an integer >= {floor}"
+        elif isinstance(default, float):
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            want = "a finite number >= 0"
+        else:
+            ok, want = isinstance(v, type(default)), f"a {type(default).__name__}"
+        if not ok:
+            raise ScenarioError(f"expected {want}, got {v!r}", path=f"{where}.{k}", file=file)
+        # an overflow, not a plan
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > MAX_COUNT:
+            raise ScenarioError(
+                f"{v!r} is absurdly large (limit {MAX_COUNT})", path=f"{where}.{k}", file=file
+            )
+
+
+def split_options(
+    table: dict[str, Any],
+    fields: set[str],
+    known: Mapping[str, set[str]],
+    chosen: str | tuple[str, ...],
+    where: str,
+    file: str | None,
+    notes: list[str],
+) -> tuple[dict, dict]:
+    """Separate a table's fixed keys from strategy options; unknown keys are errors.
+
+    ``chosen`` names the strategies the table selects; a key read only by other
+    registered strategies is kept and noted as ignored."""
+    chosen = (chosen,) if isinstance(chosen, str) else tuple(chosen)
+    base, opts = {}, {}
+    all_known = set().union(*known.values()) if known else set()
+    for k, v in table.items():
+        if k in fields:
+            base[k] = v
+        elif k in all_known:
+            opts[k] = v
+            owners = [n for n, o in known.items() if k in o]
+            if not set(chosen) & set(owners):
+                which = "' / '".join(chosen)
+                notes.append(
+                    f"{where}.{k} is read by {', '.join(owners)}, not by the chosen '{which}': ignored"
+                )
+        else:
+            import difflib
+
+            close = difflib.get_close_matches(str(k), sorted(fields | all_known), n=2, cutoff=0.6)
+            hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+            raise ScenarioError(f"unknown key{hint}", path=f"{where}.{key_path(k)}", file=file)
+    return base, opts

@@ -1,0 +1,244 @@
+"""The records of a scenario: one frozen attrs class per table (``[model]``,
+``[training]``, ``[parallelism]``, ``[sync]``, ``[[island]]`` and its ``tiers``,
+``[network]``) and the validators of their fields (see SCENARIO.md).
+
+:mod:`shardmeter.scenario` structures raw tables into these records with the strict
+converter; a validator's ``ValueError`` starts with the field name, so the message
+is mapped onto the key path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+
+from .convert import CONVERTER
+from .records import PRECISIONS
+
+__all__ = [
+    "Scenario",
+    "ModelSpec",
+    "TrainingSpec",
+    "ParallelismSpec",
+    "SyncSpec",
+    "TierSpec",
+    "IslandSpec",
+    "NetworkSpec",
+    "MAX_COUNT",
+]
+
+
+def _count(inst, attribute, value):
+    if value is None:
+        return
+    if value < 1:
+        raise ValueError(f"{attribute.name}: expected an integer >= 1, got {value!r}")
+
+
+def _count_or_none(inst, attribute, value):
+    _count(inst, attribute, value)
+
+
+def _pos(inst, attribute, value):
+    if value is None:
+        return
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{attribute.name}: expected a finite number > 0, got {value!r}")
+
+
+def _one_of(*options):
+    def check(inst, attribute, value):
+        if value not in options:
+            import difflib
+
+            close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"{attribute.name}: expected one of {', '.join(repr(o) for o in options)}, got {value!r}{hint}"
+            )
+
+    return check
+
+
+#: Largest count a scenario may give (absurdly large counts are errors, not overflows).
+MAX_COUNT = 2**40
+
+
+def _bounded(inst, attribute, value):
+    if value is not None and value > MAX_COUNT:
+        raise ValueError(f"{attribute.name}: {value!r} is absurdly large (limit {MAX_COUNT})")
+
+
+@attrs.frozen(kw_only=True)
+class ModelSpec:
+    """``[model]``: the transformer. Defaults: ``kv_heads = heads``,
+    ``head_dim = hidden / heads``, ``ffn_hidden = 4 * hidden``, ``ffn = "gelu"``,
+    untied embeddings, dense (``experts = 1``; ``capacity_factor = 1.0`` pads each
+    expert's token buffer for MoE), causal attention, no dropout
+    (``dropout = true`` stores Megatron-style dropout masks, as in Korthikanti
+    et al. 2022's activation formulas)."""
+
+    preset: str | None = None
+    layers: int = attrs.field(validator=[_count, _bounded])
+    hidden: int = attrs.field(validator=[_count, _bounded])
+    heads: int = attrs.field(validator=[_count, _bounded])
+    vocab: int = attrs.field(validator=[_count, _bounded])
+    seq_len: int = attrs.field(validator=[_count, _bounded])
+    kv_heads: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    head_dim: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    ffn_hidden: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    ffn: str = attrs.field(default="gelu", validator=_one_of("gelu", "swiglu"))
+    tied_embeddings: bool = False
+    experts: int = attrs.field(default=1, validator=[_count, _bounded])
+    experts_per_token: int = attrs.field(default=1, validator=[_count, _bounded])
+    capacity_factor: float = attrs.field(default=1.0, validator=_pos)
+    causal: bool = True
+    dropout: bool = False
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim or max(1, self.hidden // self.heads)
+
+    @property
+    def d_ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+
+@attrs.frozen(kw_only=True)
+class TrainingSpec:
+    """``[training]``. Defaults: ``micro_batch = 1``, ``precision = "bf16"``,
+    ``recompute = "none"``, ``optimizer = "adam"``, ``attention = "flash"``
+    (the GPU's current fused-attention kernel, which skips masked blocks:
+    FlashAttention-2 on Ampere, FlashAttention-3 / cuDNN on Hopper and later;
+    ``"flash2"`` the FlashAttention-2 kernels on any GPU, as stacks of 2023-2024 ran
+    them on H100; ``"materialized"`` stores and computes the full score matrix, as
+    Megatron-LM did before FlashAttention)."""
+
+    global_batch: int = attrs.field(validator=[_count, _bounded])
+    micro_batch: int = attrs.field(default=1, validator=[_count, _bounded])
+    precision: str = attrs.field(default="bf16", validator=_one_of(*PRECISIONS))
+    recompute: str = attrs.field(default="none", validator=_one_of("none", "selective", "full"))
+    optimizer: str = attrs.field(default="adam", validator=_one_of("adam", "adamw", "sgd"))
+    attention: str = attrs.field(default="flash", validator=_one_of("flash", "flash2", "materialized"))
+    tokens: float | None = attrs.field(default=None, validator=_pos)
+
+
+@attrs.frozen(kw_only=True)
+class ParallelismSpec:
+    """``[parallelism]`` inside one island. ``dp`` defaults to what fills the island.
+
+    ``tp_comm_overlap`` (default false) hides tensor-parallel communication
+    under GEMMs (Transformer Engine userbuffers); ``dp_comm_overlap`` (default
+    true) overlaps bucketed gradient reduction with the backward pass.
+    ``options`` holds keys read by registered sharding/schedule strategies.
+    """
+
+    tp: int = attrs.field(default=1, validator=[_count, _bounded])
+    pp: int = attrs.field(default=1, validator=[_count, _bounded])
+    dp: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    cp: int = attrs.field(default=1, validator=[_count, _bounded])
+    ep: int = attrs.field(default=1, validator=[_count, _bounded])
+    sequence_parallel: bool = False
+    sharding: str = "none"
+    schedule: str = "1f1b"
+    virtual_stages: int = attrs.field(default=1, validator=[_count, _bounded])
+    tp_comm_overlap: bool = False
+    dp_comm_overlap: bool = True
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class SyncSpec:
+    """``[sync]``: how islands synchronise; ``options`` holds the chosen (or any
+    registered) sync strategy's keys such as ``inner_steps``."""
+
+    strategy: str = "allreduce"
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+def _at_least_one(inst, attribute, value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 1
+    ):
+        raise ValueError(f"{attribute.name}: expected a number >= 1, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class TierSpec:
+    """One network tier of an island (``tiers = [...]``, innermost first): ``link`` (a registered
+    interconnect or an inline table), ``gpus`` joined by one domain of it (omit on the last:
+    the whole island) and ``oversubscription`` (>= 1; bandwidth across the tier divided by it)."""
+
+    link: Any
+    gpus: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    oversubscription: float = attrs.field(default=1.0, validator=_at_least_one)
+
+
+@attrs.frozen(kw_only=True)
+class IslandSpec:
+    """``[[island]]``: one cluster. Parts (``gpu``, links, ``price``) are a
+    registered name or an inline table ``{ name = "...", field = value }``."""
+
+    name: str | None = None
+    gpu: Any = None
+    nodes: int = attrs.field(validator=[_count, _bounded])
+    gpus_per_node: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    intra_node: Any = None
+    inter_node: Any = None
+    nics_per_node: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    price: Any = None
+    tiers: tuple[TierSpec, ...] | None = None
+    parallelism: ParallelismSpec | None = None
+
+
+@attrs.frozen(kw_only=True)
+class NetworkSpec:
+    """``[network]``: the link between islands (each island's uplink)."""
+
+    link: Any = "internet"
+
+
+@attrs.frozen(kw_only=True)
+class Scenario:
+    """A whole scenario. ``notes`` collects accepted-but-unused keys."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    islands: tuple[IslandSpec, ...]
+    parallelism: ParallelismSpec = attrs.field(factory=ParallelismSpec)
+    network: NetworkSpec | None = None
+    sync: SyncSpec = attrs.field(factory=SyncSpec)
+    measured: dict[str, float] = attrs.field(factory=dict)
+    source: dict[str, Any] = attrs.field(factory=dict)
+    notes: tuple[str, ...] = ()
+    file: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scenario as plain tables (inverse of loading, presets expanded)."""
+        d = CONVERTER.unstructure(self)
+        d.pop("notes", None)
+        d.pop("file", None)
+        d["island"] = d.pop("islands")
+        for isl in d["island"]:
+            if isl.get("parallelism") is not None:
+                isl["parallelism"].update(isl["parallelism"].pop("options", {}))
+        d["parallelism"].update(d["parallelism"].pop("options", {}))
+        d["sync"].update(d["sync"].pop("options", {}))
+        return _drop_none(d)
+
+
+def _drop_none(x):
+    if isinstance(x, dict):
+        return {k: _drop_none(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list):
+        return [_drop_none(v) for v in x]
+    return x
