@@ -71,7 +71,7 @@ def add_sweep_parser(sub) -> None:
 
 
 def add_sensitivity_parser(sub) -> None:
-    p = sub.add_parser("sensitivity", help="rank resources by the throughput 10 % more of each buys")
+    p = sub.add_parser("sensitivity", help="rank resources by the throughput 10 %% more of each buys")
     _common(p, workers=False)
     p.set_defaults(func=cmd_sensitivity)
 

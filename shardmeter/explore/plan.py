@@ -88,7 +88,8 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
         for b in REASONS:
             reason_counts[b] += int(np.count_nonzero(rb & b))
         step = out["step_time_s"]
-        cost_step = _cost_per_step(out, obj) if price is not None else None
+        # priced only when the objective or the budget needs it (_objective refuses an unpriced island then)
+        cost_step = _cost_per_step(out, obj) if price is not None else np.full_like(step, np.nan)
         keep = feas.copy()
         if obj.get("deadline_s") is not None:
             late = keep & (step * steps > obj["deadline_s"])
@@ -271,7 +272,9 @@ def _score_space(space: Space, obj, chunk_fn, chunk_size: int, workers, dask, pr
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        gen.close()
+        close = getattr(gen, "close", None)
+        if close is not None:
+            close()
     return acc, interrupted
 
 

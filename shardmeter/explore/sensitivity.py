@@ -76,7 +76,7 @@ def sensitivity(source, *, estimator=None, overrides=()) -> dict[str, Any]:
     if not doc["feasible"]:
         return doc
     t0 = float(out["step_time_s"][0])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for row, (rid, label, names, sign, _multi) in enumerate(res, start=1):
         t = float(out["step_time_s"][row])
         gain = (t0 / t - 1.0) * 100.0 if out["feasible"][row] else None

@@ -153,8 +153,8 @@ class Space:
 
     def describe(self, i: int, islands_names: Sequence[str]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
         """Scenario overrides of candidate ``i`` and a readable plan dict."""
-        li, codes = self.codes(np.array([i]))
-        li = int(li[0])
+        lis, codes = self.codes(np.array([i]))
+        li = int(lis[0])
         lay = {k: v[li] for k, v in self.layout.items() if not k.startswith("_")}
         ov: list[tuple[str, Any]] = [
             ("parallelism.tp", int(lay["tp"])),
