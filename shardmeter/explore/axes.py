@@ -112,7 +112,9 @@ def _schedule_options(reg, only: dict[str, Any], sc: Scenario) -> list[dict[str,
     whose bubble shrinks with them, else 1."""
     par, file = sc.parallelism, sc.file
     sched_names = pick(only, "parallelism.schedule", reg.names("schedule"), par.schedule)
-    v_only: Any = only.get("parallelism.virtual_stages", "all") if "parallelism.virtual_stages" in only else "all"
+    v_only: Any = (
+        only.get("parallelism.virtual_stages", "all") if "parallelism.virtual_stages" in only else "all"
+    )
     s_ov = []
     for name in sched_names:
         rec = reg.get("schedule", name, path="--only parallelism.schedule", file=file)
