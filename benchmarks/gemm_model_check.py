@@ -21,8 +21,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def main(folder: str) -> None:
-    rows = list(csv.DictReader(open(os.path.join(folder, "gemm.csv"))))
-    summary = json.load(open(os.path.join(folder, "summary.json")))
+    with open(os.path.join(folder, "gemm.csv")) as fh:
+        rows = list(csv.DictReader(fh))
+    with open(os.path.join(folder, "summary.json")) as fh:
+        summary = json.load(fh)
     m, n, k = (np.array([float(r[c]) for r in rows]) for c in "MNK")
     t = np.array([float(r["median_ms"]) for r in rows]) / 1e3
     # H200 catalog figures: 989.4 TFLOP/s bf16, MAMF 80.3 %, 4.8 TB/s HBM at 90 %, 132 SMs.
@@ -31,13 +33,17 @@ def main(folder: str) -> None:
     big = 2 * m * n * k > 1e11
     print(f"device: {summary.get('device')}  date: {summary.get('date')}  shapes: {len(rows)}")
     print(f"mean |error| all shapes: {np.mean(np.abs(err)):.1%}  (median signed {np.median(err):+.1%})")
-    print(f"mean |error| GEMMs > 1e11 FLOP: {np.mean(np.abs(err[big])):.1%}  (median signed {np.median(err[big]):+.1%})")
+    print(
+        f"mean |error| GEMMs > 1e11 FLOP: {np.mean(np.abs(err[big])):.1%}  (median signed {np.median(err[big]):+.1%})"
+    )
     for kind in sorted({r["gemm"] for r in rows}):
         sel = np.array([r["gemm"] == kind for r in rows])
         print(f"  {kind:10s} n={sel.sum():3d}  mean |error| {np.mean(np.abs(err[sel])):.1%}")
     print("worst shapes (M, N, K, measured us, predicted us):")
     for i in np.argsort(-np.abs(err))[:8]:
-        print(f"  {int(m[i])}x{int(n[i])}x{int(k[i])}  {t[i] * 1e6:8.1f}  {pred[i] * 1e6:8.1f}  {err[i]:+.0%}")
+        print(
+            f"  {int(m[i])}x{int(n[i])}x{int(k[i])}  {t[i] * 1e6:8.1f}  {pred[i] * 1e6:8.1f}  {err[i]:+.0%}"
+        )
 
 
 if __name__ == "__main__":

@@ -149,8 +149,7 @@ def dry_run():
     combos = len(T_VALUES) * len(H_VALUES) * len(TP_VALUES) * 4
     total_flop = sum(2.0 * s["M"] * s["N"] * s["K"] for s in shapes)
     max_bytes = max(2 * (s["M"] * s["K"] + s["K"] * s["N"] + s["M"] * s["N"]) for s in shapes)
-    print(f"\n{combos} (gemm,T,h,tp) combinations, {dups} duplicates skipped, "
-          f"{len(shapes)} unique shapes")
+    print(f"\n{combos} (gemm,T,h,tp) combinations, {dups} duplicates skipped, {len(shapes)} unique shapes")
     print(f"total FLOP per single pass: {total_flop / 1e12:.1f} TFLOP")
     print(f"largest shape footprint (A+B+C): {max_bytes / 2**30:.2f} GiB")
     print(f"estimated GEMM sweep time at ~650 TFLOP/s: {estimate_seconds(shapes):.0f} s")
@@ -168,205 +167,227 @@ def measure(out_dir: str, max_seconds: float, passes: int):
     t_start = time.time()
     os.makedirs(out_dir, exist_ok=True)
     log_path = os.path.join(out_dir, "log.txt")
-    log_f = open(log_path, "w")
+    with open(log_path, "w") as log_f:
 
-    def log(msg=""):
-        print(msg, flush=True)
-        log_f.write(msg + "\n")
-        log_f.flush()
+        def log(msg=""):
+            print(msg, flush=True)
+            log_f.write(msg + "\n")
+            log_f.flush()
 
-    if not torch.cuda.is_available():
-        log("CUDA not available")
-        return 2
+        if not torch.cuda.is_available():
+            log("CUDA not available")
+            return 2
 
-    dev = torch.device("cuda:0")
-    props = torch.cuda.get_device_properties(dev)
-    date = utc_now()
-    l2_bytes = getattr(props, "L2_cache_size", None)
-    summary = {
-        "device": props.name,
-        "sm_count": props.multi_processor_count,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "date": date.strftime("%Y-%m-%d"),
-        "datetime_utc": date.isoformat(timespec="seconds"),
-        "l2_bytes": l2_bytes,
-        "total_memory_bytes": props.total_memory,
-        "peak_bf16_tflops_assumed": PEAK_BF16_TFLOPS,
-        "peak_hbm_tb_s_assumed": PEAK_HBM_TB_S,
-        "method": (
-            "bf16 torch.matmul, random normal inputs, fresh output; 3 warm-ups; "
-            f"median of per-call CUDA-event times, reps for >= {MIN_TOTAL_MS:.0f} ms "
-            f"(min {MIN_REPS}, max {MAX_REPS}); host launches queued behind a "
-            "torch.cuda._sleep so events time GPU work only; input pairs rotated "
-            f"to >= {ROTATE_TARGET_BYTES // 2**20} MiB when small (cold L2)"
-        ),
-        "nvidia_smi_before": nvidia_smi_snapshot(),
-    }
-    summary["allow_bf16_reduced_precision_reduction"] = bool(
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction)
+        dev = torch.device("cuda:0")
+        props = torch.cuda.get_device_properties(dev)
+        date = utc_now()
+        l2_bytes = getattr(props, "L2_cache_size", None)
+        summary = {
+            "device": props.name,
+            "sm_count": props.multi_processor_count,
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "date": date.strftime("%Y-%m-%d"),
+            "datetime_utc": date.isoformat(timespec="seconds"),
+            "l2_bytes": l2_bytes,
+            "total_memory_bytes": props.total_memory,
+            "peak_bf16_tflops_assumed": PEAK_BF16_TFLOPS,
+            "peak_hbm_tb_s_assumed": PEAK_HBM_TB_S,
+            "method": (
+                "bf16 torch.matmul, random normal inputs, fresh output; 3 warm-ups; "
+                f"median of per-call CUDA-event times, reps for >= {MIN_TOTAL_MS:.0f} ms "
+                f"(min {MIN_REPS}, max {MAX_REPS}); host launches queued behind a "
+                "torch.cuda._sleep so events time GPU work only; input pairs rotated "
+                f"to >= {ROTATE_TARGET_BYTES // 2**20} MiB when small (cold L2)"
+            ),
+            "nvidia_smi_before": nvidia_smi_snapshot(),
+        }
+        summary["allow_bf16_reduced_precision_reduction"] = bool(
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        )
 
-    log(f"device: {props.name}  SMs: {props.multi_processor_count}  "
-        f"L2: {l2_bytes}  mem: {props.total_memory / 2**30:.1f} GiB")
-    log(f"torch {torch.__version__} (CUDA {torch.version.cuda})  date (UTC): {summary['datetime_utc']}")
-    log(f"nvidia-smi: {summary['nvidia_smi_before']}")
+        log(
+            f"device: {props.name}  SMs: {props.multi_processor_count}  "
+            f"L2: {l2_bytes}  mem: {props.total_memory / 2**30:.1f} GiB"
+        )
+        log(f"torch {torch.__version__} (CUDA {torch.version.cuda})  date (UTC): {summary['datetime_utc']}")
+        log(f"nvidia-smi: {summary['nvidia_smi_before']}")
 
-    # cycles per ms for the _sleep pre-queue kernel
-    clock_khz = getattr(props, "clock_rate", None) or 1_980_000
-    cycles_per_ms = int(clock_khz) * 1  # kHz == cycles per ms
+        # cycles per ms for the _sleep pre-queue kernel
+        clock_khz = getattr(props, "clock_rate", None) or 1_980_000
+        cycles_per_ms = int(clock_khz) * 1  # kHz == cycles per ms
 
-    def write_summary():
-        with open(os.path.join(out_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
+        def write_summary():
+            with open(os.path.join(out_dir, "summary.json"), "w") as f:
+                json.dump(summary, f, indent=2)
 
-    def time_gemm(M, N, K, warmup=WARMUP, max_reps=MAX_REPS):
-        bytes_per_set = 2 * (M * K + K * N)
-        nsets = max(1, min(MAX_SETS, math.ceil(ROTATE_TARGET_BYTES / bytes_per_set)))
-        A = [torch.randn(M, K, device=dev, dtype=torch.bfloat16) for _ in range(nsets)]
-        B = [torch.randn(K, N, device=dev, dtype=torch.bfloat16) for _ in range(nsets)]
-        for i in range(warmup):
-            torch.matmul(A[i % nsets], B[i % nsets])
-        # pilot timing for rep count
-        s0 = torch.cuda.Event(enable_timing=True)
-        e0 = torch.cuda.Event(enable_timing=True)
-        s0.record()
-        torch.matmul(A[0], B[0])
-        e0.record()
+        def time_gemm(M, N, K, warmup=WARMUP, max_reps=MAX_REPS):
+            bytes_per_set = 2 * (M * K + K * N)
+            nsets = max(1, min(MAX_SETS, math.ceil(ROTATE_TARGET_BYTES / bytes_per_set)))
+            A = [torch.randn(M, K, device=dev, dtype=torch.bfloat16) for _ in range(nsets)]
+            B = [torch.randn(K, N, device=dev, dtype=torch.bfloat16) for _ in range(nsets)]
+            for i in range(warmup):
+                torch.matmul(A[i % nsets], B[i % nsets])
+            # pilot timing for rep count
+            s0 = torch.cuda.Event(enable_timing=True)
+            e0 = torch.cuda.Event(enable_timing=True)
+            s0.record()
+            torch.matmul(A[0], B[0])
+            e0.record()
+            torch.cuda.synchronize()
+            pilot_ms = max(s0.elapsed_time(e0), 1e-3)
+            reps = min(max_reps, max(MIN_REPS, math.ceil(MIN_TOTAL_MS / pilot_ms)))
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+            # keep the GPU busy while the host queues every timed call
+            torch.cuda._sleep(int(cycles_per_ms * (0.5 + 0.05 * reps)))
+            for i in range(reps):
+                a, b = A[i % nsets], B[i % nsets]
+                starts[i].record()
+                torch.matmul(a, b)
+                ends[i].record()
+            torch.cuda.synchronize()
+            times = [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+            del A, B
+            return statistics.median(times), reps, nsets, times
+
+        # --- square reference -------------------------------------------------
+        sq_ms, sq_reps, _, sq_times = time_gemm(8192, 8192, 8192, warmup=5)
+        sq_tflops = 2 * 8192**3 / (sq_ms * 1e-3) / 1e12
+        summary["square_8192_tflops"] = round(sq_tflops, 1)
+        summary["square_8192_median_ms"] = round(sq_ms, 4)
+        summary["square_8192_min_ms"] = round(min(sq_times), 4)
+        summary["square_8192_reps"] = sq_reps
+        log(
+            f"square 8192^3 bf16: median {sq_ms:.3f} ms over {sq_reps} reps -> "
+            f"{sq_tflops:.1f} TFLOP/s ({sq_tflops / PEAK_BF16_TFLOPS:.3f} of peak)"
+        )
+
+        # --- correctness sanity check (bf16 matmul vs float64 reference) --------
+        a = torch.randn(1024, 2048, device=dev, dtype=torch.bfloat16)
+        b = torch.randn(2048, 768, device=dev, dtype=torch.bfloat16)
+        c = torch.matmul(a, b).double()
+        ref = torch.matmul(a.double(), b.double())
+        rel_err = float((c - ref).norm() / ref.norm())
+        summary["bf16_matmul_rel_err"] = rel_err
+        log(f"bf16 matmul rel. error vs float64 (1024x2048x768): {rel_err:.2e}")
+        del a, b, c, ref
+
+        # --- device-to-device copy ---------------------------------------------
+        n_el = COPY_BYTES // 2
+        src = torch.randn(n_el, device=dev, dtype=torch.bfloat16)
+        dst = torch.empty_like(src)
+        for _ in range(3):
+            dst.copy_(src)
+        cs = [torch.cuda.Event(enable_timing=True) for _ in range(COPY_REPS)]
+        ce = [torch.cuda.Event(enable_timing=True) for _ in range(COPY_REPS)]
+        torch.cuda._sleep(cycles_per_ms * 2)
+        for i in range(COPY_REPS):
+            cs[i].record()
+            dst.copy_(src)
+            ce[i].record()
         torch.cuda.synchronize()
-        pilot_ms = max(s0.elapsed_time(e0), 1e-3)
-        reps = min(max_reps, max(MIN_REPS, math.ceil(MIN_TOTAL_MS / pilot_ms)))
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        # keep the GPU busy while the host queues every timed call
-        torch.cuda._sleep(int(cycles_per_ms * (0.5 + 0.05 * reps)))
-        for i in range(reps):
-            a, b = A[i % nsets], B[i % nsets]
-            starts[i].record()
-            torch.matmul(a, b)
-            ends[i].record()
-        torch.cuda.synchronize()
-        times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-        del A, B
-        return statistics.median(times), reps, nsets, times
+        ctimes = [s.elapsed_time(e) for s, e in zip(cs, ce, strict=True)]
+        cmed = statistics.median(ctimes)
+        ok = bool(torch.equal(dst[:: 1 << 20], src[:: 1 << 20]))
+        del src, dst
+        torch.cuda.empty_cache()
+        copy_tb_s = 2 * COPY_BYTES / (cmed * 1e-3) / 1e12
+        summary["copy_tb_s"] = round(copy_tb_s, 3)
+        summary["copy_frac_of_peak"] = round(copy_tb_s / PEAK_HBM_TB_S, 3)
+        summary["copy_bytes_source"] = COPY_BYTES
+        summary["copy_median_ms"] = round(cmed, 4)
+        summary["copy_check_ok"] = ok
+        log(
+            f"copy 4 GiB d2d: median {cmed:.3f} ms -> {copy_tb_s:.3f} TB/s read+write "
+            f"({copy_tb_s / PEAK_HBM_TB_S:.3f} of {PEAK_HBM_TB_S} TB/s), check ok={ok}"
+        )
+        write_summary()
 
-    # --- square reference -------------------------------------------------
-    sq_ms, sq_reps, _, sq_times = time_gemm(8192, 8192, 8192, warmup=5)
-    sq_tflops = 2 * 8192**3 / (sq_ms * 1e-3) / 1e12
-    summary["square_8192_tflops"] = round(sq_tflops, 1)
-    summary["square_8192_median_ms"] = round(sq_ms, 4)
-    summary["square_8192_min_ms"] = round(min(sq_times), 4)
-    summary["square_8192_reps"] = sq_reps
-    log(f"square 8192^3 bf16: median {sq_ms:.3f} ms over {sq_reps} reps -> "
-        f"{sq_tflops:.1f} TFLOP/s ({sq_tflops / PEAK_BF16_TFLOPS:.3f} of peak)")
+        # --- transformer-layer GEMM sweep ---------------------------------------
+        shapes, dups = build_shapes()
+        summary["n_shapes"] = len(shapes)
+        summary["n_duplicates_skipped"] = dups
+        log(f"GEMM sweep: {len(shapes)} unique shapes ({dups} duplicates skipped)")
+        csv_path = os.path.join(out_dir, "gemm.csv")
+        fields = ["gemm", "T", "h", "tp", "M", "N", "K", "median_ms", "tflops", "frac_of_peak"]
+        n_done = 0
+        reduced = False
+        spreads = []
+        with open(csv_path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            for idx, s in enumerate(shapes):
+                elapsed = time.time() - t_start
+                if elapsed > max_seconds:
+                    log(f"time budget {max_seconds:.0f} s reached after {n_done} shapes; stopping")
+                    break
+                max_reps = MAX_REPS
+                if elapsed > 0.6 * max_seconds:
+                    max_reps, reduced = 10, True
+                M, N, K = s["M"], s["N"], s["K"]
+                pooled, pass_meds = [], []
+                for _ in range(passes):
+                    pmed, reps, nsets, ptimes = time_gemm(M, N, K, max_reps=max_reps)
+                    pooled += ptimes
+                    pass_meds.append(pmed)
+                med_ms = statistics.median(pooled)
+                if len(pass_meds) > 1:
+                    spreads.append((max(pass_meds) - min(pass_meds)) / med_ms)
+                tflops = 2.0 * M * N * K / (med_ms * 1e-3) / 1e12
+                row = dict(
+                    s,
+                    median_ms=f"{med_ms:.5f}",
+                    tflops=f"{tflops:.1f}",
+                    frac_of_peak=f"{tflops / PEAK_BF16_TFLOPS:.4f}",
+                )
+                w.writerow(row)
+                f.flush()
+                n_done += 1
+                log(
+                    f"[{idx + 1:3d}/{len(shapes)}] {s['gemm']:8s} T={s['T']:5d} h={s['h']:5d} "
+                    f"tp={s['tp']} M={M:5d} N={N:5d} K={K:5d}  {med_ms:8.4f} ms  "
+                    f"{tflops:6.1f} TF/s  {tflops / PEAK_BF16_TFLOPS:.3f}  (reps {reps}, sets {nsets})"
+                )
+                if idx % 40 == 39:
+                    torch.cuda.empty_cache()
 
-    # --- correctness sanity check (bf16 matmul vs float64 reference) --------
-    a = torch.randn(1024, 2048, device=dev, dtype=torch.bfloat16)
-    b = torch.randn(2048, 768, device=dev, dtype=torch.bfloat16)
-    c = torch.matmul(a, b).double()
-    ref = torch.matmul(a.double(), b.double())
-    rel_err = float((c - ref).norm() / ref.norm())
-    summary["bf16_matmul_rel_err"] = rel_err
-    log(f"bf16 matmul rel. error vs float64 (1024x2048x768): {rel_err:.2e}")
-    del a, b, c, ref
-
-    # --- device-to-device copy ---------------------------------------------
-    n_el = COPY_BYTES // 2
-    src = torch.randn(n_el, device=dev, dtype=torch.bfloat16)
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    cs = [torch.cuda.Event(enable_timing=True) for _ in range(COPY_REPS)]
-    ce = [torch.cuda.Event(enable_timing=True) for _ in range(COPY_REPS)]
-    torch.cuda._sleep(cycles_per_ms * 2)
-    for i in range(COPY_REPS):
-        cs[i].record()
-        dst.copy_(src)
-        ce[i].record()
-    torch.cuda.synchronize()
-    ctimes = [s.elapsed_time(e) for s, e in zip(cs, ce)]
-    cmed = statistics.median(ctimes)
-    ok = bool(torch.equal(dst[:: 1 << 20], src[:: 1 << 20]))
-    del src, dst
-    torch.cuda.empty_cache()
-    copy_tb_s = 2 * COPY_BYTES / (cmed * 1e-3) / 1e12
-    summary["copy_tb_s"] = round(copy_tb_s, 3)
-    summary["copy_frac_of_peak"] = round(copy_tb_s / PEAK_HBM_TB_S, 3)
-    summary["copy_bytes_source"] = COPY_BYTES
-    summary["copy_median_ms"] = round(cmed, 4)
-    summary["copy_check_ok"] = ok
-    log(f"copy 4 GiB d2d: median {cmed:.3f} ms -> {copy_tb_s:.3f} TB/s read+write "
-        f"({copy_tb_s / PEAK_HBM_TB_S:.3f} of {PEAK_HBM_TB_S} TB/s), check ok={ok}")
-    write_summary()
-
-    # --- transformer-layer GEMM sweep ---------------------------------------
-    shapes, dups = build_shapes()
-    summary["n_shapes"] = len(shapes)
-    summary["n_duplicates_skipped"] = dups
-    log(f"GEMM sweep: {len(shapes)} unique shapes ({dups} duplicates skipped)")
-    csv_path = os.path.join(out_dir, "gemm.csv")
-    fields = ["gemm", "T", "h", "tp", "M", "N", "K", "median_ms", "tflops", "frac_of_peak"]
-    n_done = 0
-    reduced = False
-    spreads = []
-    with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        for idx, s in enumerate(shapes):
-            elapsed = time.time() - t_start
-            if elapsed > max_seconds:
-                log(f"time budget {max_seconds:.0f} s reached after {n_done} shapes; stopping")
-                break
-            max_reps = MAX_REPS
-            if elapsed > 0.6 * max_seconds:
-                max_reps, reduced = 10, True
-            M, N, K = s["M"], s["N"], s["K"]
-            pooled, pass_meds = [], []
-            for _ in range(passes):
-                pmed, reps, nsets, ptimes = time_gemm(M, N, K, max_reps=max_reps)
-                pooled += ptimes
-                pass_meds.append(pmed)
-            med_ms = statistics.median(pooled)
-            if len(pass_meds) > 1:
-                spreads.append((max(pass_meds) - min(pass_meds)) / med_ms)
-            tflops = 2.0 * M * N * K / (med_ms * 1e-3) / 1e12
-            row = dict(s, median_ms=f"{med_ms:.5f}", tflops=f"{tflops:.1f}",
-                       frac_of_peak=f"{tflops / PEAK_BF16_TFLOPS:.4f}")
-            w.writerow(row)
-            f.flush()
-            n_done += 1
-            log(f"[{idx + 1:3d}/{len(shapes)}] {s['gemm']:8s} T={s['T']:5d} h={s['h']:5d} "
-                f"tp={s['tp']} M={M:5d} N={N:5d} K={K:5d}  {med_ms:8.4f} ms  "
-                f"{tflops:6.1f} TF/s  {tflops / PEAK_BF16_TFLOPS:.3f}  (reps {reps}, sets {nsets})")
-            if idx % 40 == 39:
-                torch.cuda.empty_cache()
-
-    summary["n_shapes_measured"] = n_done
-    summary["passes_per_shape"] = passes
-    if spreads:
-        ss = sorted(spreads)
-        summary["pass_spread_rel_median"] = round(statistics.median(ss), 4)
-        summary["pass_spread_rel_p90"] = round(ss[int(0.9 * (len(ss) - 1))], 4)
-        summary["pass_spread_rel_max"] = round(ss[-1], 4)
-        log(f"pass-to-pass spread of medians (relative): median {summary['pass_spread_rel_median']}, "
-            f"p90 {summary['pass_spread_rel_p90']}, max {summary['pass_spread_rel_max']}")
-    summary["reps_reduced_for_time"] = reduced
-    summary["nvidia_smi_after"] = nvidia_smi_snapshot()
-    summary["wall_seconds"] = round(time.time() - t_start, 1)
-    write_summary()
-    log(f"nvidia-smi after: {summary['nvidia_smi_after']}")
-    log(f"done: {n_done} shapes in {summary['wall_seconds']} s")
-    log_f.close()
-    return 0
+        summary["n_shapes_measured"] = n_done
+        summary["passes_per_shape"] = passes
+        if spreads:
+            ss = sorted(spreads)
+            summary["pass_spread_rel_median"] = round(statistics.median(ss), 4)
+            summary["pass_spread_rel_p90"] = round(ss[int(0.9 * (len(ss) - 1))], 4)
+            summary["pass_spread_rel_max"] = round(ss[-1], 4)
+            log(
+                f"pass-to-pass spread of medians (relative): median {summary['pass_spread_rel_median']}, "
+                f"p90 {summary['pass_spread_rel_p90']}, max {summary['pass_spread_rel_max']}"
+            )
+        summary["reps_reduced_for_time"] = reduced
+        summary["nvidia_smi_after"] = nvidia_smi_snapshot()
+        summary["wall_seconds"] = round(time.time() - t_start, 1)
+        write_summary()
+        log(f"nvidia-smi after: {summary['nvidia_smi_after']}")
+        log(f"done: {n_done} shapes in {summary['wall_seconds']} s")
+        return 0
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=None, help="output directory (gemm.csv, summary.json, log.txt)")
     p.add_argument("--dry-run", action="store_true", help="list shapes and estimate; no torch")
-    p.add_argument("--max-seconds", type=float, default=300.0,
-                   help="stop the GEMM sweep after this many seconds of wall time")
-    p.add_argument("--passes", type=int, default=2,
-                   help="independent timing passes per shape (pooled median; spread reported)")
+    p.add_argument(
+        "--max-seconds",
+        type=float,
+        default=300.0,
+        help="stop the GEMM sweep after this many seconds of wall time",
+    )
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=2,
+        help="independent timing passes per shape (pooled median; spread reported)",
+    )
     args = p.parse_args(argv)
     if args.dry_run:
         return dry_run()

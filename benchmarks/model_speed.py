@@ -52,8 +52,12 @@ def plan_rate(path: str, repeat: int) -> dict:
         doc = search(path, top=5)
         rate = doc["evaluated"] / doc["seconds"]
         if best is None or rate > best["candidates_per_s"]:
-            best = {"evaluated": doc["evaluated"], "seconds": doc["seconds"], "candidates_per_s": rate,
-                    "feasible": doc["feasible"]}
+            best = {
+                "evaluated": doc["evaluated"],
+                "seconds": doc["seconds"],
+                "candidates_per_s": rate,
+                "feasible": doc["feasible"],
+            }
     return best
 
 
@@ -79,8 +83,10 @@ def main(argv=None) -> int:
         return 0
     print(f"estimate, one island (gpt3-175b-a100.toml):   {one:.3f} ms  (target {ESTIMATE_TARGET_MS} ms)")
     print(f"estimate, three islands (three-islands.toml): {three:.3f} ms")
-    print(f"plan, three islands, serial: {plan['evaluated']:,} candidates in {plan['seconds']:.2f} s = "
-          f"{plan['candidates_per_s'] / 1e6:.2f} M/s  (target {PLAN_TARGET / 1e6:.0f} M/s)")
+    print(
+        f"plan, three islands, serial: {plan['evaluated']:,} candidates in {plan['seconds']:.2f} s = "
+        f"{plan['candidates_per_s'] / 1e6:.2f} M/s  (target {PLAN_TARGET / 1e6:.0f} M/s)"
+    )
     print("targets: " + ("met" if doc["meets_targets"] else "NOT met"))
     return 0
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 
 import pytest
+from shared_scenarios import THREE_ISLANDS
 
 import shardmeter
-from shared_scenarios import THREE_ISLANDS
 
 if sys.version_info >= (3, 11):
     import tomllib

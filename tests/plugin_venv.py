@@ -67,15 +67,20 @@ class Venv:
             env["SHARDMETER_STRICT_PLUGINS"] = "1"
         return env
 
-    def run(self, *args: str, disable: Iterable[str] | None = None, strict: bool = False, module: bool = False):
+    def run(
+        self, *args: str, disable: Iterable[str] | None = None, strict: bool = False, module: bool = False
+    ):
         cmd = [str(self.python), "-m", "shardmeter", *args] if module else [str(self.shardmeter), *args]
-        return subprocess.run(cmd, capture_output=True, text=True, env=self.env(disable, strict),
-                              cwd=self.workdir, timeout=120)
+        return subprocess.run(
+            cmd, capture_output=True, text=True, env=self.env(disable, strict), cwd=self.workdir, timeout=120
+        )
 
 
 def _probe(python: pathlib.Path, cwd: pathlib.Path) -> subprocess.CompletedProcess:
-    code = ("import importlib.metadata as md, shardmeter.plugins.hardware, shardmeter.cli; md.version('shardmeter'); "
-            "print(shardmeter.__file__)")
+    code = (
+        "import importlib.metadata as md, shardmeter.plugins.hardware, shardmeter.cli; md.version('shardmeter'); "
+        "print(shardmeter.__file__)"
+    )
     return subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=cwd)
 
 
@@ -84,14 +89,22 @@ def make_venv(tmp: pathlib.Path, dists: Sequence[pathlib.Path], disable: Sequenc
     installed by one ``pip install`` (skips the test module where ShardMeter is not installed)."""
     path = tmp / "venv"
     # --without-pip: the base interpreter's pip is visible through the system site-packages.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     v = Venv(path, tmp, disable)
     # When the tests themselves run inside a virtual environment, --system-site-packages
     # reaches only the base interpreter's: make the running environment's site-packages
     # (with their .pth files, e.g. an editable install) visible too.
-    purelib = subprocess.run([str(v.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(v.python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     outer = [d for d in site.getsitepackages() if os.path.isdir(d)]
     lines = ["import site; " + "; ".join(f"site.addsitedir({d!r})" for d in outer)]
     pth = pathlib.Path(purelib, "_shardmeter_outer_env.pth")
@@ -118,8 +131,11 @@ def make_venv(tmp: pathlib.Path, dists: Sequence[pathlib.Path], disable: Sequenc
         if src in d.parents:
             built.append(d)
             continue
-        built.append(shutil.copytree(d, src / d.name, ignore=shutil.ignore_patterns(
-            "build", "*.egg-info", "__pycache__")))  # build in tmp, never in the repo
+        built.append(
+            shutil.copytree(
+                d, src / d.name, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+            )
+        )  # build in tmp, never in the repo
     pip = [str(v.python), "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--no-input"]
     if offline_build_possible():
         pip.append("--no-build-isolation")

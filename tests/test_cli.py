@@ -64,8 +64,12 @@ def one_line_error(err: str) -> str:
 def gpt3_report():
     """``shardmeter estimate examples/gpt3-175b-a100.toml --json`` (GPT-3 175B, 1024 A100-80GB,
     TP 8 x PP 8 x DP 16, selective recompute), run once through the real console entry point."""
-    res = subprocess.run([sys.executable, "-m", "shardmeter", "estimate", str(EXAMPLE), "--json"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "shardmeter", "estimate", str(EXAMPLE), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""
     return json.loads(res.stdout)
@@ -138,8 +142,18 @@ def test_estimate_json_is_exactly_one_document(capsys):
 
 
 def test_set_overrides_on_the_command_line(capsys):
-    code, out, _ = run(capsys, "estimate", EXAMPLE, "--json", "--set", "island[0].gpu=h100-sxm",
-                       "--set", "island[0].inter_node=ib-ndr", "--set", "parallelism.virtual_stages=1")
+    code, out, _ = run(
+        capsys,
+        "estimate",
+        EXAMPLE,
+        "--json",
+        "--set",
+        "island[0].gpu=h100-sxm",
+        "--set",
+        "island[0].inter_node=ib-ndr",
+        "--set",
+        "parallelism.virtual_stages=1",
+    )
     assert code == 0
     doc = json.loads(out)
     assert doc["islands"][0]["gpu"] == "h100-sxm"
@@ -180,21 +194,36 @@ HOSTILE = {
     "directory": (lambda tmp: tmp, ["directory"]),
     "not-toml": (lambda tmp: _write(tmp, "this is : not [ toml\n"), ["not valid TOML"]),
     "binary": (lambda tmp: _write(tmp, "\x00\x01\x02", "b.toml"), ["not a text file"]),
-    "unknown-key": (lambda tmp: _write(tmp, _example_with("tp = 8", "tp = 8\ntensor_paralel = 2")),
-                    ["$.parallelism.tensor_paralel", "unknown key"]),
-    "wrong-type": (lambda tmp: _write(tmp, _example_with("nodes = 128", 'nodes = "many"')),
-                   ["$.island[0].nodes", "expected an integer"]),
-    "negative-count": (lambda tmp: _write(tmp, _example_with("nodes = 128", "nodes = -4")),
-                       ["$.island[0].nodes", ">= 1"]),
+    "unknown-key": (
+        lambda tmp: _write(tmp, _example_with("tp = 8", "tp = 8\ntensor_paralel = 2")),
+        ["$.parallelism.tensor_paralel", "unknown key"],
+    ),
+    "wrong-type": (
+        lambda tmp: _write(tmp, _example_with("nodes = 128", 'nodes = "many"')),
+        ["$.island[0].nodes", "expected an integer"],
+    ),
+    "negative-count": (
+        lambda tmp: _write(tmp, _example_with("nodes = 128", "nodes = -4")),
+        ["$.island[0].nodes", ">= 1"],
+    ),
     "zero-count": (lambda tmp: _write(tmp, _example_with("tp = 8", "tp = 0")), ["$.parallelism.tp", ">= 1"]),
-    "nan": (lambda tmp: _write(tmp, _example_with("tokens = 3.0e11", "tokens = nan")),
-            ["$.training.tokens", "finite"]),
-    "nan-count": (lambda tmp: _write(tmp, _example_with("nodes = 128", "nodes = nan")), ["$.island[0].nodes"]),
+    "nan": (
+        lambda tmp: _write(tmp, _example_with("tokens = 3.0e11", "tokens = nan")),
+        ["$.training.tokens", "finite"],
+    ),
+    "nan-count": (
+        lambda tmp: _write(tmp, _example_with("nodes = 128", "nodes = nan")),
+        ["$.island[0].nodes"],
+    ),
     "inf": (lambda tmp: _write(tmp, _example_with("tokens = 3.0e11", "tokens = inf")), ["$.training.tokens"]),
-    "unknown-gpu": (lambda tmp: _write(tmp, _example_with('"a100-sxm-80gb"', '"a100-sxm-80g"')),
-                    ["$.island[0].gpu", "unknown hardware 'a100-sxm-80g'", "did you mean 'a100-sxm-80gb'"]),
-    "unknown-link": (lambda tmp: _write(tmp, _example_with('"ib-hdr"', '"ib-hrd"')),
-                     ["$.island[0].inter_node", "did you mean 'ib-hdr'"]),
+    "unknown-gpu": (
+        lambda tmp: _write(tmp, _example_with('"a100-sxm-80gb"', '"a100-sxm-80g"')),
+        ["$.island[0].gpu", "unknown hardware 'a100-sxm-80g'", "did you mean 'a100-sxm-80gb'"],
+    ),
+    "unknown-link": (
+        lambda tmp: _write(tmp, _example_with('"ib-hdr"', '"ib-hrd"')),
+        ["$.island[0].inter_node", "did you mean 'ib-hdr'"],
+    ),
     "unknown-preset": (lambda tmp: _write(tmp, _example_with('"gpt3-175b"', '"gpt-3"')), ["$.model.preset"]),
     "no-island": (lambda tmp: _write(tmp, EXAMPLE.read_text().split("[[island]]")[0]), ["$.island"]),
 }
@@ -214,16 +243,19 @@ def test_hostile_input_is_one_line_exit_2(case, tmp_path, capsys):
         assert e in line, line
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["estimate", "--set", "parallelism.tp", str(EXAMPLE)], "KEY=VALUE"),
-    (["estimate", "--set", "paralelism.tp=2", str(EXAMPLE)], "paralelism"),
-    (["estimate", "--set", "island[9].nodes=2", str(EXAMPLE)], "out of range"),
-    (["estimate", "--set", "island[0].nodes=nan", str(EXAMPLE)], "island[0].nodes"),
-    (["estimate"], "file"),
-    (["frobnicate"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["estimate", "--set", "parallelism.tp", str(EXAMPLE)], "KEY=VALUE"),
+        (["estimate", "--set", "paralelism.tp=2", str(EXAMPLE)], "paralelism"),
+        (["estimate", "--set", "island[9].nodes=2", str(EXAMPLE)], "out of range"),
+        (["estimate", "--set", "island[0].nodes=nan", str(EXAMPLE)], "island[0].nodes"),
+        (["estimate"], "file"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
 def test_bad_command_lines_are_one_line_exit_2(argv, expected, capsys):
-    code, out, err = run(capsys, *argv)
+    code, _out, err = run(capsys, *argv)
     assert code == 2
     line = [ln for ln in err.splitlines() if ln.strip()][-1]
     assert "Traceback" not in err and expected in line, err
@@ -232,8 +264,12 @@ def test_bad_command_lines_are_one_line_exit_2(argv, expected, capsys):
 @pytest.mark.parametrize("case", ["missing-file", "not-toml", "nan", "unknown-gpu"])
 def test_hostile_input_through_the_real_entry_point(case, tmp_path):
     path = HOSTILE[case][0](tmp_path)
-    res = subprocess.run([sys.executable, "-m", "shardmeter", "estimate", str(path)], capture_output=True,
-                         text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "shardmeter", "estimate", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 2
     assert res.stdout == ""
     one_line_error(res.stderr)
@@ -269,8 +305,20 @@ def test_plugins_table(capsys):
 
 
 def test_public_api_is_exported():
-    for name in ("load_scenario", "estimate", "Estimator", "Report", "Scenario", "hookimpl", "HardwareProfile",
-                 "Interconnect", "CostSource", "ShardingStrategy", "Registry", "make_plugin_manager"):
+    for name in (
+        "load_scenario",
+        "estimate",
+        "Estimator",
+        "Report",
+        "Scenario",
+        "hookimpl",
+        "HardwareProfile",
+        "Interconnect",
+        "CostSource",
+        "ShardingStrategy",
+        "Registry",
+        "make_plugin_manager",
+    ):
         assert name in shardmeter.__all__ and getattr(shardmeter, name) is not None, name
 
 
@@ -286,9 +334,15 @@ def test_load_and_estimate_from_python():
 
 
 def test_estimate_takes_a_dict_and_overrides():
-    report = shardmeter.estimate({"model": {"preset": "llama3-8b"}, "training": {"global_batch": 32},
-                                  "island": [{"gpu": "h100-sxm", "nodes": 1}], "parallelism": {"sharding": "zero1"}},
-                                 overrides=["training.recompute=full"])
+    report = shardmeter.estimate(
+        {
+            "model": {"preset": "llama3-8b"},
+            "training": {"global_batch": 32},
+            "island": [{"gpu": "h100-sxm", "nodes": 1}],
+            "parallelism": {"sharding": "zero1"},
+        },
+        overrides=["training.recompute=full"],
+    )
     assert report.feasible and report.gpus == 8
 
 
@@ -302,8 +356,9 @@ def test_estimator_with_level_swaps_one_topology_level():
     base = est.estimate(EXAMPLE)
     slow = est.with_level("inter_node", "ethernet-10g").estimate(EXAMPLE)
     assert slow.step_time_s > base.step_time_s
-    assert slow.breakdown_s.get("dp_comm", 0) + slow.overlapped_s.get("dp_comm", 0) > \
-        base.breakdown_s.get("dp_comm", 0) + base.overlapped_s.get("dp_comm", 0)
+    assert slow.breakdown_s.get("dp_comm", 0) + slow.overlapped_s.get("dp_comm", 0) > base.breakdown_s.get(
+        "dp_comm", 0
+    ) + base.overlapped_s.get("dp_comm", 0)
     assert est.estimate(EXAMPLE).step_time_s == base.step_time_s  # the original is unchanged
 
 
@@ -320,8 +375,9 @@ def test_estimator_with_part_adds_a_custom_link_without_touching_the_registry():
 
 
 def test_estimator_with_part_adds_a_custom_strategy():
-    strategy = shardmeter.ShardingStrategy(name="my-zero2", shard_optimizer=True, shard_gradients=True,
-                                           options={"my_bucket_mb": 25})
+    strategy = shardmeter.ShardingStrategy(
+        name="my-zero2", shard_optimizer=True, shard_gradients=True, options={"my_bucket_mb": 25}
+    )
     est = shardmeter.Estimator().with_part("sharding", strategy)
     report = est.estimate(EXAMPLE, overrides=["parallelism.sharding=my-zero2", "parallelism.my_bucket_mb=50"])
     zero1 = shardmeter.Estimator().estimate(EXAMPLE)

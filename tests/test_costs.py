@@ -14,6 +14,7 @@ from shardmeter.records import CostSource
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
+
 @pytest.fixture(scope="module")
 def reg(est):
     return est.registry

@@ -24,17 +24,25 @@ INNER_STEP_S = 38 * 60 / 100
 INTELLECT_CU = {"intellect1-10b-us-only": 0.957, "intellect1-10b-global": 0.830}
 
 
-def _sync(n=4, slow=1.0, p=1e9, grad_bytes=2.0, bw=1e9, lat=0.0, local=True, H=100, F=1, ovl=-1,
-          bits=16, window=0.0):
+def _sync(
+    n=4, slow=1.0, p=1e9, grad_bytes=2.0, bw=1e9, lat=0.0, local=True, H=100, F=1, ovl=-1, bits=16, window=0.0
+):
     """The sync part's terms for ``n`` identical islands (``hidden`` = WAN time not exposed)."""
     shape = (1, n)
-    wan = WanInputs(islands=n, slowest_step_s=np.full((1, 1), slow), island_step_s=np.full(shape, slow),
-                    params=np.full((1, 1), p), grad_bytes=np.full(shape, grad_bytes),
-                    uplink_bytes_s=np.full(shape, bw), latency_s=np.full(shape, lat),
-                    overlap_window_s=np.full(shape, window))
+    wan = WanInputs(
+        islands=n,
+        slowest_step_s=np.full((1, 1), slow),
+        island_step_s=np.full(shape, slow),
+        params=np.full((1, 1), p),
+        grad_bytes=np.full(shape, grad_bytes),
+        uplink_bytes_s=np.full(shape, bw),
+        latency_s=np.full(shape, lat),
+        overlap_window_s=np.full(shape, window),
+    )
     if local:
-        t = DiLoCo(name="diloco").exchange(wan, DiLoCoOptions(inner_steps=H, compression_bits=bits, fragments=F,
-                                                               overlap_steps=ovl))
+        t = DiLoCo(name="diloco").exchange(
+            wan, DiLoCoOptions(inner_steps=H, compression_bits=bits, fragments=F, overlap_steps=ovl)
+        )
     else:
         t = GlobalAllReduce(name="allreduce").exchange(wan, None)
     out = {"exposed": t.exposed_s, "wan_s": t.wan_s, "round_s": t.round_s, "egress": t.egress_bytes}
@@ -100,9 +108,12 @@ def test_one_island_never_syncs():
     z = cross_island(None, None, 1, np.ones((3, 1)), np.ones((3, 1)), 1e9, 2.0, 0.0, (3, 1))
     assert all(np.all(np.asarray(v) == 0.0) for v in z.values())
     # and a one-island scenario reports no WAN time whatever its sync strategy says
-    sc = {"model": {"layers": 2, "hidden": 1024, "heads": 8, "vocab": 32000, "seq_len": 1024},
-          "training": {"global_batch": 8}, "island": [{"gpu": "h100-sxm", "nodes": 1}],
-          "sync": {"strategy": "diloco"}}
+    sc = {
+        "model": {"layers": 2, "hidden": 1024, "heads": 8, "vocab": 32000, "seq_len": 1024},
+        "training": {"global_batch": 8},
+        "island": [{"gpu": "h100-sxm", "nodes": 1}],
+        "sync": {"strategy": "diloco"},
+    }
     rep = shardmeter.estimate(sc)
     assert rep.levels["wan"]["time_s"] == 0.0 and "island_sync" not in rep.breakdown_s
 
@@ -129,10 +140,16 @@ def test_intellect1_sync_accounting_with_the_measured_inner_step(est, case):
     p = float(out["params"][0])
     assert p == pytest.approx(10.21e9, rel=0.01)  # the file's payload assumption
     shape = (1, n)
-    wan = WanInputs(islands=n, slowest_step_s=np.full((1, 1), INNER_STEP_S), island_step_s=np.full(shape, INNER_STEP_S),
-                    params=np.full((1, 1), p), grad_bytes=np.full(shape, 2.0),
-                    uplink_bytes_s=inp.network.wan_bytes_s.astype(float),
-                    latency_s=inp.network.wan_latency_s.astype(float), overlap_window_s=np.zeros(shape))
+    wan = WanInputs(
+        islands=n,
+        slowest_step_s=np.full((1, 1), INNER_STEP_S),
+        island_step_s=np.full(shape, INNER_STEP_S),
+        params=np.full((1, 1), p),
+        grad_bytes=np.full(shape, 2.0),
+        uplink_bytes_s=inp.network.wan_bytes_s.astype(float),
+        latency_s=inp.network.wan_latency_s.astype(float),
+        overlap_window_s=np.zeros(shape),
+    )
     s = {"round_s": np.asarray(res.sync.exchange(wan, res.sync_options).round_s)}
     t_ar = float(s["round_s"][0, 0])
     measured_ar = {"intellect1-10b-us-only": 103.0, "intellect1-10b-global": 469.0}[case]
@@ -181,14 +198,22 @@ def _needed_gbit_s(est, layers, hidden, sync, cu=0.95):
 
     Two islands of 64 H100 each (FSDP inside, 1 sequence of 2048 per GPU per step) as in
     the paper's two-worker simulation; all bandwidths evaluated in one vectorised call."""
-    sc = est.load({
-        "model": {"layers": layers, "hidden": hidden, "heads": hidden // 128, "vocab": 32000, "seq_len": 2048},
-        "training": {"global_batch": 128},
-        "island": [{"name": f"dc-{i}", "gpu": "h100-sxm", "nodes": 8} for i in range(2)],
-        "parallelism": {"sharding": "fsdp"},
-        "network": {"link": {"name": "internet", "bandwidth_gb_s": 1.0, "latency_us": 100}},
-        "sync": sync,
-    })
+    sc = est.load(
+        {
+            "model": {
+                "layers": layers,
+                "hidden": hidden,
+                "heads": hidden // 128,
+                "vocab": 32000,
+                "seq_len": 2048,
+            },
+            "training": {"global_batch": 128},
+            "island": [{"name": f"dc-{i}", "gpu": "h100-sxm", "nodes": 8} for i in range(2)],
+            "parallelism": {"sharding": "fsdp"},
+            "network": {"link": {"name": "internet", "bandwidth_gb_s": 1.0, "latency_us": 100}},
+            "sync": sync,
+        }
+    )
     base, table = est.inputs(sc)
     inp = base.columns()
     inp["network.wan_bytes_s"] = (GRID * 1e9 / 8)[:, None] * np.ones(inp["network.wan_bytes_s"].shape)
@@ -208,8 +233,13 @@ def test_streaming_diloco_bandwidth_for_95_percent_utilisation(est, model):
     methods = {
         "data-parallel": {"strategy": "allreduce"},
         "diloco": {"strategy": "diloco", "inner_steps": 100, "compression_bits": 16},
-        "streaming+overlap+fp4": {"strategy": "diloco", "inner_steps": 100, "compression_bits": 4,
-                                  "fragments": layers // 3, "overlap_steps": 1},
+        "streaming+overlap+fp4": {
+            "strategy": "diloco",
+            "inner_steps": 100,
+            "compression_bits": 4,
+            "fragments": layers // 3,
+            "overlap_steps": 1,
+        },
     }
     need = {}
     for name, sync in methods.items():

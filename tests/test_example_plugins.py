@@ -41,8 +41,11 @@ else:  # pragma: no cover
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "examples" / "plugins"
-DISTS = {"shardmeter-acme": "shardmeter_acme", "shardmeter-zero-bubble": "shardmeter_zero_bubble",
-         "shardmeter-zeropp": "shardmeter_zeropp"}
+DISTS = {
+    "shardmeter-acme": "shardmeter_acme",
+    "shardmeter-zero-bubble": "shardmeter_zero_bubble",
+    "shardmeter-zeropp": "shardmeter_zeropp",
+}
 ACME_SCENARIO = PLUGINS / "shardmeter-acme" / "acme-scenario.toml"
 EXAMPLE = ROOT / "examples" / "gpt3-175b-a100.toml"
 REL = 1e-12
@@ -51,8 +54,17 @@ REL = 1e-12
 PP4 = {
     "model": {"preset": "llama3-8b"},
     "training": {"global_batch": 64, "micro_batch": 1, "precision": "bf16", "recompute": "selective"},
-    "island": [{"name": "pod", "gpu": "h100-sxm", "nodes": 2, "gpus_per_node": 8, "intra_node": "nvlink4",
-                "inter_node": "ib-ndr", "nics_per_node": 8}],
+    "island": [
+        {
+            "name": "pod",
+            "gpu": "h100-sxm",
+            "nodes": 2,
+            "gpus_per_node": 8,
+            "intra_node": "nvlink4",
+            "inter_node": "ib-ndr",
+            "nics_per_node": 8,
+        }
+    ],
     "parallelism": {"tp": 2, "pp": 4, "schedule": "1f1b"},
 }
 
@@ -62,8 +74,17 @@ PP4 = {
 ZPP = {
     "model": {"preset": "llama3-8b"},
     "training": {"global_batch": 256, "micro_batch": 1, "precision": "bf16", "recompute": "selective"},
-    "island": [{"name": "pod", "gpu": "a100-sxm-80gb", "nodes": 8, "gpus_per_node": 8, "intra_node": "nvlink3",
-                "inter_node": "roce-100g", "nics_per_node": 4}],
+    "island": [
+        {
+            "name": "pod",
+            "gpu": "a100-sxm-80gb",
+            "nodes": 8,
+            "gpus_per_node": 8,
+            "intra_node": "nvlink3",
+            "inter_node": "roce-100g",
+            "nics_per_node": 4,
+        }
+    ],
     "parallelism": {"sharding": "zero3"},
 }
 
@@ -189,8 +210,14 @@ def test_zb_h1_terms_on_the_papers_equal_pass_times(est, zb):
     memory in flight and the transfers are 1F1B's; at fill 0 every term is 1F1B's."""
     part = est.registry.get("schedule", "zb-h1")
     classic = est.registry.get("schedule", "1f1b")
-    pipe = _pipe(pp=[[4.0], [8.0], [1.0]], micro_batches=[[8.0], [3.0], [5.0]], virtual_stages=[[1.0]] * 3,
-                 stage_s=[[3.0]] * 3, forward_s=[[1.0]] * 3, weight_grad_s=[[1.0]] * 3)
+    pipe = _pipe(
+        pp=[[4.0], [8.0], [1.0]],
+        micro_batches=[[8.0], [3.0], [5.0]],
+        virtual_stages=[[1.0]] * 3,
+        stage_s=[[3.0]] * 3,
+        forward_s=[[1.0]] * 3,
+        weight_grad_s=[[1.0]] * 3,
+    )
     t = part.terms(pipe, zb.ZbH1Options())
     ref = classic.terms(pipe, classic.options())
     np.testing.assert_allclose(t.bubble_s, np.asarray(ref.bubble_s) / 3.0, rtol=REL)
@@ -202,7 +229,9 @@ def test_zb_h1_terms_on_the_papers_equal_pass_times(est, zb):
     for field in ("bubble_s", "in_flight", "p2p_transfers"):
         np.testing.assert_array_equal(getattr(t0, field), getattr(ref, field))
     # W passes longer than half the stage cannot make the bubble negative
-    big_w = _pipe(pp=4.0, micro_batches=8.0, virtual_stages=1.0, stage_s=3.0, forward_s=0.5, weight_grad_s=2.0)
+    big_w = _pipe(
+        pp=4.0, micro_batches=8.0, virtual_stages=1.0, stage_s=3.0, forward_s=0.5, weight_grad_s=2.0
+    )
     assert float(part.terms(big_w, zb.ZbH1Options()).bubble_s) == 0.0
 
 
@@ -228,7 +257,8 @@ def test_zb_h1_bubble_is_the_papers_on_the_models_own_times(est, zb):
     assert classic.step_time_s - zero.step_time_s == pytest.approx(2.0 * 3.0 * t_w, rel=1e-9)
     assert zero.memory_per_gpu_gb == pytest.approx(classic.memory_per_gpu_gb, rel=REL)
     assert {k: v for k, v in zero.breakdown_s.items() if k != "pp_bubble"} == pytest.approx(
-        {k: v for k, v in classic.breakdown_s.items() if k != "pp_bubble"}, rel=REL)
+        {k: v for k, v in classic.breakdown_s.items() if k != "pp_bubble"}, rel=REL
+    )
 
 
 def test_zb_h1_fill_zero_is_1f1b_and_fill_interpolates(est):
@@ -250,21 +280,42 @@ def test_zb_h1_fill_outside_zero_one_is_a_scenario_error(est):
 
 #: One GPU's view: 1e9 parameters in 10 layers, bf16, TP 2 x DP 16, 8 GPUs per node (a node holds
 #: 4 data-parallel ranks).
-SHARD = ShardInputs(params_per_gpu=np.asarray(1e9), params_per_layer=np.asarray(9e7),
-                    layers_per_stage=np.asarray(10.0), weight_bytes=np.asarray(2.0), grad_bytes=np.asarray(2.0),
-                    optimizer_bytes_per_param=np.asarray(12.0), tp=np.asarray(2.0), dp=np.asarray(16.0),
-                    cp=np.asarray(1.0), domain_gpus=np.asarray(8.0))
+SHARD = ShardInputs(
+    params_per_gpu=np.asarray(1e9),
+    params_per_layer=np.asarray(9e7),
+    layers_per_stage=np.asarray(10.0),
+    weight_bytes=np.asarray(2.0),
+    grad_bytes=np.asarray(2.0),
+    optimizer_bytes_per_param=np.asarray(12.0),
+    tp=np.asarray(2.0),
+    dp=np.asarray(16.0),
+    cp=np.asarray(1.0),
+    domain_gpus=np.asarray(8.0),
+)
 
 
 def _events(evs) -> list[tuple]:
-    return [(e.collective, float(e.bytes), float(e.group_size), float(e.group_stride), e.flat, e.per,
-             float(e.exposed_fraction)) for e in evs]
+    return [
+        (
+            e.collective,
+            float(e.bytes),
+            float(e.group_size),
+            float(e.group_stride),
+            e.flat,
+            e.per,
+            float(e.exposed_fraction),
+        )
+        for e in evs
+    ]
 
 
 def test_zeropp_state_and_events(est, zpp):
     part = est.registry.get("sharding", "zeropp")
     assert type(part) is zpp.ZeroPlusPlus and part.option_defaults() == {
-        "zeropp_weight_bits": 8, "zeropp_gradient_bits": 4, "zeropp_hpz": True}
+        "zeropp_weight_bits": 8,
+        "zeropp_gradient_bits": 4,
+        "zeropp_hpz": True,
+    }
     first = 1.0 / 30.0
     on = part.traffic(SHARD, zpp.ZeroPPOptions())
     assert _events(on) == [
@@ -304,8 +355,10 @@ def test_zeropp_bits_change_the_prediction(est):
     assert dp[4, 4] < dp[8, 4] < dp[16, 4]
     assert dp[8, 2] < dp[8, 4] < dp[8, 8]
     for hpz in (True, False):
-        ws = [est.estimate(_with(ZPP, sharding="zeropp", zeropp_weight_bits=w, zeropp_hpz=hpz)).step_time_s
-              for w in (4, 8, 16)]
+        ws = [
+            est.estimate(_with(ZPP, sharding="zeropp", zeropp_weight_bits=w, zeropp_hpz=hpz)).step_time_s
+            for w in (4, 8, 16)
+        ]
         assert ws[0] < ws[1] < ws[2], hpz
 
 
@@ -348,10 +401,12 @@ def test_installed_plugins_list_their_parts_with_their_distributions(venv):
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""
     parts = {(p["kind"], p["name"]): p for p in json.loads(res.stdout)["parts"]}
-    for kind, name, plugin, dist in [("sharding", "acme-zero2", "acme", "shardmeter-acme"),
-                                     ("hardware", "acme-x1", "acme", "shardmeter-acme"),
-                                     ("schedule", "zb-h1", "zero-bubble", "shardmeter-zero-bubble"),
-                                     ("sharding", "zeropp", "zeropp", "shardmeter-zeropp")]:
+    for kind, name, plugin, dist in [
+        ("sharding", "acme-zero2", "acme", "shardmeter-acme"),
+        ("hardware", "acme-x1", "acme", "shardmeter-acme"),
+        ("schedule", "zb-h1", "zero-bubble", "shardmeter-zero-bubble"),
+        ("sharding", "zeropp", "zeropp", "shardmeter-zeropp"),
+    ]:
         part = parts[(kind, name)]
         assert part["plugin"] == plugin
         got, version = part["distribution"].split()
@@ -383,8 +438,14 @@ def test_installed_zb_h1_shrinks_the_bubble_and_is_1f1b_at_fill_zero(venv):
 def test_installed_zeropp_options_change_the_step(venv):
     zero3 = _estimate(venv, EXAMPLE, 'parallelism.sharding="zero3"')
     zpp = 'parallelism.sharding="zeropp"'
-    off = _estimate(venv, EXAMPLE, zpp, "parallelism.zeropp_weight_bits=16", "parallelism.zeropp_gradient_bits=16",
-                    "parallelism.zeropp_hpz=false")
+    off = _estimate(
+        venv,
+        EXAMPLE,
+        zpp,
+        "parallelism.zeropp_weight_bits=16",
+        "parallelism.zeropp_gradient_bits=16",
+        "parallelism.zeropp_hpz=false",
+    )
     assert off["step_time_s"] == pytest.approx(zero3["step_time_s"], rel=REL)
     default = _estimate(venv, EXAMPLE, zpp)
     w4 = _estimate(venv, EXAMPLE, zpp, "parallelism.zeropp_weight_bits=4")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from shared_scenarios import TINY
 
 from shardmeter.explore.executors import FailOnce, TaskFailed, run_tasks
 from shardmeter.explore.plan import score_chunk, search
 from shardmeter.explore.sweep import run_sweep
-from shared_scenarios import TINY
 
 CHUNK = 5000  # ~25 tasks over the tiny space
 

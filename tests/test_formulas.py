@@ -49,7 +49,9 @@ def _narayanan_eq3(m):
     return 96.0 * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
 
 
-@pytest.mark.parametrize("m", [GPT3, MEGATRON_1T], ids=["narayanan2021-table1-gpt3-175b", "narayanan2021-table1-1t"])
+@pytest.mark.parametrize(
+    "m", [GPT3, MEGATRON_1T], ids=["narayanan2021-table1-gpt3-175b", "narayanan2021-table1-1t"]
+)
 def test_model_flops_per_token_is_narayanans_count(m):
     assert _flops(m) == pytest.approx(_narayanan_no_recompute(m), rel=1e-12)
 
@@ -59,7 +61,9 @@ def test_gpt3_175b_model_flops_per_token_value():
     assert _flops(GPT3) == pytest.approx(1.07644e12, rel=1e-4)
 
 
-@pytest.mark.parametrize("m", [GPT3, MEGATRON_1T], ids=["narayanan2021-eq3-gpt3-175b", "narayanan2021-eq3-1t"])
+@pytest.mark.parametrize(
+    "m", [GPT3, MEGATRON_1T], ids=["narayanan2021-eq3-gpt3-175b", "narayanan2021-eq3-1t"]
+)
 def test_full_recompute_adds_one_forward_of_the_layers_eq3(m):
     """Eq. 3: recomputation runs the layers' forward again (4/3 of the layer FLOPs), the logits once."""
     dense, att = F.layer_flops_per_token(m["h"], m["h"], m["h"], 4 * m["h"], False, m["s"])
@@ -95,8 +99,10 @@ def test_swiglu_and_gqa_generalise_the_dense_count():
 def test_flops_are_vectorised_over_plans():
     h = np.array([4096, 12288, 25600])
     out = F.model_flops_per_token(np.array([32, 96, 128]), h, h, h, 4 * h, np.array([False] * 3), 51200, 2048)
-    scalar = [F.model_flops_per_token(l_, h_, h_, h_, 4 * h_, False, 51200, 2048)
-              for l_, h_ in zip([32, 96, 128], [4096, 12288, 25600])]
+    scalar = [
+        F.model_flops_per_token(l_, h_, h_, h_, 4 * h_, False, 51200, 2048)
+        for l_, h_ in zip([32, 96, 128], [4096, 12288, 25600], strict=True)
+    ]
     np.testing.assert_allclose(out, scalar, rtol=1e-15)
 
 
@@ -147,19 +153,25 @@ def _act(h, a, s, t, *, sp, recompute, b=1):
     return float(stored)
 
 
-@pytest.mark.parametrize("name", list(KORTHIKANTI_TABLE3), ids=[f"korthikanti2022-{n}" for n in KORTHIKANTI_TABLE3])
+@pytest.mark.parametrize(
+    "name", list(KORTHIKANTI_TABLE3), ids=[f"korthikanti2022-{n}" for n in KORTHIKANTI_TABLE3]
+)
 def test_activation_memory_per_layer_table2(name):
     h, a, s, t = KORTHIKANTI_TABLE3[name]
     for b in (1, 4):
         sbh = s * b * h
         # no parallelism: s b h (34 + 5 a s / h)
-        assert _act(h, a, s, 1, sp=False, recompute=0, b=b) == pytest.approx(sbh * (34 + 5 * a * s / h), rel=1e-12)
+        assert _act(h, a, s, 1, sp=False, recompute=0, b=b) == pytest.approx(
+            sbh * (34 + 5 * a * s / h), rel=1e-12
+        )
         # tensor parallel: s b h (10 + 24/t + 5 a s / (h t))
         assert _act(h, a, s, t, sp=False, recompute=0, b=b) == pytest.approx(
-            sbh * (10 + 24 / t + 5 * a * s / (h * t)), rel=1e-12)
+            sbh * (10 + 24 / t + 5 * a * s / (h * t)), rel=1e-12
+        )
         # tensor + sequence parallel: s b h / t (34 + 5 a s / h)
         assert _act(h, a, s, t, sp=True, recompute=0, b=b) == pytest.approx(
-            sbh / t * (34 + 5 * a * s / h), rel=1e-12)
+            sbh / t * (34 + 5 * a * s / h), rel=1e-12
+        )
         # tensor parallel + selective recompute: s b h (10 + 24/t)
         assert _act(h, a, s, t, sp=False, recompute=1, b=b) == pytest.approx(sbh * (10 + 24 / t), rel=1e-12)
         # tensor + sequence parallel + selective recompute: 34 s b h / t
@@ -186,7 +198,10 @@ def test_activation_memory_is_vectorised_over_plans():
     sp = np.array([False, True, False, True])
     rc = np.array([0, 1, 2, 1])
     stored, _ = F.activation_bytes_per_layer(2048, 1, 12288, 96, 12288, 12288, 49152, False, t, sp, rc, True)
-    scalar = [_act(12288, 96, 2048, int(t_), sp=bool(s_), recompute=int(r_)) for t_, s_, r_ in zip(t, sp, rc)]
+    scalar = [
+        _act(12288, 96, 2048, int(t_), sp=bool(s_), recompute=int(r_))
+        for t_, s_, r_ in zip(t, sp, rc, strict=True)
+    ]
     np.testing.assert_allclose(stored, scalar, rtol=1e-15)
 
 
@@ -208,8 +223,14 @@ def test_ring_over_one_rank_costs_nothing():
 
 def _two_tiers(gpn, bw0, lat0, bw1, lat1) -> Topology:
     """A node of ``gpn`` GPUs, then the network (the two-tier spelling of SCENARIO.md)."""
-    return Topology(gpus_per_node=gpn, nodes=1, domain_gpus=gpn, tier_gpus=np.array([gpn, np.inf]),
-                    tier_bytes_s=np.array([bw0, bw1]), tier_latency_s=np.array([lat0, lat1]))
+    return Topology(
+        gpus_per_node=gpn,
+        nodes=1,
+        domain_gpus=gpn,
+        tier_gpus=np.array([gpn, np.inf]),
+        tier_bytes_s=np.array([bw0, bw1]),
+        tier_latency_s=np.array([lat0, lat1]),
+    )
 
 
 @pytest.mark.parametrize("n", [2, 8])
@@ -253,21 +274,37 @@ def test_three_tier_all_reduce_against_a_hand_calculation():
     """
     nvl, ib = 900e9 * 0.8, 50e9 * 0.85
     lat = (1e-6, 5e-6, 8e-6)
-    topo = Topology(gpus_per_node=4, nodes=576, domain_gpus=72, tier_gpus=np.array([72.0, 576.0, np.inf]),
-                    tier_bytes_s=np.array([nvl, ib, ib / 2.0]), tier_latency_s=np.array(lat))
+    topo = Topology(
+        gpus_per_node=4,
+        nodes=576,
+        domain_gpus=72,
+        tier_gpus=np.array([72.0, 576.0, np.inf]),
+        tier_bytes_s=np.array([nvl, ib, ib / 2.0]),
+        tier_latency_s=np.array(lat),
+    )
     t = collective_time("all_reduce", S, 2304, 1, topo)
-    hand = 2.0 * (71 * lat[0] + 71 / 72 * S / nvl
-                  + 7 * lat[1] + 7 / 8 * (S / 72) / ib
-                  + 3 * lat[2] + 3 / 4 * (S / 576) / (ib / 2.0))
+    hand = 2.0 * (
+        71 * lat[0]
+        + 71 / 72 * S / nvl
+        + 7 * lat[1]
+        + 7 / 8 * (S / 72) / ib
+        + 3 * lat[2]
+        + 3 / 4 * (S / 576) / (ib / 2.0)
+    )
     assert t == pytest.approx(hand, rel=1e-12)
     # a group inside one NVLink domain never touches IB; one spanning two domains pays IB only
-    assert collective_time("all_reduce", S, 72, 1, topo) == pytest.approx(2 * (71 * lat[0] + 71 / 72 * S / nvl))
+    assert collective_time("all_reduce", S, 72, 1, topo) == pytest.approx(
+        2 * (71 * lat[0] + 71 / 72 * S / nvl)
+    )
     two = collective_time("reduce_scatter", S, 144, 1, topo)
     assert two == pytest.approx(71 * lat[0] + 71 / 72 * S / nvl + 1 * lat[1] + 1 / 2 * (S / 72) / ib)
     # all-to-all over 2304 ranks: each tier carries its share at once; the slowest tier sets the time
     a2a = collective_time("all_to_all", S, 2304, 1, topo)
-    parts = (71 / 2304 * S / nvl + 71 * lat[0], (576 - 72) / 2304 * S / ib + 7 * lat[1],
-             (2304 - 576) / 2304 * S / (ib / 2.0) + 3 * lat[2])
+    parts = (
+        71 / 2304 * S / nvl + 71 * lat[0],
+        (576 - 72) / 2304 * S / ib + 7 * lat[1],
+        (2304 - 576) / 2304 * S / (ib / 2.0) + 3 * lat[2],
+    )
     assert a2a == pytest.approx(max(parts), rel=1e-12)
 
 
@@ -275,7 +312,9 @@ def test_three_tier_all_reduce_against_a_hand_calculation():
 
 
 def _h200_attention_points():
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "results", "h200-2026-11-30", "attention.csv")
+    path = os.path.join(
+        os.path.dirname(__file__), "..", "benchmarks", "results", "h200-2026-11-30", "attention.csv"
+    )
     with open(path, newline="") as fh:
         return [r for r in csv.DictReader(fh) if r["mode"] == "fwd+bwd"]
 
@@ -307,10 +346,18 @@ def test_attention_runs_closer_to_its_asymptote_at_long_sequences():
     times = []
     for s, att_eff in ((2048.0, 0.3), (2048.0, 0.6), (32768.0, 0.3), (32768.0, 0.6)):
         cols = {k: np.array(v, dtype=float) for k, v in base.columns().items()}
-        set_to = {"model.seq_len": s, "hardware.attention_efficiency": att_eff,
-                  "training.global_batch": 1536.0 * 2048 / s, "layout.pp": 1.0, "layout.tp": 8.0, "layout.dp": 1.0,
-                  "topology.nodes": 1.0, "model.layers": 2.0, "training.materialized": 0.0,
-                  "hardware.memory_bytes": 1e15}
+        set_to = {
+            "model.seq_len": s,
+            "hardware.attention_efficiency": att_eff,
+            "training.global_batch": 1536.0 * 2048 / s,
+            "layout.pp": 1.0,
+            "layout.tp": 8.0,
+            "layout.dp": 1.0,
+            "topology.nodes": 1.0,
+            "model.layers": 2.0,
+            "training.materialized": 0.0,
+            "hardware.memory_bytes": 1e15,
+        }
         cols.update({k: np.full_like(cols[k], v) for k, v in set_to.items()})
         times.append(float(evaluate(ModelInputs.from_columns(cols), table)["breakdown"]["compute"][0]))
     # The attention part is what changes with att_eff: t(0.3) - t(0.6) = t_att(0.6).

@@ -58,20 +58,114 @@ def _seeds() -> list[tuple[str, dict]]:
 
 SEEDS = _seeds()
 
-PART_NAMES = ["h100-sxm", "a100-sxm-80gb", "mi300x", "tpu-v5p", "l4", "nvlink4", "ib-ndr", "internet",
-              "ethernet-10g", "pcie4", "zero3", "hsdp", "interleaved", "gpipe", "diloco", "allreduce", "owned",
-              "cloud-on-demand", "gpt3-13b", "bf16", "fp8", "selective", "full", "swiglu"]
+PART_NAMES = [
+    "h100-sxm",
+    "a100-sxm-80gb",
+    "mi300x",
+    "tpu-v5p",
+    "l4",
+    "nvlink4",
+    "ib-ndr",
+    "internet",
+    "ethernet-10g",
+    "pcie4",
+    "zero3",
+    "hsdp",
+    "interleaved",
+    "gpipe",
+    "diloco",
+    "allreduce",
+    "owned",
+    "cloud-on-demand",
+    "gpt3-13b",
+    "bf16",
+    "fp8",
+    "selective",
+    "full",
+    "swiglu",
+]
 VALUES = [
-    0, 1, 2, 3, 7, 8, 64, -1, -8, 2**31, 2**40, 2**40 + 1, 2**53 + 1, 2**63 - 1, -(2**63),
-    0.0, -0.0, 0.5, 1.5, 2.0, 1e-9, 1e-10, 1e18, 1e19, 1e308, 5e-324, float("nan"), float("inf"),
-    float("-inf"), True, False,
-    "", " ", "x", "ünïcødé ☃", "\t\n", "a" * 600, "${HOME}", "../../etc/passwd", "__import__('os')",
-    "1", "1.0", "true", "nan",
-    [], [1], ["a"], [{}], [[[]]], {}, {"name": "h100-sxm"}, {"x": 1}, {"name": 5},
-    datetime.date(2026, 11, 30), datetime.datetime(2026, 11, 30, 12, 0, 0), datetime.time(12, 0),
-] + PART_NAMES
-KEY_NAMES = ["tp", "pp", "dp", "layers", "name", "gpu", "nodes", "preset", "inner_steps", "strategy", "link",
-             "layer", "nods", "gpus_per_nod", "x", "", "Model", "island", "sync", "__class__", "ünï"]
+    0,
+    1,
+    2,
+    3,
+    7,
+    8,
+    64,
+    -1,
+    -8,
+    2**31,
+    2**40,
+    2**40 + 1,
+    2**53 + 1,
+    2**63 - 1,
+    -(2**63),
+    0.0,
+    -0.0,
+    0.5,
+    1.5,
+    2.0,
+    1e-9,
+    1e-10,
+    1e18,
+    1e19,
+    1e308,
+    5e-324,
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    True,
+    False,
+    "",
+    " ",
+    "x",
+    "ünïcødé ☃",
+    "\t\n",
+    "a" * 600,
+    "${HOME}",
+    "../../etc/passwd",
+    "__import__('os')",
+    "1",
+    "1.0",
+    "true",
+    "nan",
+    [],
+    [1],
+    ["a"],
+    [{}],
+    [[[]]],
+    {},
+    {"name": "h100-sxm"},
+    {"x": 1},
+    {"name": 5},
+    datetime.date(2026, 11, 30),
+    datetime.datetime(2026, 11, 30, 12, 0, 0),
+    datetime.time(12, 0),
+    *PART_NAMES,
+]
+KEY_NAMES = [
+    "tp",
+    "pp",
+    "dp",
+    "layers",
+    "name",
+    "gpu",
+    "nodes",
+    "preset",
+    "inner_steps",
+    "strategy",
+    "link",
+    "layer",
+    "nods",
+    "gpus_per_nod",
+    "x",
+    "",
+    "Model",
+    "island",
+    "sync",
+    "__class__",
+    "ünï",
+]
 
 
 def _paths(obj, prefix=()):
@@ -79,12 +173,12 @@ def _paths(obj, prefix=()):
     out = []
     if isinstance(obj, dict):
         for k, v in obj.items():
-            out.append((obj, k, prefix + (k,)))
-            out.extend(_paths(v, prefix + (k,)))
+            out.append((obj, k, (*prefix, k)))
+            out.extend(_paths(v, (*prefix, k)))
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
-            out.append((obj, i, prefix + (i,)))
-            out.extend(_paths(v, prefix + (i,)))
+            out.append((obj, i, (*prefix, i)))
+            out.extend(_paths(v, (*prefix, i)))
     return out
 
 
@@ -101,8 +195,21 @@ def mutate(rng: random.Random, d: dict) -> tuple[dict, list[str]]:
     log = []
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
         paths = _paths(d)
-        op = rng.choice(["replace", "replace", "replace", "part", "delete", "add", "rename", "dup", "move",
-                         "scale", "swap"])
+        op = rng.choice(
+            [
+                "replace",
+                "replace",
+                "replace",
+                "part",
+                "delete",
+                "add",
+                "rename",
+                "dup",
+                "move",
+                "scale",
+                "swap",
+            ]
+        )
         if not paths:
             op = "add"
         if op in ("replace", "part", "scale"):
@@ -111,8 +218,17 @@ def mutate(rng: random.Random, d: dict) -> tuple[dict, list[str]]:
             if op == "part":
                 new = rng.choice(PART_NAMES)
             elif op == "scale" and isinstance(old, (int, float)) and not isinstance(old, bool):
-                new = rng.choice([lambda x: -x, lambda x: x * 1000, lambda x: x + 1, lambda x: x - 1,
-                                  lambda x: x / 2, lambda x: x * 2**30, lambda x: 0])(old)
+                new = rng.choice(
+                    [
+                        lambda x: -x,
+                        lambda x: x * 1000,
+                        lambda x: x + 1,
+                        lambda x: x - 1,
+                        lambda x: x / 2,
+                        lambda x: x * 2**30,
+                        lambda x: 0,
+                    ]
+                )(old)
             else:
                 new = rng.choice(VALUES)
             cont[key] = copy.deepcopy(new)
@@ -130,7 +246,7 @@ def mutate(rng: random.Random, d: dict) -> tuple[dict, list[str]]:
             cont, key, p = rng.choice(paths)
             if isinstance(cont, dict) and isinstance(key, str) and key:
                 i = rng.randrange(len(key))
-                new_key = key[:i] + key[i + 1:] if rng.random() < 0.5 else key + rng.choice("s_x")
+                new_key = key[:i] + key[i + 1 :] if rng.random() < 0.5 else key + rng.choice("s_x")
                 cont[new_key] = cont.pop(key)
                 log.append(f"rename {p} -> {new_key}")
         elif op == "dup":
@@ -139,7 +255,9 @@ def mutate(rng: random.Random, d: dict) -> tuple[dict, list[str]]:
                 log.append("duplicate an island")
             else:
                 src = rng.choice(list(d))
-                dst = rng.choice([k for k in ("model", "training", "parallelism", "sync", "network") if k != src])
+                dst = rng.choice(
+                    [k for k in ("model", "training", "parallelism", "sync", "network") if k != src]
+                )
                 d[dst] = copy.deepcopy(d[src])
                 log.append(f"copy [{src}] over [{dst}]")
         elif op == "move":
@@ -169,9 +287,12 @@ def garble(rng: random.Random, text: str) -> tuple[str, str]:
     if op == "dup-line" and lines:
         return "".join(lines[: i + 1] + lines[i:]), f"duplicate line {i}"
     if op == "del-line" and lines:
-        return "".join(lines[:i] + lines[i + 1:]), f"delete line {i}"
+        return "".join(lines[:i] + lines[i + 1 :]), f"delete line {i}"
     if op == "header":
-        return text + f"\n[{rng.choice(['model', 'training', 'island', 'sync', 'x'])}]\nlayers = 2\n", "extra header"
+        return (
+            text + f"\n[{rng.choice(['model', 'training', 'island', 'sync', 'x'])}]\nlayers = 2\n",
+            "extra header",
+        )
     n = rng.randrange(len(text) + 1)
     c = rng.choice(["=", "[", "]", "{", '"', "'", "\\", "\x00", "\x7f", "\u2603", "#", "\n", ","])
     return text[:n] + c + text[n:], f"insert {c!r} at {n}"
@@ -224,7 +345,7 @@ def test_fuzz_estimate(cases, tmp_path, capsys):
 def test_fuzz_validate_over_a_folder_of_mutants(cases, tmp_path, capsys):
     folder = tmp_path / "mutants"
     folder.mkdir()
-    for i, (name, text, _, _) in enumerate(cases[:200]):
+    for i, (_name, text, _, _) in enumerate(cases[:200]):
         if i % 3 == 0:
             text += "\n[measured]\ntokens_per_s_per_gpu = 1000.0\nmfu = 0.4\n"
         (folder / f"m{i}.toml").write_text(text, encoding="utf-8", errors="surrogatepass")
@@ -236,15 +357,68 @@ def test_fuzz_validate_over_a_folder_of_mutants(cases, tmp_path, capsys):
         assert "\n" not in f["error"] and f["error"], f
 
 
-SET_KEYS = ["model.layers", "model.hidden", "model.preset", "training.global_batch", "training.tokens",
-            "training.precision", "island[0].nodes", "island[0].gpu", "island[0].gpu.memory_gb",
-            "island[0].inter_node", "island[1].nodes", "parallelism.tp", "parallelism.pp", "parallelism.sharding",
-            "parallelism.schedule", "sync.strategy", "sync.inner_steps", "network.link",
-            "network.link.bandwidth_gb_s", "measured.mfu", "source.note", "nope.x", "island[7].gpu", "model",
-            "island", "island[0]", "a.b.c", "model.layers[0]", "island[0][1]"]
-SET_VALUES = ["1", "0", "-1", "2.5", "1e400", "nan", "inf", "true", '"x"', "x", "", "[]", "[1, 2]", "{}",
-              "{name='h100-sxm', memory_gb=96.0}", "{a={b=1}}", "h100-sxm", "zero3", "diloco", "'''", "\"",
-              "1979-05-27", "0x1F", "1_000", "9" * 30, "{", "]", "=", "\u2603"]
+SET_KEYS = [
+    "model.layers",
+    "model.hidden",
+    "model.preset",
+    "training.global_batch",
+    "training.tokens",
+    "training.precision",
+    "island[0].nodes",
+    "island[0].gpu",
+    "island[0].gpu.memory_gb",
+    "island[0].inter_node",
+    "island[1].nodes",
+    "parallelism.tp",
+    "parallelism.pp",
+    "parallelism.sharding",
+    "parallelism.schedule",
+    "sync.strategy",
+    "sync.inner_steps",
+    "network.link",
+    "network.link.bandwidth_gb_s",
+    "measured.mfu",
+    "source.note",
+    "nope.x",
+    "island[7].gpu",
+    "model",
+    "island",
+    "island[0]",
+    "a.b.c",
+    "model.layers[0]",
+    "island[0][1]",
+]
+SET_VALUES = [
+    "1",
+    "0",
+    "-1",
+    "2.5",
+    "1e400",
+    "nan",
+    "inf",
+    "true",
+    '"x"',
+    "x",
+    "",
+    "[]",
+    "[1, 2]",
+    "{}",
+    "{name='h100-sxm', memory_gb=96.0}",
+    "{a={b=1}}",
+    "h100-sxm",
+    "zero3",
+    "diloco",
+    "'''",
+    '"',
+    "1979-05-27",
+    "0x1F",
+    "1_000",
+    "9" * 30,
+    "{",
+    "]",
+    "=",
+    "\u2603",
+]
 
 
 def test_fuzz_set_overrides(tmp_path, capsys):
@@ -254,7 +428,7 @@ def test_fuzz_set_overrides(tmp_path, capsys):
         p = tmp_path / f"{name}.toml"
         p.write_text(to_toml(d))
         bases[name] = p
-    for i in range(max(50, CASES // 2)):
+    for _i in range(max(50, CASES // 2)):
         path = rng.choice(list(bases.values()))
         sets = []
         for _ in range(rng.choice([1, 1, 2, 3])):
@@ -271,13 +445,41 @@ def test_fuzz_sweep(tmp_path, capsys):
     if "sweep" not in cli.COMMANDS:
         pytest.skip("sweep is not installed")
     rng = random.Random(SEED + 2)
-    keys = ["parallelism.tp", "parallelism.pp", "island[0].nodes", "training.micro_batch", "model.layers",
-            "parallelism.sharding", "training.precision", "island[0].gpu", "sync.inner_steps", "no.such"]
-    vals = ["1,2", "1,2,4", "0,1", "a,b", "1..8x2", "1..8+3", "8..1x2", "1..4x1", "1..4x0", "-1,1", "1.5,2",
-            "h100-sxm,a100-sxm-80gb", "zero1,zero3", "bf16,fp8", "nan,1", "", ",", "1,,2"]
+    keys = [
+        "parallelism.tp",
+        "parallelism.pp",
+        "island[0].nodes",
+        "training.micro_batch",
+        "model.layers",
+        "parallelism.sharding",
+        "training.precision",
+        "island[0].gpu",
+        "sync.inner_steps",
+        "no.such",
+    ]
+    vals = [
+        "1,2",
+        "1,2,4",
+        "0,1",
+        "a,b",
+        "1..8x2",
+        "1..8+3",
+        "8..1x2",
+        "1..4x1",
+        "1..4x0",
+        "-1,1",
+        "1.5,2",
+        "h100-sxm,a100-sxm-80gb",
+        "zero1,zero3",
+        "bf16,fp8",
+        "nan,1",
+        "",
+        ",",
+        "1,,2",
+    ]
     path = tmp_path / "base.toml"
     path.write_text(to_toml(BASES["single"]))
-    for i in range(40):
+    for _i in range(40):
         args = []
         for _ in range(rng.choice([1, 1, 2])):
             args += ["--vary", f"{rng.choice(keys)}={rng.choice(vals)}"]
@@ -312,6 +514,12 @@ def test_mutants_through_the_real_entry_point(cases, tmp_path):
     for i, (name, text, _, log) in enumerate(picked):
         path = tmp_path / f"p{i}.toml"
         path.write_text(text, encoding="utf-8", errors="surrogatepass")
-        res = subprocess.run([sys.executable, "-m", "shardmeter", "estimate", str(path), "--json"],
-                             capture_output=True, text=True, timeout=120, env=env, check=False)
+        res = subprocess.run(
+            [sys.executable, "-m", "shardmeter", "estimate", str(path), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+            check=False,
+        )
         check_outcome(res.returncode, res.stdout, res.stderr, where=f"{name} {log}")

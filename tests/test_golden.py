@@ -40,7 +40,11 @@ def _diff(got, want, path="$") -> list[str]:
     if isinstance(want, list):
         if not isinstance(got, list) or len(got) != len(want):
             return [f"{path}: {got!r} != {want!r}"]
-        return [line for i, (g, w) in enumerate(zip(got, want)) for line in _diff(g, w, f"{path}[{i}]")]
+        return [
+            line
+            for i, (g, w) in enumerate(zip(got, want, strict=True))
+            for line in _diff(g, w, f"{path}[{i}]")
+        ]
     raise TypeError(f"{path}: unexpected {type(want).__name__}")
 
 

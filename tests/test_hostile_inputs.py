@@ -44,7 +44,7 @@ CORPUS = sorted((HERE / "hostile").glob("*.toml"))
 def _expectations(path: pathlib.Path) -> list[str]:
     first = path.read_bytes().decode("utf-8-sig").splitlines()[0]
     assert first.startswith("# expect:"), f"{path.name} must start with '# expect: ...'"
-    return [e.strip() for e in first[len("# expect:"):].split("|")]
+    return [e.strip() for e in first[len("# expect:") :].split("|")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ FILES = {
     "utf16-be-bom": (b"\xfe\xff" + to_toml(BASE).encode("utf-16-be"), ["UTF-16"]),
     "utf16-no-bom": (to_toml(BASE).encode("utf-16-le"), []),
     "utf32": (to_toml(BASE).encode("utf-32"), []),
-    "latin1": ("[model]\npreset = \"gpt3-13b\"\n# caf\u00e9\n".encode("latin-1"), ["UTF-8"]),
+    "latin1": ('[model]\npreset = "gpt3-13b"\n# caf\u00e9\n'.encode("latin-1"), ["UTF-8"]),
     "json": (json.dumps(BASE).encode(), ["not valid TOML"]),
     "yaml": (b"model:\n  preset: gpt3-13b\n", ["not valid TOML"]),
     "python": (b"import os\nos.system('echo pwned')\n", ["not valid TOML"]),
@@ -127,12 +127,14 @@ FILES = {
     "deep-dotted": (b"[model]\n" + b".".join([b"k"] * 200) + b" = 1\n", ["$.model.k"]),
     "huge-comment": (b"#" + b"x" * 5_000_000 + b"\n", ["$.model"]),
     "many-keys": (b"[source]\n" + b"".join(b"k%d = %d\n" % (i, i) for i in range(50000)), ["$.model"]),
-    "long-line-string": (("[model]\npreset = \"" + "x" * 100000 + "\"\n").encode(), ["$.model.preset"]),
-    "control-chars": (b"[model]\npreset = \"gpt\x01\"\n", ["not valid TOML"]),
+    "long-line-string": (('[model]\npreset = "' + "x" * 100000 + '"\n').encode(), ["$.model.preset"]),
+    "control-chars": (b'[model]\npreset = "gpt\x01"\n', ["not valid TOML"]),
     "crlf-ok": (to_toml(BASE).replace("\n", "\r\n").encode(), None),  # None: must succeed
     "bom-ok": (b"\xef\xbb\xbf" + to_toml(BASE).encode(), None),
-    "datetime-for-count": (to_toml(BASE).replace("nodes = 2", "nodes = 1979-05-27T07:32:00Z").encode(),
-                           ["$.island[0].nodes"]),
+    "datetime-for-count": (
+        to_toml(BASE).replace("nodes = 2", "nodes = 1979-05-27T07:32:00Z").encode(),
+        ["$.island[0].nodes"],
+    ),
 }
 
 
@@ -153,15 +155,26 @@ def test_paths_that_are_not_files(tmp_path, capsys):
     (tmp_path / "dangling.toml").symlink_to(tmp_path / "nowhere.toml")
     (tmp_path / "loop-a.toml").symlink_to(tmp_path / "loop-b.toml")
     (tmp_path / "loop-b.toml").symlink_to(tmp_path / "loop-a.toml")
-    for name, expect in [("missing.toml", "no such file"), ("folder.toml", "directory"),
-                         ("dangling.toml", "no such file"), ("loop-a.toml", ""), ("", "")]:
+    for name, expect in [
+        ("missing.toml", "no such file"),
+        ("folder.toml", "directory"),
+        ("dangling.toml", "no such file"),
+        ("loop-a.toml", ""),
+        ("", ""),
+    ]:
         path = tmp_path / name if name else ""
         code, out, err = run_cli(capsys, "estimate", path, "--json")
         check_error(code, out, err, expect, where=name or "empty path")
 
 
 def test_odd_file_names_are_quoted_on_one_line(tmp_path, capsys):
-    for name in ["with space.toml", "caf\u00e9 \u2603.toml", "new\nline.toml", "-dash.toml", "x" * 200 + ".toml"]:
+    for name in [
+        "with space.toml",
+        "caf\u00e9 \u2603.toml",
+        "new\nline.toml",
+        "-dash.toml",
+        "x" * 200 + ".toml",
+    ]:
         path = tmp_path / name
         path.write_text("not = toml = at all")
         code, out, err = run_cli(capsys, "estimate", "--json", "--", path)
@@ -248,7 +261,12 @@ VALUES = [
     ("single", "island[0].inter_node", {"name": "ib-ndr", "kind": "wormhole"}, "$.island[0].inter_node.kind"),
     ("single", "island[0].intra_node", {"name": "nvlink4", "efficiency": 0.0}, "efficiency"),
     ("single", "island[0].price", {"name": "owned", "purchase_usd": {"h100-sxm": -30000.0}}, "purchase_usd"),
-    ("single", "island[0].price", {"name": "cloud-on-demand", "gpu_prices": {"h100-sxm": -2.0}}, "gpu_prices"),
+    (
+        "single",
+        "island[0].price",
+        {"name": "cloud-on-demand", "gpu_prices": {"h100-sxm": -2.0}},
+        "gpu_prices",
+    ),
     ("single", "island[0].price", {"name": "owned", "lifetime_years": 0.0}, "lifetime_years"),
     # strings and choices
     ("single", "training.precision", "bf17", "training.precision"),
@@ -309,8 +327,11 @@ VALUES = [
 ]
 
 
-@pytest.mark.parametrize("case", range(len(VALUES)),
-                         ids=[f"{b}:{p}={v!r}"[:60] if v is not DELETE else f"{b}:del {p}" for b, p, v, _ in VALUES])
+@pytest.mark.parametrize(
+    "case",
+    range(len(VALUES)),
+    ids=[f"{b}:{p}={v!r}"[:60] if v is not DELETE else f"{b}:del {p}" for b, p, v, _ in VALUES],
+)
 def test_wrong_types_and_absurd_values(case, tmp_path, capsys):
     base, key, value, expect = VALUES[case]
     d = {"single": BASE, "multi": BASE_MULTI}[base]
@@ -350,7 +371,7 @@ SETS = [
     ("model.layers=0x10", None),  # TOML hex integer 16: accepted
     ("model.layers=99999999999999999999999999", "absurdly large"),
     ("model.layers=nan", "$.model.layers"),
-    ("model.layers=\"4\"", "$.model.layers"),
+    ('model.layers="4"', "$.model.layers"),
     ("model.layers={a=1}", "$.model.layers"),
     ("model.layers=[1,2", "$.model.layers"),  # not TOML: a bare string
     ("training.tokens=-inf", "$.training.tokens"),
@@ -397,8 +418,13 @@ def test_python_api_rejects_what_toml_cannot_express():
         d[key] = value
         with pytest.raises(shardmeter.ScenarioError):
             load_scenario(d)
-    for path, value in [("model.layers", {1, 2}), ("model.layers", None), ("parallelism.5", 1),
-                        ("island[0].gpu", object()), ("training.tokens", 1j)]:
+    for path, value in [
+        ("model.layers", {1, 2}),
+        ("model.layers", None),
+        ("parallelism.5", 1),
+        ("island[0].gpu", object()),
+        ("training.tokens", 1j),
+    ]:
         d = copy.deepcopy(BASE)
         cur = d
         parts = path.replace("[0]", ".0").split(".")
@@ -507,10 +533,18 @@ def test_hostile_plan_command_lines(case, tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["unknown-key.toml", "deeply-nested.toml", "huge-tokens.toml", "binary"])
 def test_no_traceback_at_the_process_level(name, tmp_path):
-    path = HERE / "hostile" / name if name.endswith(".toml") else _write(tmp_path, "b.toml", bytes(range(256)))
+    path = (
+        HERE / "hostile" / name if name.endswith(".toml") else _write(tmp_path, "b.toml", bytes(range(256)))
+    )
     env = {k: v for k, v in os.environ.items() if k != "SHARDMETER_DEBUG"}
-    res = subprocess.run([sys.executable, "-m", "shardmeter", "estimate", str(path), "--json"],
-                         capture_output=True, text=True, timeout=120, env=env, check=False)
+    res = subprocess.run(
+        [sys.executable, "-m", "shardmeter", "estimate", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
     check_error(res.returncode, res.stdout, res.stderr, where=name)
 
 
@@ -631,10 +665,22 @@ def test_a_sweep_killed_mid_run_leaves_a_whole_csv_that_resume_completes(tmp_pat
     path = tmp_path / "base.toml"
     path.write_text(to_toml(BASE))
     out = tmp_path / "sweep.csv"
-    argv = ["sweep", str(path), "--vary", "training.micro_batch=1,2,4,8", "--vary", "parallelism.tp=1,2",
-            "--csv", str(out)]
-    proc = subprocess.Popen([sys.executable, "-c", _SWEEP_DRIVER, *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    argv = [
+        "sweep",
+        str(path),
+        "--vary",
+        "training.micro_batch=1,2,4,8",
+        "--vary",
+        "parallelism.tp=1,2",
+        "--csv",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SWEEP_DRIVER, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         for _ in range(3):
             line = proc.stdout.readline()

@@ -11,15 +11,17 @@ import math
 import pathlib
 import subprocess
 import sys
+from itertools import pairwise
 
 import pytest
-
 from shared_scenarios import THREE_ISLANDS
+
 from shardmeter.scenario import load_scenario
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples" / "multi-island").glob("*.toml"))
 CHECK = ROOT / "tools" / "check_report.py"  # the contract checker: docs/scenario.md's report fields
+
 
 def _est(est, d):
     return est.estimate(copy.deepcopy(d))
@@ -47,20 +49,36 @@ def _bw(d, gb_s):
 
 
 def test_three_island_example_one_command():
-    p = subprocess.run([sys.executable, "-m", "shardmeter", "estimate", str(THREE_ISLANDS), "--json"],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "shardmeter", "estimate", str(THREE_ISLANDS), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     r = json.loads(p.stdout)
     assert r["feasible"] is True
     assert [i["name"] for i in r["islands"]] == ["us-east", "eu-north", "ap-south"]
     assert {i["gpu"] for i in r["islands"]} == {"h100-sxm", "a100-sxm-80gb"}
     for isl in r["islands"]:
-        for k in ("name", "gpus", "tokens_per_s", "step_time_s", "memory_per_gpu_gb", "cost_usd",
-                  "idle_fraction", "tokens_per_s_per_gpu", "wall_clock_s", "compute_utilization"):
+        for k in (
+            "name",
+            "gpus",
+            "tokens_per_s",
+            "step_time_s",
+            "memory_per_gpu_gb",
+            "cost_usd",
+            "idle_fraction",
+            "tokens_per_s_per_gpu",
+            "wall_clock_s",
+            "compute_utilization",
+        ):
             assert isl[k] is not None, k
     # islands add up to the whole; per-island GPUs x tokens/s/GPU = total
     assert sum(i["tokens_per_s"] for i in r["islands"]) == pytest.approx(r["tokens_per_s"], rel=1e-9)
-    assert sum(i["gpus"] for i in r["islands"]) * r["tokens_per_s_per_gpu"] == pytest.approx(r["tokens_per_s"])
+    assert sum(i["gpus"] for i in r["islands"]) * r["tokens_per_s_per_gpu"] == pytest.approx(
+        r["tokens_per_s"]
+    )
     assert sum(r["breakdown_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-9)
     assert "island_sync" in r["breakdown_s"] and "island_sync" in r["overlapped_s"]
     assert sum(i["cost_usd"] for i in r["islands"]) == pytest.approx(r["cost_usd"])
@@ -71,8 +89,9 @@ def test_three_island_example_one_command():
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_examples_pass_the_contract_checker(path):
     exe = pathlib.Path(sys.executable).with_name("shardmeter")
-    p = subprocess.run([sys.executable, str(CHECK), str(exe), str(path)], capture_output=True, text=True,
-                       timeout=180)
+    p = subprocess.run(
+        [sys.executable, str(CHECK), str(exe), str(path)], capture_output=True, text=True, timeout=180
+    )
     assert p.returncode == 0, p.stdout + p.stderr
 
 
@@ -89,32 +108,42 @@ def test_examples_are_feasible_multi_island(est, path):
 BWS = [0.01, 0.02, 0.05, 0.125, 0.25, 0.5, 1.25, 2.5, 12.5, 125.0]  # GB/s per uplink
 
 
-@pytest.mark.parametrize("sync", [
-    {"strategy": "diloco", "inner_steps": 100, "compression_bits": 16},
-    {"strategy": "diloco", "inner_steps": 100, "compression_bits": 4, "fragments": 4, "overlap_steps": 1},
-    {"strategy": "allreduce"},
-], ids=["diloco", "streaming", "allreduce"])
+@pytest.mark.parametrize(
+    "sync",
+    [
+        {"strategy": "diloco", "inner_steps": 100, "compression_bits": 16},
+        {"strategy": "diloco", "inner_steps": 100, "compression_bits": 4, "fragments": 4, "overlap_steps": 1},
+        {"strategy": "allreduce"},
+    ],
+    ids=["diloco", "streaming", "allreduce"],
+)
 def test_compute_utilization_rises_with_wan_bandwidth(est, three, sync):
     base = _with(three, sync=sync)
     reps = [_est(est, _bw(base, b)) for b in BWS]
     cus = [r.compute_utilization for r in reps]
-    for a, b, ra in zip(cus, cus[1:], reps):
+    for a, b, ra in zip(cus, cus[1:], reps, strict=False):
         assert b >= a - 1e-12
         if ra.breakdown_s["island_sync"] > 1e-3 * ra.step_time_s:
             assert b > a  # strictly, while the sync is exposed
     assert cus[0] < cus[-1]
     tps = [r.tokens_per_s for r in reps]
-    assert all(b >= a * (1 - 1e-12) for a, b in zip(tps, tps[1:]))
+    assert all(b >= a * (1 - 1e-12) for a, b in pairwise(tps))
 
 
 def test_compute_utilization_rises_with_fewer_bits(est, three):
     blocking = _with(three, sync={"strategy": "diloco", "inner_steps": 100})  # fragments 1: blocking
-    cus = [_est(est, _with(blocking, sync__compression_bits=b)).compute_utilization for b in (32, 16, 8, 4, 2, 1)]
-    assert all(b > a for a, b in zip(cus, cus[1:])), cus
-    streaming = _with(three, sync={"strategy": "diloco", "inner_steps": 100, "fragments": 4, "overlap_steps": 1})
-    cus = [_est(est, _bw(_with(streaming, sync__compression_bits=b), 0.05)).compute_utilization
-           for b in (32, 16, 8, 4, 2, 1)]
-    assert all(b >= a - 1e-12 for a, b in zip(cus, cus[1:])), cus
+    cus = [
+        _est(est, _with(blocking, sync__compression_bits=b)).compute_utilization for b in (32, 16, 8, 4, 2, 1)
+    ]
+    assert all(b > a for a, b in pairwise(cus)), cus
+    streaming = _with(
+        three, sync={"strategy": "diloco", "inner_steps": 100, "fragments": 4, "overlap_steps": 1}
+    )
+    cus = [
+        _est(est, _bw(_with(streaming, sync__compression_bits=b), 0.05)).compute_utilization
+        for b in (32, 16, 8, 4, 2, 1)
+    ]
+    assert all(b >= a - 1e-12 for a, b in pairwise(cus)), cus
     assert cus[-1] > cus[0]
 
 
@@ -125,7 +154,9 @@ def test_global_allreduce_over_the_internet_is_much_worse_than_diloco(est, three
     assert diloco.tokens_per_s > 5 * ar.tokens_per_s
     assert ar.bottleneck == "island_sync"
     # the same WAN: DiLoCo sends (16 / 4 bits) x 100 steps = 400x fewer bytes than bf16 gradients every step
-    assert ar.levels["wan"]["bytes_per_island"] / diloco.levels["wan"]["bytes_per_island"] == pytest.approx(400.0)
+    assert ar.levels["wan"]["bytes_per_island"] / diloco.levels["wan"]["bytes_per_island"] == pytest.approx(
+        400.0
+    )
     assert "inner_steps" in " ".join(load_scenario(_with(three, sync__strategy="allreduce")).notes)
 
 
@@ -160,12 +191,16 @@ def test_streaming_fragments_overlap_with_inner_steps(est, three):
     streamed = _est(est, _with(base, sync__fragments=4, sync__overlap_steps=1))
     no_overlap = _est(est, _with(base, sync__fragments=4, sync__overlap_steps=0))
     # same bytes per round, whatever the fragments
-    assert streamed.levels["wan"]["bytes_per_island"] == pytest.approx(vanilla.levels["wan"]["bytes_per_island"])
+    assert streamed.levels["wan"]["bytes_per_island"] == pytest.approx(
+        vanilla.levels["wan"]["bytes_per_island"]
+    )
     # without overlap fragments only add latency; with it each fragment hides under one inner step
     assert no_overlap.breakdown_s["island_sync"] >= vanilla.breakdown_s["island_sync"]
     slowest = max(i["step_time_s"] for i in streamed.islands)
     t_frag = no_overlap.levels["wan"]["round_s"] / 4
-    assert streamed.breakdown_s["island_sync"] == pytest.approx(4 * max(0.0, t_frag - slowest) / 100, rel=1e-9)
+    assert streamed.breakdown_s["island_sync"] == pytest.approx(
+        4 * max(0.0, t_frag - slowest) / 100, rel=1e-9
+    )
     assert streamed.overlapped_s["island_sync"] == pytest.approx(4 * min(t_frag, slowest) / 100, rel=1e-9)
     assert streamed.compute_utilization > vanilla.compute_utilization
 
@@ -192,7 +227,7 @@ def test_single_island_has_no_sync_and_no_outer_state(est, three):
 def test_outer_optimizer_memory_is_counted(est, three):
     diloco = _est(est, three)
     ar = _est(est, _with(three, sync={"strategy": "allreduce"}))
-    for d, a in zip(diloco.islands, ar.islands):
+    for d, a in zip(diloco.islands, ar.islands, strict=True):
         assert d["memory_per_gpu_gb"] > a["memory_per_gpu_gb"]
     # us-east: FSDP over 32 GPUs, tp = pp = 1: 8 bytes per parameter sharded 32 ways (+ 5 % fragmentation)
     extra = diloco.islands[0]["memory_per_gpu_gb"] - ar.islands[0]["memory_per_gpu_gb"]
@@ -278,8 +313,13 @@ def test_docs_commands_run():
     cmds = [ln.split() for ln in block.splitlines() if ln.startswith("shardmeter ")]
     assert len(cmds) >= 3
     for argv in cmds:
-        p = subprocess.run([sys.executable, "-m", "shardmeter", *argv[1:]], cwd=ROOT, capture_output=True,
-                           text=True, timeout=180)
+        p = subprocess.run(
+            [sys.executable, "-m", "shardmeter", *argv[1:]],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert p.returncode == 0, (shlex.join(argv), p.stderr[-500:])
 
 
@@ -289,8 +329,11 @@ def test_each_island_has_its_own_breakdown(est, three):
         bd = isl["breakdown_s"]
         assert sum(bd.values()) == pytest.approx(r.step_time_s, rel=1e-9)
         assert bd["idle"] == pytest.approx(isl["idle_s"])
-        assert sum(v for k, v in bd.items() if k not in ("idle", "island_sync")) == pytest.approx(isl["step_time_s"])
+        assert sum(v for k, v in bd.items() if k not in ("idle", "island_sync")) == pytest.approx(
+            isl["step_time_s"]
+        )
     gpus = sum(i["gpus"] for i in r.islands)
     for k, v in r.breakdown_s.items():
-        assert v == pytest.approx(sum(i["gpus"] * i["breakdown_s"].get(k, 0.0) for i in r.islands) / gpus,
-                                  rel=1e-9, abs=1e-15), k
+        assert v == pytest.approx(
+            sum(i["gpus"] * i["breakdown_s"].get(k, 0.0) for i in r.islands) / gpus, rel=1e-9, abs=1e-15
+        ), k

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from shared_scenarios import TINY
 
 from shardmeter.cli import main
 from shardmeter.errors import ShardMeterError
@@ -17,7 +18,6 @@ from shardmeter.explore.space import compile_space
 from shardmeter.model.evaluate import evaluate_columns
 from shardmeter.model.feasibility import REASONS
 from shardmeter.scenario import apply_override, load_scenario
-from shared_scenarios import TINY
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT3_1536 = os.path.join(ROOT, "examples", "gpt3-175b-1536-a100.toml")
@@ -80,7 +80,7 @@ def test_search_is_exact_against_brute_force():
     assert doc["feasible"] == int(np.count_nonzero(f))
     best_step, best_ids = top_k(out["step_time_s"][f], ids[f], 5)
     assert doc["ids"] == best_ids.tolist()
-    for p, s in zip(doc["plans"], best_step):
+    for p, s in zip(doc["plans"], best_step, strict=True):
         assert p["report"]["step_time_s"] == pytest.approx(s, rel=1e-12)
     # infeasible counts per reason key: structural bits for all, memory for the structurally valid
     rb = np.bitwise_or.reduce(out["reasons"], axis=-1)
@@ -135,7 +135,7 @@ def test_top_plan_report_is_what_estimate_says_of_its_scenario():
 
 
 def test_cost_objective_and_constraints():
-    sp, ids, out = _brute(TINY)
+    _sp, _ids, _out = _brute(TINY)
     doc = search(TINY, objective="cost", top=3)
     costs = [p["report"]["cost_usd"] for p in doc["plans"]]
     assert costs == sorted(costs)
@@ -160,7 +160,7 @@ def test_max_gpus_caps_every_plan():
 def test_deadline_without_tokens_is_an_error():
     data = apply_override(TINY, "training.tokens", None)
     data["training"].pop("tokens")
-    with pytest.raises(ShardMeterError, match="training.tokens"):
+    with pytest.raises(ShardMeterError, match=r"training\.tokens"):
         search(data, deadline_days=3)
 
 
@@ -188,7 +188,7 @@ def test_pareto_front_is_non_dominated_and_complete():
     cost = _cost_per_step(out, obj)[f] * obj["steps"]
     assert not np.any(dominated_by_any(wall, cost, t * (1 - 1e-12), c * (1 - 1e-12)))
     # every feasible candidate is matched or dominated by a front member
-    for w, k in zip(wall, cost):
+    for w, k in zip(wall, cost, strict=True):
         assert np.any((t <= w * (1 + 1e-9)) & (c <= k * (1 + 1e-9)))
 
 
@@ -279,7 +279,7 @@ def test_skipped_duplicates_are_exact_copies_of_a_scored_candidate():
     sp, ids, out = _brute(TINY)
     _bits, dup = sp.prefix_verdict(ids // sp.R_in)
     assert dup.any()
-    li, codes = sp.codes(ids)
+    _li, codes = sp.codes(ids)
     j = [a.name for a in sp.axes].index("schedule")
     sched = sp.axes[j]
     rows = np.flatnonzero(dup)[::50]

@@ -56,8 +56,13 @@ def plugin(name: str, **hooks) -> types.ModuleType:
 
 
 def _gpu(name: str, **kw) -> HardwareProfile:
-    return HardwareProfile(name=name, memory_gb=kw.pop("memory_gb", 96.0), memory_bandwidth_gb_s=3000.0,
-                           peak_tflops={"bf16": 500.0}, **kw)
+    return HardwareProfile(
+        name=name,
+        memory_gb=kw.pop("memory_gb", 96.0),
+        memory_bandwidth_gb_s=3000.0,
+        peak_tflops={"bf16": 500.0},
+        **kw,
+    )
 
 
 def good_plugin() -> types.ModuleType:
@@ -127,7 +132,7 @@ IMPORT_FAULTS = {
     "names-None": lambda: None,
     "names-an-int": lambda: 42,
     "names-a-string": lambda: "shardmeter_broken:plugin",
-    "misspelt-hook": lambda: plugin("shardmeter_broken", shardmeter_hardware_profile=lambda: []),  # noqa: PIE807
+    "misspelt-hook": lambda: plugin("shardmeter_broken", shardmeter_hardware_profile=lambda: []),
     "wrong-signature": lambda: plugin("shardmeter_broken", shardmeter_hardware_profiles=lambda gpus: []),
 }
 
@@ -227,21 +232,27 @@ HOOK_FAULTS = {
     "yields-a-dict": lambda: [{"name": "acme-x1"}],
     "yields-None": lambda: [None],
     "yields-a-link": lambda: [Interconnect(name="acme-l", bandwidth_gb_s=1.0, latency_us=1.0)],
-    "yields-a-subclass": lambda: [_SubProfile(name="acme-sub", memory_gb=1.0, memory_bandwidth_gb_s=1.0,
-                                              peak_tflops={"bf16": 1.0})],
+    "yields-a-subclass": lambda: [
+        _SubProfile(name="acme-sub", memory_gb=1.0, memory_bandwidth_gb_s=1.0, peak_tflops={"bf16": 1.0})
+    ],
 }
 
 
 @pytest.mark.parametrize("fault", sorted(HOOK_FAULTS))
 def test_a_faulty_hook_is_named_and_the_rest_survives(fault, monkeypatch, capsys):
-    bad = plugin("shardmeter_broken", shardmeter_hardware_profiles=HOOK_FAULTS[fault],
-                 shardmeter_cost_sources=lambda: [shardmeter.CostSource(name="acme-cheap", usd_per_gpu_hour=0.5)])
+    bad = plugin(
+        "shardmeter_broken",
+        shardmeter_hardware_profiles=HOOK_FAULTS[fault],
+        shardmeter_cost_sources=lambda: [shardmeter.CostSource(name="acme-cheap", usd_per_gpu_hour=0.5)],
+    )
     install(monkeypatch, FakeEntryPoint("broken", lambda: bad), GOOD)
     reg = registry()
     lines = warnings_of(capsys.readouterr().err)
-    assert 1 <= len(lines), fault
+    assert len(lines) >= 1, fault
     for ln in lines:
-        assert "'broken'" in ln and "shardmeter-broken 6.6.6" in ln and "shardmeter_hardware_profiles" in ln, ln
+        assert (
+            "'broken'" in ln and "shardmeter-broken 6.6.6" in ln and "shardmeter_hardware_profiles" in ln
+        ), ln
     assert_others_survive(reg)
     # the same plugin's other hook still counts: faults are isolated per hook
     assert reg.provided("cost", "acme-cheap").plugin == "broken"
@@ -261,7 +272,9 @@ def test_strict_mode_makes_a_faulty_hook_fatal(fault, monkeypatch):
 
 
 def test_a_hook_returning_none_contributes_nothing_silently(monkeypatch, capsys):
-    install(monkeypatch, FakeEntryPoint("quiet", lambda: plugin("q", shardmeter_hardware_profiles=lambda: None)))
+    install(
+        monkeypatch, FakeEntryPoint("quiet", lambda: plugin("q", shardmeter_hardware_profiles=lambda: None))
+    )
     reg = registry()
     assert capsys.readouterr().err == ""
     assert "h100-sxm" in reg.names("hardware")
@@ -272,15 +285,19 @@ def test_a_hook_printing_to_stdout_goes_to_stderr(monkeypatch, capsys):
         print("debug: yielding profiles")
         yield _gpu("acme-loud")
 
-    install(monkeypatch, FakeEntryPoint("loud", lambda: plugin("loud", shardmeter_hardware_profiles=hardware)))
+    install(
+        monkeypatch, FakeEntryPoint("loud", lambda: plugin("loud", shardmeter_hardware_profiles=hardware))
+    )
     reg = registry()
     out, err = capsys.readouterr()
     assert out == "" and "debug: yielding profiles" in err
     assert "acme-loud" in reg.names("hardware")
 
 
-@pytest.mark.parametrize("value,strict", [("1", True), ("true", True), ("yes", True), ("0", False),
-                                          ("false", False), ("no", False), ("", False)])
+@pytest.mark.parametrize(
+    "value,strict",
+    [("1", True), ("true", True), ("yes", True), ("0", False), ("false", False), ("no", False), ("", False)],
+)
 def test_strict_switch_values(value, strict, monkeypatch, capsys):
     install(monkeypatch, FakeEntryPoint("broken", IMPORT_FAULTS["ImportError"]))
     monkeypatch.setenv("SHARDMETER_STRICT_PLUGINS", value)
@@ -327,12 +344,19 @@ def test_a_duplicate_part_name_names_both_providers(monkeypatch):
 
 
 def test_a_corrupted_part_never_reaches_a_report(monkeypatch, capsys):
-    install(monkeypatch, FakeEntryPoint("broken", lambda: plugin("b", shardmeter_hardware_profiles=_corrupted)))
+    install(
+        monkeypatch, FakeEntryPoint("broken", lambda: plugin("b", shardmeter_hardware_profiles=_corrupted))
+    )
     est = Estimator(registry())
     capsys.readouterr()
-    scenario = {"model": {"preset": "gpt3-13b", "layers": 4}, "training": {"global_batch": 8},
-                "island": [{"gpu": "acme-corrupt", "nodes": 1}]}
-    with pytest.raises(shardmeter.ScenarioError, match=r"\$\.island\[0\]\.gpu: unknown hardware 'acme-corrupt'"):
+    scenario = {
+        "model": {"preset": "gpt3-13b", "layers": 4},
+        "training": {"global_batch": 8},
+        "island": [{"gpu": "acme-corrupt", "nodes": 1}],
+    }
+    with pytest.raises(
+        shardmeter.ScenarioError, match=r"\$\.island\[0\]\.gpu: unknown hardware 'acme-corrupt'"
+    ):
         est.estimate(scenario)
 
 
@@ -357,8 +381,12 @@ def test_cli_estimate_warns_about_the_broken_plugin_and_uses_the_good_one(monkey
     path = tmp_path / "s.toml"
     path.write_text(SCENARIO)
     bad = plugin("b", shardmeter_hardware_profiles=HOOK_FAULTS["raises"])
-    install(monkeypatch, FakeEntryPoint("broken", IMPORT_FAULTS["ImportError"]),
-            FakeEntryPoint("broken2", lambda: bad, dist=("shardmeter-broken2", "0.1")), GOOD)
+    install(
+        monkeypatch,
+        FakeEntryPoint("broken", IMPORT_FAULTS["ImportError"]),
+        FakeEntryPoint("broken2", lambda: bad, dist=("shardmeter-broken2", "0.1")),
+        GOOD,
+    )
     code = main(["estimate", str(path), "--json"])
     out, err = capsys.readouterr()
     assert code == 0, err

@@ -59,7 +59,11 @@ def _settings(n: int):
         # Shrinking a list of 50 scenarios takes minutes; every assertion message names the one
         # failing scenario instead.
         phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target],
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
     )
 
 
@@ -67,8 +71,10 @@ def _settings(n: int):
 REG = shardmeter.Registry.from_plugin_manager(shardmeter.make_plugin_manager())
 EST = Estimator(REG)
 GPUS = REG.names("hardware")
-LINKS = {kind: [n for n in REG.names("interconnect") if REG.get("interconnect", n).kind == kind]
-         for kind in ("scale-up", "network", "wan")}
+LINKS = {
+    kind: [n for n in REG.names("interconnect") if REG.get("interconnect", n).kind == kind]
+    for kind in ("scale-up", "network", "wan")
+}
 SHARDINGS = REG.names("sharding")
 SCHEDULES = REG.names("schedule")
 PRICES = [n for n in REG.names("cost") if n != "egress"]
@@ -76,8 +82,16 @@ PRESETS = sorted(model_presets())
 
 REL = 1e-9
 # Report fields that are numbers; the ones that may be null and when.
-TIME_FIELDS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
-               "hardware_tflops_per_gpu", "mfu", "hfu", "compute_utilization")
+TIME_FIELDS = (
+    "step_time_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "model_tflops_per_gpu",
+    "hardware_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "compute_utilization",
+)
 
 
 def _divisors(n: int) -> list[int]:
@@ -139,7 +153,9 @@ def scenario_dicts(draw) -> dict:
         training["tokens"] = draw(st.floats(1e6, 1e13))
 
     par: dict = {}
-    tp = draw(st.sampled_from([d for d in _divisors(heads) if d <= 8] if draw(st.integers(0, 9)) else [1, 2, 4, 8]))
+    tp = draw(
+        st.sampled_from([d for d in _divisors(heads) if d <= 8] if draw(st.integers(0, 9)) else [1, 2, 4, 8])
+    )
     pp = draw(st.sampled_from([p for p in (1, 2, 4, 8) if p <= layers] or [1]))
     cp = draw(st.sampled_from([1, 1, 1, 2, 4]))
     ep = draw(st.sampled_from(_divisors(experts))) if experts > 1 else 1
@@ -209,8 +225,13 @@ def scenario_dicts(draw) -> dict:
                 sync["overlap_steps"] = draw(st.integers(0, 8))
         d["sync"] = sync
         if draw(st.booleans()):
-            d["network"] = {"link": {"name": "internet", "bandwidth_gb_s": draw(st.floats(0.01, 100.0)),
-                                     "latency_us": draw(st.just(0.0) | st.floats(1.0, 2e5))}}
+            d["network"] = {
+                "link": {
+                    "name": "internet",
+                    "bandwidth_gb_s": draw(st.floats(0.01, 100.0)),
+                    "latency_us": draw(st.just(0.0) | st.floats(1.0, 2e5)),
+                }
+            }
     return d
 
 
@@ -236,8 +257,9 @@ class Batch:
         self.resolved = [EST.resolve(sc) for sc in self.scenarios]
         for n, idx in self.groups.items():
             rows = [EST.inputs(self.resolved[i], self.table)[0].columns() for i in idx]
-            self.inputs[n] = {k: np.concatenate([np.asarray(r[k], dtype=float) for r in rows], axis=0)
-                              for k in COLUMNS}
+            self.inputs[n] = {
+                k: np.concatenate([np.asarray(r[k], dtype=float) for r in rows], axis=0) for k in COLUMNS
+            }
 
     def evaluate(self, change=None) -> dict[int, dict]:
         out = {}
@@ -270,14 +292,18 @@ def check_report(rep, sc_dict) -> None:
     for path, x in _walk_numbers(d):
         assert math.isfinite(x) and x >= 0, f"{path} = {x!r} in {sc_dict}"
     if rep.feasible:
-        for f in TIME_FIELDS + ("memory_per_gpu_gb", "bottleneck", "regime"):
+        for f in (*TIME_FIELDS, "memory_per_gpu_gb", "bottleneck", "regime"):
             assert d[f] is not None, f"feasible report has null {f}: {sc_dict}"
         if sc_dict["training"].get("tokens"):
             assert d["wall_clock_s"] is not None, sc_dict
         else:
             assert d["wall_clock_s"] is None and d["cost_usd"] is None
         total = sum(d["breakdown_s"].values())
-        assert total == pytest.approx(d["step_time_s"], rel=REL), (d["breakdown_s"], d["step_time_s"], sc_dict)
+        assert total == pytest.approx(d["step_time_s"], rel=REL), (
+            d["breakdown_s"],
+            d["step_time_s"],
+            sc_dict,
+        )
         assert set(d["breakdown_s"]) <= set(BREAKDOWN_TERMS)
         assert d["bottleneck"] in d["breakdown_s"]
         assert 0.0 <= d["compute_utilization"] <= 1.0 + REL
@@ -287,13 +313,16 @@ def check_report(rep, sc_dict) -> None:
             if isl["cost_usd"] is None:
                 assert d["cost_usd"] is None
             if "breakdown_s" in isl:  # each island's view of the global step adds up to it too
-                assert sum(isl["breakdown_s"].values()) == pytest.approx(d["step_time_s"], rel=REL), (isl, sc_dict)
+                assert sum(isl["breakdown_s"].values()) == pytest.approx(d["step_time_s"], rel=REL), (
+                    isl,
+                    sc_dict,
+                )
             for f in ("idle_fraction", "compute_utilization"):
                 if f in isl:
                     assert 0.0 <= isl[f] <= 1.0 + REL, (f, isl, sc_dict)
     else:
         assert rep.reasons, f"infeasible without a reason: {sc_dict}"
-        for f in TIME_FIELDS + ("wall_clock_s", "cost_usd"):
+        for f in (*TIME_FIELDS, "wall_clock_s", "cost_usd"):
             assert d[f] is None, f"infeasible report invents {f}: {sc_dict}"
         for r in rep.reasons:  # each reason names a key
             key = re.sub(r"^island\[\d+\]\.", "", r.split(":")[0])
@@ -306,7 +335,7 @@ def _close(a, b, rel=REL) -> bool:
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_close(a[k], b[k], rel) for k in a)
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_close(x, y, rel) for x, y in zip(a, b, strict=True))
     return a == b or abs(a - b) <= rel * max(abs(a), abs(b))
 
 
@@ -356,22 +385,46 @@ def test_batch_path_agrees_with_single_scenario_path_and_is_deterministic(dicts)
 
 # (input key, factor): each makes the hardware strictly better.
 IMPROVEMENTS = [
-    ("bw0", 2.0), ("bw0", 1.01), ("bw1", 2.0), ("bw1", 1.01), ("wan_bw", 4.0), ("wan_bw", 1.01),
-    ("lat0", 0.5), ("lat1", 0.5), ("wan_lat", 0.25), ("lat0", 0.0), ("lat1", 0.0), ("wan_lat", 0.0),
-    ("peak", 2.0), ("peak", 1.01), ("peak16", 2.0), (("peak", "peak16"), 1.5), (("peak", "peak16"), 100.0),
-    ("hbm", 2.0), ("hbm", 1.01), ("hbm", 100.0), ("gemm_eff", 1.05), ("hbm_eff", 1.05),
+    ("bw0", 2.0),
+    ("bw0", 1.01),
+    ("bw1", 2.0),
+    ("bw1", 1.01),
+    ("wan_bw", 4.0),
+    ("wan_bw", 1.01),
+    ("lat0", 0.5),
+    ("lat1", 0.5),
+    ("wan_lat", 0.25),
+    ("lat0", 0.0),
+    ("lat1", 0.0),
+    ("wan_lat", 0.0),
+    ("peak", 2.0),
+    ("peak", 1.01),
+    ("peak16", 2.0),
+    (("peak", "peak16"), 1.5),
+    (("peak", "peak16"), 100.0),
+    ("hbm", 2.0),
+    ("hbm", 1.01),
+    ("hbm", 100.0),
+    ("gemm_eff", 1.05),
+    ("hbm_eff", 1.05),
     (("bw0", "bw1", "wan_bw", "peak", "peak16", "hbm"), 3.0),
 ]
 
 
 #: The short names above -> (input column, tier index or None).
 NAMES = {
-    "bw0": ("topology.tier_bytes_s", 0), "bw1": ("topology.tier_bytes_s", 1),
-    "lat0": ("topology.tier_latency_s", 0), "lat1": ("topology.tier_latency_s", 1),
-    "wan_bw": ("network.wan_bytes_s", None), "wan_lat": ("network.wan_latency_s", None),
-    "peak": ("hardware.peak_flops", None), "peak16": ("hardware.peak16_flops", None),
-    "hbm": ("hardware.hbm_bytes_s", None), "gemm_eff": ("hardware.gemm_efficiency", None),
-    "hbm_eff": ("hardware.hbm_efficiency", None), "mem": ("hardware.memory_bytes", None),
+    "bw0": ("topology.tier_bytes_s", 0),
+    "bw1": ("topology.tier_bytes_s", 1),
+    "lat0": ("topology.tier_latency_s", 0),
+    "lat1": ("topology.tier_latency_s", 1),
+    "wan_bw": ("network.wan_bytes_s", None),
+    "wan_lat": ("network.wan_latency_s", None),
+    "peak": ("hardware.peak_flops", None),
+    "peak16": ("hardware.peak16_flops", None),
+    "hbm": ("hardware.hbm_bytes_s", None),
+    "gemm_eff": ("hardware.gemm_efficiency", None),
+    "hbm_eff": ("hardware.hbm_efficiency", None),
+    "mem": ("hardware.memory_bytes", None),
 }
 
 
@@ -407,15 +460,19 @@ def test_better_hardware_never_slows_a_step(dicts, island):
         new = b.evaluate(_improve(keys, factor, island))
         for n in base:
             f0, f1 = base[n]["feasible"], new[n]["feasible"]
-            assert np.all(f1[f0]), f"{keys} x{factor} made a plan infeasible: {b.where(n, int(np.argmin(f1 | ~f0)))}"
+            assert np.all(f1[f0]), (
+                f"{keys} x{factor} made a plan infeasible: {b.where(n, int(np.argmin(f1 | ~f0)))}"
+            )
             s0, s1 = base[n]["step_time_s"], new[n]["step_time_s"]
             worse = f0 & (s1 > s0 * (1 + REL))
             if np.any(worse):
                 r = int(np.argmax(worse))
                 bd0 = {k: float(v[r]) for k, v in base[n]["breakdown"].items()}
                 bd1 = {k: float(v[r]) for k, v in new[n]["breakdown"].items()}
-                pytest.fail(f"{keys} x{factor} on island {island} slowed the step {s0[r]!r} -> {s1[r]!r}\n"
-                            f"before {bd0}\nafter  {bd1}\nscenario {b.where(n, r)}")
+                pytest.fail(
+                    f"{keys} x{factor} on island {island} slowed the step {s0[r]!r} -> {s1[r]!r}\n"
+                    f"before {bd0}\nafter  {bd1}\nscenario {b.where(n, r)}"
+                )
 
 
 @_settings(25)
@@ -458,11 +515,17 @@ def test_bigger_island_with_same_per_gpu_work_never_lowers_throughput_unexplaine
     new = b.evaluate(change)
     for n in base:
         f0, f1 = base[n]["feasible"], new[n]["feasible"]
-        assert np.all(f1[f0]), f"growing an island made a plan infeasible: {b.where(n, int(np.argmin(f1 | ~f0)))}"
+        assert np.all(f1[f0]), (
+            f"growing an island made a plan infeasible: {b.where(n, int(np.argmin(f1 | ~f0)))}"
+        )
         j = min(which, n - 1)
         others = [i for i in range(n) if i != j]
-        np.testing.assert_allclose(new[n]["island_step_s"][:, others][f0], base[n]["island_step_s"][:, others][f0],
-                                   rtol=REL, err_msg="growing one island changed another island's step")
+        np.testing.assert_allclose(
+            new[n]["island_step_s"][:, others][f0],
+            base[n]["island_step_s"][:, others][f0],
+            rtol=REL,
+            err_msg="growing one island changed another island's step",
+        )
         for r in np.nonzero(f0 & f1)[0]:
             bd0 = {k: float(v[r]) for k, v in base[n]["breakdown"].items()}
             bd1 = {k: float(v[r]) for k, v in new[n]["breakdown"].items()}
@@ -477,4 +540,5 @@ def test_bigger_island_with_same_per_gpu_work_never_lowers_throughput_unexplaine
                     assert grew >= (s1 - s0) * (1 - 1e-6) > 0, f"throughput {t0} -> {t1} unexplained: {why}"
             elif t1 < t0 * (1 - REL):  # several islands: the breakdown is GPU-weighted; comm must cover it
                 assert s1 - s0 <= sum(bd1[k] for k in COMM_TERMS) * (1 + 1e-6), (
-                    f"throughput {t0} -> {t1} unexplained: {why}")
+                    f"throughput {t0} -> {t1} unexplained: {why}"
+                )

@@ -22,9 +22,14 @@ REG = shardmeter.Registry.from_plugin_manager(shardmeter.make_plugin_manager())
 
 def _pipe(p, m, v=1.0, stage=1.0):
     a = np.asarray
-    return PipeInputs(pp=a(p, dtype=float), micro_batches=a(m, dtype=float), virtual_stages=a(v, dtype=float),
-                      stage_s=a(stage, dtype=float), forward_s=a(stage, dtype=float) / 3,
-                      weight_grad_s=a(stage, dtype=float) / 3)
+    return PipeInputs(
+        pp=a(p, dtype=float),
+        micro_batches=a(m, dtype=float),
+        virtual_stages=a(v, dtype=float),
+        stage_s=a(stage, dtype=float),
+        forward_s=a(stage, dtype=float) / 3,
+        weight_grad_s=a(stage, dtype=float) / 3,
+    )
 
 
 def _terms(name, pipe):
@@ -55,7 +60,9 @@ def test_gpipe_holds_every_micro_batch():
 
 def test_interleaved_needs_micro_batches_a_multiple_of_the_stages():
     part = REG.get("schedule", "interleaved")
-    bad = part.infeasible(_pipe(np.array([4, 4, 1]), np.array([8, 6, 6]), np.array([2, 2, 2])), part.options())
+    bad = part.infeasible(
+        _pipe(np.array([4, 4, 1]), np.array([8, 6, 6]), np.array([2, 2, 2])), part.options()
+    )
     assert bad.tolist() == [False, True, True]
 
 
@@ -66,9 +73,18 @@ def test_schedules_are_vectorised():
 
 def _shard(params, n, layer_params=0.0):
     a = np.asarray
-    return ShardInputs(params_per_gpu=a(params), params_per_layer=a(layer_params), layers_per_stage=a(1.0),
-                       weight_bytes=a(2.0), grad_bytes=a(2.0), optimizer_bytes_per_param=a(12.0), tp=a(1.0),
-                       dp=a(float(n)), cp=a(1.0), domain_gpus=a(8.0))
+    return ShardInputs(
+        params_per_gpu=a(params),
+        params_per_layer=a(layer_params),
+        layers_per_stage=a(1.0),
+        weight_bytes=a(2.0),
+        grad_bytes=a(2.0),
+        optimizer_bytes_per_param=a(12.0),
+        tp=a(1.0),
+        dp=a(float(n)),
+        cp=a(1.0),
+        domain_gpus=a(8.0),
+    )
 
 
 @pytest.mark.parametrize(("name", "gb"), [("none", 120.0), ("zero1", 31.4), ("zero2", 16.6), ("zero3", 1.9)])
@@ -82,8 +98,14 @@ def test_zero_memory_is_the_papers_figure_1(name, gb):
 
 def _flat_topology():
     bw = 100e9
-    return Topology(gpus_per_node=1, nodes=64, domain_gpus=1, tier_gpus=np.array([1.0, np.inf]),
-                    tier_bytes_s=np.array([bw, bw]), tier_latency_s=np.array([0.0, 0.0]))
+    return Topology(
+        gpus_per_node=1,
+        nodes=64,
+        domain_gpus=1,
+        tier_gpus=np.array([1.0, np.inf]),
+        tier_bytes_s=np.array([bw, bw]),
+        tier_latency_s=np.array([0.0, 0.0]),
+    )
 
 
 def _traffic_s(name, per):
@@ -102,8 +124,9 @@ def test_zero1_and_zero2_move_what_ddp_moves_and_zero3_half_as_much_again():
 
 
 def test_declarative_record_is_sugar_for_the_zero_part():
-    rec = shardmeter.ShardingStrategy(name="my-zero2", shard_optimizer=True, shard_gradients=True,
-                                      options={"my_knob": 3})
+    rec = shardmeter.ShardingStrategy(
+        name="my-zero2", shard_optimizer=True, shard_gradients=True, options={"my_knob": 3}
+    )
     reg = REG.override("sharding", rec)
     part = reg.get("sharding", "my-zero2")
     assert isinstance(part, shardmeter.ShardingPart)

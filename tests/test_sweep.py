@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import sys
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -112,7 +113,7 @@ def test_vectorised_inputs_equal_per_row_inputs(scenario, vary):
         lambda ov: load_scenario(scenario, overrides=list(ov.items()), registry=est.registry),
         table,
     )
-    for sc, r in zip(scs, range(len(rows))):
+    for sc, r in zip(scs, range(len(rows)), strict=True):
         one = est.inputs(sc, table)[0].columns()
         for k, v in one.items():
             np.testing.assert_allclose(vec[k][r], np.asarray(v, dtype=float)[0], rtol=1e-12, err_msg=k)
@@ -187,7 +188,7 @@ def test_node_sweep_scaling_efficiency_knee_and_regimes(capsys):
         assert an["regime"][i] in ("compute-bound", "communication-bound", "memory-bound", "bubble-bound")
     # the knee follows its definition, recomputed here from the rows
     expect = None
-    for a, b in zip(feas, feas[1:]):
+    for a, b in pairwise(feas):
         ra, rb = rows[a]["report"], rows[b]["report"]
         if (rb["tokens_per_s"] - ra["tokens_per_s"]) / (rb["gpus"] - ra["gpus"]) < 0.5 * ra[
             "tokens_per_s"
@@ -310,7 +311,8 @@ def test_every_command_in_docs_exploring_runs(tmp_path, capsys, monkeypatch):
     import shlex
 
     monkeypatch.chdir(ROOT)
-    text = open(os.path.join(ROOT, "docs", "exploring.md"), encoding="utf-8").read()
+    with open(os.path.join(ROOT, "docs", "exploring.md"), encoding="utf-8") as fh:
+        text = fh.read()
     cmds = []
     for block in re.findall(r"```sh\n(.*?)```", text, re.S):
         for line in block.replace("\\\n", " ").splitlines():

@@ -66,23 +66,33 @@ def test_check_records_rejects_a_misspelt_hook():
 
 
 def test_check_records_rejects_a_wrong_record_kind():
-    bad = _plugin("bad", shardmeter_hardware_profiles=lambda: [
-        shardmeter.Interconnect(name="x", bandwidth_gb_s=1.0, latency_us=1.0)])
+    bad = _plugin(
+        "bad",
+        shardmeter_hardware_profiles=lambda: [
+            shardmeter.Interconnect(name="x", bandwidth_gb_s=1.0, latency_us=1.0)
+        ],
+    )
     with pytest.raises(AssertionError, match="yielded Interconnect, expected HardwareProfile"):
         check_records(bad)
 
 
 def test_check_records_rejects_a_name_clash_with_a_bundled_part():
-    bad = _plugin("bad", shardmeter_interconnect_models=lambda: [
-        shardmeter.Interconnect(name="nvlink4", bandwidth_gb_s=1.0, latency_us=1.0)])
+    bad = _plugin(
+        "bad",
+        shardmeter_interconnect_models=lambda: [
+            shardmeter.Interconnect(name="nvlink4", bandwidth_gb_s=1.0, latency_us=1.0)
+        ],
+    )
     with pytest.raises(AssertionError, match="duplicate interconnect name 'nvlink4'"):
         check_records(bad)
     assert check_records(bad, bundled=False)["interconnect"][0].name == "nvlink4"
 
 
 def test_check_records_rejects_an_option_that_shadows_a_scenario_key():
-    bad = _plugin("bad", shardmeter_sharding_strategies=lambda: [
-        shardmeter.ShardingStrategy(name="mine", options={"tp": 2})])
+    bad = _plugin(
+        "bad",
+        shardmeter_sharding_strategies=lambda: [shardmeter.ShardingStrategy(name="mine", options={"tp": 2})],
+    )
     with pytest.raises(AssertionError, match="shadows"):
         check_records(bad)
 
@@ -101,4 +111,7 @@ def test_a_misspelt_hook_registered_in_code_is_a_plugin_error():
 def test_hookspec_signatures_name_every_hook():
     sigs = hookspec_signatures()
     assert tuple(sorted(sigs)) == HOOKS
-    assert sigs["shardmeter_hardware_profiles"] == "def shardmeter_hardware_profiles() -> Iterable[HardwareProfile]"
+    assert (
+        sigs["shardmeter_hardware_profiles"]
+        == "def shardmeter_hardware_profiles() -> Iterable[HardwareProfile]"
+    )

@@ -34,10 +34,13 @@ OTHERS = ("broken", "dup", "shardmeter-acme-fork")
 pytestmark = needs_pip
 
 
-def _write_dist(folder: pathlib.Path, dist: str, version: str, module: str, ep: str, code: str) -> pathlib.Path:
+def _write_dist(
+    folder: pathlib.Path, dist: str, version: str, module: str, ep: str, code: str
+) -> pathlib.Path:
     pkg = folder / dist
     pkg.mkdir(parents=True)
-    (pkg / "pyproject.toml").write_text(textwrap.dedent(f"""\
+    (pkg / "pyproject.toml").write_text(
+        textwrap.dedent(f"""\
         [build-system]
         requires = ["setuptools>=61"]
         build-backend = "setuptools.build_meta"
@@ -51,31 +54,32 @@ def _write_dist(folder: pathlib.Path, dist: str, version: str, module: str, ep: 
 
         [tool.setuptools]
         py-modules = ["{module}"]
-        """))
+        """)
+    )
     (pkg / f"{module}.py").write_text(textwrap.dedent(code))
     return pkg
 
 
-BROKEN = '''\
+BROKEN = """\
 raise ImportError("libacme_driver.so: cannot open shared object file")
-'''
+"""
 
-DUP = '''\
+DUP = """\
 import shardmeter
 
 @shardmeter.hookimpl
 def shardmeter_hardware_profiles():
     yield shardmeter.HardwareProfile(
         name="a100-sxm-80gb", memory_gb=80.0, memory_bandwidth_gb_s=2039.0, peak_tflops={"bf16": 312.0})
-'''
+"""
 
-FORK = '''\
+FORK = """\
 import shardmeter
 
 @shardmeter.hookimpl
 def shardmeter_interconnect_models():
     yield shardmeter.Interconnect(name="fork-link", bandwidth_gb_s=10.0, latency_us=5.0)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +107,12 @@ def test_plugins_lists_the_vendor_parts_with_their_distribution(venv):
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""
     parts = {(p["kind"], p["name"]): p for p in json.loads(res.stdout)["parts"]}
-    for kind, name in [("hardware", "acme-x1"), ("interconnect", "acme-link"), ("sharding", "acme-zero2"),
-                       ("cost", "acme-cloud")]:
+    for kind, name in [
+        ("hardware", "acme-x1"),
+        ("interconnect", "acme-link"),
+        ("sharding", "acme-zero2"),
+        ("cost", "acme-cloud"),
+    ]:
         part = parts[(kind, name)]
         assert part["plugin"] == "acme"
         dist, version = part["distribution"].split()
@@ -132,9 +140,18 @@ def test_a_scenario_uses_the_vendor_gpu_link_strategy_and_price(venv):
 
 
 def test_vendor_parts_work_through_set_and_python_m(venv):
-    res = venv.run("estimate", str(EXAMPLE), "--set", "island[0].gpu=acme-x1",
-                   "--set", "island[0].inter_node=acme-link", "--set", 'parallelism.sharding="acme-zero2"',
-                   "--json", module=True)
+    res = venv.run(
+        "estimate",
+        str(EXAMPLE),
+        "--set",
+        "island[0].gpu=acme-x1",
+        "--set",
+        "island[0].inter_node=acme-link",
+        "--set",
+        'parallelism.sharding="acme-zero2"',
+        "--json",
+        module=True,
+    )
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
     assert report["feasible"] and report["islands"][0]["gpu"] == "acme-x1"
@@ -188,7 +205,10 @@ def test_strict_plugins_make_a_broken_plugin_fatal(venv):
 
 def test_disabling_the_broken_plugin_silences_it(venv):
     # by entry-point name, or by distribution name (compared the PEP 503 way)
-    for disable in (("broken", "dup", "shardmeter-acme-fork"), ("shardmeter-broken", "dup", "shardmeter_acme_fork")):
+    for disable in (
+        ("broken", "dup", "shardmeter-acme-fork"),
+        ("shardmeter-broken", "dup", "shardmeter_acme_fork"),
+    ):
         res = venv.run("plugins", "--json", disable=disable, strict=True)
         assert res.returncode == 0, res.stderr
         assert res.stderr == ""
@@ -212,4 +232,6 @@ def test_two_distributions_with_one_entry_point_name_is_an_error_naming_both(ven
     assert res.returncode == 2
     line = _one_line(res.stderr)
     assert "'acme'" in line
-    assert re.search(r"shardmeter[-_]acme 0\.1\.0", line) and re.search(r"shardmeter[-_]acme[-_]fork 0\.1\.0", line)
+    assert re.search(r"shardmeter[-_]acme 0\.1\.0", line) and re.search(
+        r"shardmeter[-_]acme[-_]fork 0\.1\.0", line
+    )

@@ -41,17 +41,31 @@ def test_a_group_inside_one_nvlink_domain_never_touches_the_network():
     spans -- a known approximation kept so predictions did not move with the redesign.)"""
 
     def run(ib_gb_s):
-        isl = {"gpu": "gb200", "nodes": 18, "gpus_per_node": 4,
-               "tiers": [{"link": "nvlink5", "gpus": 72}, {"link": {"name": "ib-ndr", "bandwidth_gb_s": ib_gb_s}}]}
+        isl = {
+            "gpu": "gb200",
+            "nodes": 18,
+            "gpus_per_node": 4,
+            "tiers": [
+                {"link": "nvlink5", "gpus": 72},
+                {"link": {"name": "ib-ndr", "bandwidth_gb_s": ib_gb_s}},
+            ],
+        }
         return shardmeter.estimate(_llama(isl, gbs=72, sharding="zero1", dp_comm_overlap=False))
 
     slow, fast = run(1.0), run(400.0)
     assert slow.feasible and slow.to_dict() == fast.to_dict()
     # the same GPUs as 4-GPU nodes on that network do pay for it
-    isl = {"gpu": "gb200", "nodes": 18, "gpus_per_node": 4, "intra_node": "nvlink5",
-           "inter_node": {"name": "ib-ndr", "bandwidth_gb_s": 1.0}}
-    assert shardmeter.estimate(_llama(isl, gbs=72, sharding="zero1", dp_comm_overlap=False)).step_time_s \
+    isl = {
+        "gpu": "gb200",
+        "nodes": 18,
+        "gpus_per_node": 4,
+        "intra_node": "nvlink5",
+        "inter_node": {"name": "ib-ndr", "bandwidth_gb_s": 1.0},
+    }
+    assert (
+        shardmeter.estimate(_llama(isl, gbs=72, sharding="zero1", dp_comm_overlap=False)).step_time_s
         > slow.step_time_s
+    )
 
 
 def test_three_tier_example_estimates_and_the_spine_prices_what_crosses_it():
@@ -74,17 +88,32 @@ def test_three_tier_example_plans():
     assert best["feasible"] and best["step_time_s"] <= doc["plans"][1]["report"]["step_time_s"]
 
 
-@pytest.mark.parametrize(("tiers", "extra", "key", "words"), [
-    ([{"link": "nvlink4", "gpus": 8}, {"link": "ib-ndr"}], {"intra_node": "nvlink4"}, "island[0].intra_node",
-     "either tiers or intra_node"),
-    ([{"link": "nvlink4", "gpus": 8}, {"link": "ib-ndr", "gpus": 8}], {}, "island[0].tiers[1].gpus",
-     "more GPUs than the tier inside it"),
-    ([{"link": "nvlink4"}, {"link": "ib-ndr"}], {}, "island[0].tiers[0].gpus", "every tier but the last"),
-    ([{"link": "nvlink4", "gpus": 8}, {"link": "ib-ndr", "oversubscription": 0.5}], {},
-     "island[0].tiers[1].oversubscription", ">= 1"),
-    ([], {}, "island[0].tiers", "at least one tier"),
-    ([{"link": "nvlink4", "gpus": 8}, {"link": "ib-nrd"}], {}, "island[0].tiers[1].link", "did you mean"),
-])
+@pytest.mark.parametrize(
+    ("tiers", "extra", "key", "words"),
+    [
+        (
+            [{"link": "nvlink4", "gpus": 8}, {"link": "ib-ndr"}],
+            {"intra_node": "nvlink4"},
+            "island[0].intra_node",
+            "either tiers or intra_node",
+        ),
+        (
+            [{"link": "nvlink4", "gpus": 8}, {"link": "ib-ndr", "gpus": 8}],
+            {},
+            "island[0].tiers[1].gpus",
+            "more GPUs than the tier inside it",
+        ),
+        ([{"link": "nvlink4"}, {"link": "ib-ndr"}], {}, "island[0].tiers[0].gpus", "every tier but the last"),
+        (
+            [{"link": "nvlink4", "gpus": 8}, {"link": "ib-ndr", "oversubscription": 0.5}],
+            {},
+            "island[0].tiers[1].oversubscription",
+            ">= 1",
+        ),
+        ([], {}, "island[0].tiers", "at least one tier"),
+        ([{"link": "nvlink4", "gpus": 8}, {"link": "ib-nrd"}], {}, "island[0].tiers[1].link", "did you mean"),
+    ],
+)
 def test_bad_tiers_are_one_line_errors_naming_the_key(tmp_path, capsys, tiers, extra, key, words):
     import json
 
@@ -126,8 +155,14 @@ def _to_toml(d: dict) -> str:
 
 
 def test_last_tier_gpus_below_the_island_is_an_error():
-    isl = {"gpu": "h100-sxm", "nodes": 4, "tiers": [{"link": "nvlink4", "gpus": 8}, {"link": "ib-ndr", "gpus": 16}]}
-    with pytest.raises(shardmeter.ScenarioError, match=r"island\[0\]\.tiers\[1\]\.gpus.*whole island \(32 GPUs\)"):
+    isl = {
+        "gpu": "h100-sxm",
+        "nodes": 4,
+        "tiers": [{"link": "nvlink4", "gpus": 8}, {"link": "ib-ndr", "gpus": 16}],
+    }
+    with pytest.raises(
+        shardmeter.ScenarioError, match=r"island\[0\]\.tiers\[1\]\.gpus.*whole island \(32 GPUs\)"
+    ):
         shardmeter.estimate(_llama(isl))
 
 

@@ -70,9 +70,19 @@ def load_multi(paths):
             isl = res.islands[0]
         except Exception:  # noqa: BLE001
             continue
-        out.append(((inp.columns(), table), {"file": f, "group": os.path.basename(os.path.dirname(f)), "gpu": isl.gpu.name,
-                          "fp8": sc.training.precision == "fp8", "kernel": _kernel(sc, isl),
-                          "measured": sc.measured["compute_utilization"]}))
+        out.append(
+            (
+                (inp.columns(), table),
+                {
+                    "file": f,
+                    "group": os.path.basename(os.path.dirname(f)),
+                    "gpu": isl.gpu.name,
+                    "fp8": sc.training.precision == "fp8",
+                    "kernel": _kernel(sc, isl),
+                    "measured": sc.measured["compute_utilization"],
+                },
+            )
+        )
     return out
 
 
@@ -94,9 +104,16 @@ def load_rows(paths):
         except Exception:  # noqa: BLE001
             continue
         rows.append(inp)
-        meta.append({"file": f, "group": os.path.basename(os.path.dirname(f)), "gpu": isl.gpu.name,
-                     "fp8": sc.training.precision == "fp8", "kernel": _kernel(sc, isl),
-                     "measured": sc.measured["tokens_per_s_per_gpu"]})
+        meta.append(
+            {
+                "file": f,
+                "group": os.path.basename(os.path.dirname(f)),
+                "gpu": isl.gpu.name,
+                "fp8": sc.training.precision == "fp8",
+                "kernel": _kernel(sc, isl),
+                "measured": sc.measured["tokens_per_s_per_gpu"],
+            }
+        )
     batch = {k: np.concatenate([np.asarray(r[k], dtype=float) for r in rows], axis=0) for k in COLUMNS}
     batch["_table"] = table
     return batch, meta
@@ -124,8 +141,10 @@ def objective(batch, meta, weights, multi=(), values=None, cap=None):
             trial = dict(inp)
             trial["_table"] = table
             for (kind, gpu, prec), v in (values or {}).items():
-                if gpu == m["gpu"] and ((kind == "attention" and prec == m["kernel"])
-                                        or (kind == "matmul" and (prec == "fp8") == m["fp8"])):
+                if gpu == m["gpu"] and (
+                    (kind == "attention" and prec == m["kernel"])
+                    or (kind == "matmul" and (prec == "fp8") == m["fp8"])
+                ):
                     col = _col((kind,))
                     trial[col] = np.full_like(inp[col], v)
             o = _evaluate(trial)
@@ -137,10 +156,14 @@ def objective(batch, meta, weights, multi=(), values=None, cap=None):
             wsum += k
     if cap is not None:  # penalise any source group whose mean error exceeds the cap
         by: dict[str, list[float]] = defaultdict(list)
-        for m, e, k in zip(meta, err, ok):
+        for m, e, k in zip(meta, err, ok, strict=True):
             if k:
                 by[m["group"]].append(abs(e))
-        return float(total / wsum) + sum(10.0 * max(0.0, float(np.mean(v)) - cap) for v in by.values()), err, ok
+        return (
+            float(total / wsum) + sum(10.0 * max(0.0, float(np.mean(v)) - cap) for v in by.values()),
+            err,
+            ok,
+        )
     return float(total / wsum), err, ok
 
 
@@ -199,7 +222,9 @@ def holdout(batch, meta, multi, cap, rounds, groups):
         test = [i for i, m in enumerate(meta) if m["group"] == g]
         tmulti = [c for c in multi if c[1]["group"] != g]
         tmeta = [meta[i] for i in train]
-        values, _, _ = fit(_subset(batch, train), tmeta, np.ones(len(train)), tmulti, cap, rounds, verbose=False)
+        values, _, _ = fit(
+            _subset(batch, train), tmeta, np.ones(len(train)), tmulti, cap, rounds, verbose=False
+        )
         if test:
             tb = _subset(batch, test)
             known = np.ones(len(test), dtype=bool)
@@ -216,8 +241,10 @@ def holdout(batch, meta, multi, cap, rounds, groups):
             ok = out["feasible"]
             sel = ok & known
             held = f"{np.mean(err[sel]):.1%} over {int(sel.sum())} cases" if sel.any() else "-"
-            print(f"  {g:22s} held-out MAPE {held}; {int((ok & ~known).sum())} cases need a parameter only "
-                  f"this group informs")
+            print(
+                f"  {g:22s} held-out MAPE {held}; {int((ok & ~known).sum())} cases need a parameter only "
+                f"this group informs"
+            )
         else:  # multi-island only (compute utilisation)
             errs = []
             for (inp, table), m in multi:
@@ -230,8 +257,10 @@ def holdout(batch, meta, multi, cap, rounds, groups):
                         trial[_col(key)] = np.full_like(inp[_col(key)], values[key])
                 o = _evaluate(trial)
                 errs.append(abs(float(o["compute_utilization"][0]) - m["measured"]))
-            print(f"  {g:22s} held-out compute utilisation error {np.mean(errs) * 100:.1f} points "
-                  f"over {len(errs)} cases")
+            print(
+                f"  {g:22s} held-out compute utilisation error {np.mean(errs) * 100:.1f} points "
+                f"over {len(errs)} cases"
+            )
 
 
 def main(argv=None):
@@ -239,13 +268,20 @@ def main(argv=None):
     ap.add_argument("paths", nargs="*")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dump", metavar="JSON", help="write each case's fitted-model error to this file")
-    ap.add_argument("--weighting", choices=("case", "group"), default="case",
-                    help="case: every case counts once, and any source group above --group-cap is penalised "
-                    "(the shape of the accuracy bar: an overall mean and a per-group ceiling); "
-                    "group: each source group weighted equally")
+    ap.add_argument(
+        "--weighting",
+        choices=("case", "group"),
+        default="case",
+        help="case: every case counts once, and any source group above --group-cap is penalised "
+        "(the shape of the accuracy bar: an overall mean and a per-group ceiling); "
+        "group: each source group weighted equally",
+    )
     ap.add_argument("--group-cap", type=float, default=0.10)
-    ap.add_argument("--holdout", action="store_true",
-                    help="instead of fitting once, leave each source group out in turn and report its error")
+    ap.add_argument(
+        "--holdout",
+        action="store_true",
+        help="instead of fitting once, leave each source group out in turn and report its error",
+    )
     args = ap.parse_args(argv)
     paths = args.paths or [bundled_validation_dir()]
     batch, meta = load_rows(paths)
@@ -270,7 +306,7 @@ def main(argv=None):
     for key, idx in sorted(params.items()):
         print(f"  {key[0]:9s} {key[1]:16s} {key[2]:6s} = {values[key]:.2f}   ({len(idx)} cases)")
     by = defaultdict(list)
-    for m, e, k in zip(meta, err, ok):
+    for m, e, k in zip(meta, err, ok, strict=True):
         if k:
             by[m["group"]].append(abs(e))
     for g, v in sorted(by.items()):
@@ -279,7 +315,13 @@ def main(argv=None):
         import json
 
         with open(args.dump, "w") as fh:
-            json.dump([{**m, "error": float(e), "feasible": bool(k)} for m, e, k in zip(meta, err, ok)], fh)
+            json.dump(
+                [
+                    {**m, "error": float(e), "feasible": bool(k)}
+                    for m, e, k in zip(meta, err, ok, strict=True)
+                ],
+                fh,
+            )
     return 0
 
 

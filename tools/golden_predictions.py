@@ -36,13 +36,17 @@ def _scenario_files() -> list[pathlib.Path]:
 def _random_dicts(n: int) -> list[dict]:
     sys.path.insert(0, str(ROOT / "tests"))
     from hypothesis import HealthCheck, given, settings
-
     from test_properties import scenario_dicts  # the property tests' generator
 
     drawn: list[dict] = []
 
-    @settings(max_examples=n, derandomize=True, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(scenario_dicts())
     def collect(d):
         drawn.append(d)
@@ -58,8 +62,13 @@ def _plans() -> list[dict]:
     return [
         {"name": "tiny-time", "scenario": TINY, "only": None, "objective": "time", "top": 5},
         {"name": "tiny-pareto", "scenario": TINY, "only": None, "objective": "pareto", "top": 5},
-        {"name": "three-islands-time", "scenario": str(THREE_ISLANDS.relative_to(ROOT)),
-         "only": {"tp": [1, 2, 4], "pp": [1, 2], "mbs": [1, 2]}, "objective": "time", "top": 5},
+        {
+            "name": "three-islands-time",
+            "scenario": str(THREE_ISLANDS.relative_to(ROOT)),
+            "only": {"tp": [1, 2, 4], "pp": [1, 2], "mbs": [1, 2]},
+            "objective": "time",
+            "top": 5,
+        },
     ]
 
 
@@ -86,7 +95,7 @@ def build() -> dict:
     for d in _random_dicts(N_RANDOM):
         try:
             rand.append({"scenario": d, "report": report_of(d)})
-        except Exception as exc:  # a generated scenario the loader rejects is recorded as such
+        except Exception as exc:  # noqa: BLE001 - a generated scenario the loader rejects is recorded as such
             rand.append({"scenario": d, "error": f"{type(exc).__name__}: {exc}"})
     plans = [{**case, "result": plan_of(case)} for case in _plans()]
     return {"files": files, "random": rand, "plans": plans}
@@ -100,8 +109,10 @@ def main(argv=None) -> int:
     text = json.dumps(doc, indent=1, sort_keys=True, default=str)
     if args.write:
         OUT.write_text(text + "\n")
-        print(f"wrote {OUT.relative_to(ROOT)}: {len(doc['files'])} files, {len(doc['random'])} random, "
-              f"{len(doc['plans'])} plans")
+        print(
+            f"wrote {OUT.relative_to(ROOT)}: {len(doc['files'])} files, {len(doc['random'])} random, "
+            f"{len(doc['plans'])} plans"
+        )
     else:
         print(text[:2000])
     return 0

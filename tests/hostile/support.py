@@ -25,14 +25,42 @@ MAX_ERROR_CHARS = 400
 
 # A small, feasible single-island scenario.
 BASE = {
-    "model": {"layers": 4, "hidden": 512, "heads": 8, "vocab": 32000, "seq_len": 1024, "ffn": "swiglu",
-              "kv_heads": 4},
-    "training": {"global_batch": 64, "micro_batch": 2, "precision": "bf16", "recompute": "selective",
-                 "tokens": 1.0e9},
-    "island": [{"name": "dc", "gpu": "h100-sxm", "nodes": 2, "gpus_per_node": 8, "intra_node": "nvlink4",
-                "inter_node": "ib-ndr", "nics_per_node": 8, "price": "cloud-on-demand"}],
-    "parallelism": {"tp": 2, "pp": 2, "sequence_parallel": True, "sharding": "zero1", "schedule": "interleaved",
-                    "virtual_stages": 2},
+    "model": {
+        "layers": 4,
+        "hidden": 512,
+        "heads": 8,
+        "vocab": 32000,
+        "seq_len": 1024,
+        "ffn": "swiglu",
+        "kv_heads": 4,
+    },
+    "training": {
+        "global_batch": 64,
+        "micro_batch": 2,
+        "precision": "bf16",
+        "recompute": "selective",
+        "tokens": 1.0e9,
+    },
+    "island": [
+        {
+            "name": "dc",
+            "gpu": "h100-sxm",
+            "nodes": 2,
+            "gpus_per_node": 8,
+            "intra_node": "nvlink4",
+            "inter_node": "ib-ndr",
+            "nics_per_node": 8,
+            "price": "cloud-on-demand",
+        }
+    ],
+    "parallelism": {
+        "tp": 2,
+        "pp": 2,
+        "sequence_parallel": True,
+        "sharding": "zero1",
+        "schedule": "interleaved",
+        "virtual_stages": 2,
+    },
 }
 
 # Two islands with DiLoCo, an inline GPU override and a WAN link table.
@@ -140,8 +168,18 @@ def _walk_finite(obj, path, where):
             _walk_finite(v, f"{path}[{i}]", where)
 
 
-CORE = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu",
-        "hardware_tflops_per_gpu", "mfu", "hfu", "compute_utilization", "memory_per_gpu_gb", "bottleneck")
+CORE = (
+    "step_time_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "model_tflops_per_gpu",
+    "hardware_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "compute_utilization",
+    "memory_per_gpu_gb",
+    "bottleneck",
+)
 
 
 def check_report_dict(d: dict, where: str = "") -> None:
@@ -152,10 +190,14 @@ def check_report_dict(d: dict, where: str = "") -> None:
             assert d[f] >= 0, f"{f} = {d[f]} < 0 ({where})"
         assert d["step_time_s"] > 0
         total = sum(d["breakdown_s"].values())
-        assert math.isclose(total, d["step_time_s"], rel_tol=1e-9), (d["breakdown_s"], d["step_time_s"], where)
+        assert math.isclose(total, d["step_time_s"], rel_tol=1e-9), (
+            d["breakdown_s"],
+            d["step_time_s"],
+            where,
+        )
     else:
         assert d["reasons"], f"infeasible without reasons ({where})"
-        for f in CORE[:-2] + ("wall_clock_s", "cost_usd"):
+        for f in (*CORE[:-2], "wall_clock_s", "cost_usd"):
             assert d[f] is None, f"infeasible report invents {f} = {d[f]} ({where})"
 
 

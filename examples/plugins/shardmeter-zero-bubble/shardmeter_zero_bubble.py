@@ -45,7 +45,9 @@ class ZbH1Options:
     """``[parallelism]`` keys ``zb-h1`` reads: ``zb_w_fill`` in [0, 1], the share of the
     weight-gradient passes that fills the bubble (1: the paper's ZB-H1; 0: 1F1B)."""
 
-    zb_w_fill: float = attrs.field(default=1.0, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)])
+    zb_w_fill: float = attrs.field(
+        default=1.0, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -62,8 +64,12 @@ class ZeroBubbleH1(SchedulePart):
         pp = pipe.pp
         filled = 2.0 * opts.zb_w_fill * pipe.weight_grad_s
         bubble = (pp - 1.0) * np.maximum(pipe.stage_s - filled, 0.0)
-        return PipeTerms(bubble_s=bubble, in_flight=np.minimum(pipe.micro_batches, pp),
-                         p2p_transfers=p2p_transfers(pipe), infeasible=self.infeasible(pipe, opts))
+        return PipeTerms(
+            bubble_s=bubble,
+            in_flight=np.minimum(pipe.micro_batches, pp),
+            p2p_transfers=p2p_transfers(pipe),
+            infeasible=self.infeasible(pipe, opts),
+        )
 
 
 @shardmeter.hookimpl

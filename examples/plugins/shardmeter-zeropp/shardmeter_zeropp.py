@@ -104,8 +104,15 @@ class ZeroPlusPlus(ShardingPart):
         first = 1.0 / (3.0 * inp.layers_per_stage)
 
         def event(collective: str, nbytes, group, flat: bool) -> CommEvent:
-            return CommEvent(collective=collective, bytes=nbytes, group_size=group, group_stride=inp.tp,
-                             flat=flat, per="micro_batch", exposed_fraction=first)
+            return CommEvent(
+                collective=collective,
+                bytes=nbytes,
+                group_size=group,
+                group_stride=inp.tp,
+                flat=flat,
+                per="micro_batch",
+                exposed_fraction=first,
+            )
 
         forward = event("all_gather", p * w_bytes, n, True)
         backward = event("all_gather", p * SECONDARY_BYTES, n_node, False) if opts.zeropp_hpz else forward
