@@ -32,20 +32,20 @@ def _json_default(o):
     import numpy as np
 
     if isinstance(o, np.generic):
-        return o.item()
+        return _finite(o.item())
     if isinstance(o, np.ndarray):
-        return o.tolist()
+        return _finite(o.tolist())
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def dump_json(obj) -> str:
-    """JSON with non-finite floats as null (strict JSON has no NaN)."""
-    return json.dumps(_finite(obj), default=_json_default, indent=2)
+    """Strict JSON: non-finite floats (numpy's too) as null, never ``NaN`` or ``Infinity``."""
+    return json.dumps(_finite(obj), default=_json_default, indent=2, allow_nan=False)
 
 
 def _finite(o):
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
+    if isinstance(o, float):  # numpy's float64 too
+        return float(o) if math.isfinite(o) else None
     if isinstance(o, dict):
         return {k: _finite(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)):

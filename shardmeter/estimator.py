@@ -61,7 +61,13 @@ class Estimator:
 
     # -- the stages ----------------------------------------------------------------------------
     def load(self, source: Any, overrides: Any = ()) -> Scenario:
-        if isinstance(source, Scenario):
+        """``source`` (a path, a dict of tables or a :class:`Scenario`) with ``overrides`` applied.
+
+        A loaded scenario is returned as is without overrides; with some, its tables are loaded
+        again with them (:func:`~shardmeter.scenario.load_scenario`), so that they apply as they
+        do on its file or dict, and a bad key is an error naming it and the scenario's file."""
+        overrides = (overrides,) if isinstance(overrides, str) else tuple(overrides)
+        if isinstance(source, Scenario) and not overrides:
             return source
         return load_scenario(source, overrides=overrides, registry=self.registry)
 

@@ -15,7 +15,7 @@ from .resolve import Resolved
 from .table import format_report
 from .words import describe_bottleneck, regime_of
 
-__all__ = ["Report", "build_report", "regime_of", "describe_bottleneck"]
+__all__ = ["Report", "build_report", "json_safe", "regime_of", "describe_bottleneck"]
 
 
 def _at(x: Any, row: int, j: int | None = None) -> Any:
@@ -28,6 +28,32 @@ def _at(x: Any, row: int, j: int | None = None) -> Any:
 def _num(x) -> float | None:
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+def json_safe(o: Any) -> Any:
+    """``o`` with every non-finite float as None and numpy scalars and arrays as Python
+    numbers and lists, ready for ``json.dumps(..., allow_nan=False)``."""
+    if hasattr(o, "tolist") and not isinstance(o, (str, bytes)):  # numpy scalars and arrays
+        o = o.tolist()
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: json_safe(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [json_safe(v) for v in o]
+    return o
+
+
+class _Figure(float):
+    """A number in an infeasibility reason: ``{mem_gb:.1f}`` prints an absurd one (1e22 GB)
+    in scientific notation instead of all its digits."""
+
+    def __format__(self, spec: str) -> str:
+        if not math.isfinite(self):
+            return "-"
+        if abs(self) >= 1e9 and spec.endswith("f"):
+            return format(float(self), ".3e")
+        return format(float(self), spec)
 
 
 @attrs.define
@@ -69,7 +95,9 @@ class Report:
         return attrs.asdict(self)
 
     def to_json(self, **kw) -> str:
-        return json.dumps(self.to_dict(), **({"indent": 2} | kw))
+        """The report as strict JSON (indented by default): a number that is not finite is
+        ``null``, as the CLI's ``--json`` writes it (JSON has no NaN or Infinity)."""
+        return json.dumps(json_safe(self.to_dict()), **({"indent": 2, "allow_nan": False} | kw))
 
     def __str__(self) -> str:
         return format_report(self)
@@ -99,8 +127,8 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
             "gpus": isl.nodes * isl.gpus_per_node,
             "bi": _fmt_int(_at(out["island_batch"], row, j)),
             "mbs_dp": sc.training.micro_batch * isl.dp,
-            "mem_gb": float(_at(out["island_memory_gb"], row, j)),
-            "cap_gb": float(_at(out["_mem_cap_gb"], row, j)),
+            "mem_gb": _Figure(_at(out["island_memory_gb"], row, j)),
+            "cap_gb": _Figure(_at(out["_mem_cap_gb"], row, j)),
             "m": _fmt_int(_at(out["micro_batches"], row, j)),
             "pp": par.pp,
             "pv": par.pp * par.virtual_stages,
@@ -114,6 +142,14 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
                 label = f"{prefix}{key}" if not key.startswith("training") else key
             where = f" (island '{isl.name}')" if n_isl > 1 else ""
             reasons.append(f"{label}: {msg}{where}")
+    step_s = float(_at(out["step_time_s"], row))
+    if feasible and not (math.isfinite(step_s) and step_s > 0):
+        # a part's figures overflowed the model (inf or nan): no number of this plan means anything
+        feasible = False
+        reasons.append(
+            "step_time_s: the predicted step time is not a finite number > 0 "
+            "(a part's figures overflow the model)"
+        )
     notes = list(sc.notes)
     gpus = int(sum(isl.parallelism.tp * isl.parallelism.pp * isl.parallelism.cp * isl.dp for isl in islands))
     for isl in islands:
@@ -162,7 +198,7 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
             notes=notes,
         )
 
-    step = float(_at(out["step_time_s"], row))
+    step = step_s
     bd = {k: max(0.0, float(_at(out["breakdown"][k], row))) for k in BREAKDOWN_TERMS}
     keep = (
         ("compute", "island_sync") if n_isl > 1 else ("compute",)
@@ -298,4 +334,6 @@ def _island_entries(res: Resolved, out, row, step, tps, notes):
 
 def _fmt_int(x) -> str:
     x = float(x)
-    return str(round(x)) if abs(x - round(x)) < 1e-9 else f"{x:.3g}"
+    if not math.isfinite(x):
+        return "-"
+    return str(round(x)) if abs(x) < 1e15 and abs(x - round(x)) < 1e-9 else f"{x:.3g}"

@@ -21,12 +21,12 @@ from typing import Any
 
 import attrs
 
-from .convert import key_path, structure_record
+from .convert import FLOAT_MAX, key_path, structure_record
 from .errors import ScenarioError
 from .overrides import apply_override, parse_override
 from .parts import option_defaults
 from .scenario_files import MAX_DEPTH, check_depth, model_presets, read_scenario_file
-from .scenario_options import check_option_values, split_options
+from .scenario_options import check_option_record, check_option_values, split_options
 from .scenario_specs import (
     IslandSpec,
     ModelSpec,
@@ -47,6 +47,7 @@ __all__ = [
     "ParallelismSpec",
     "SyncSpec",
     "load_scenario",
+    "scenario_tables",
     "apply_override",
     "parse_override",
     "model_presets",
@@ -57,18 +58,32 @@ _SYNC_FIELDS = {f.name for f in attrs.fields(SyncSpec)} - {"options"}
 _TOP = {"model", "training", "island", "network", "parallelism", "sync", "measured", "source"}
 
 
-def load_scenario(source: str | os.PathLike | Mapping[str, Any], *, overrides=(), registry=None) -> Scenario:
-    """Load a scenario from a TOML file path or a dict of raw tables.
+def load_scenario(
+    source: str | os.PathLike | Mapping[str, Any] | Scenario,
+    *,
+    overrides=(),
+    registry=None,
+    file: str | None = None,
+) -> Scenario:
+    """Load a scenario from a TOML file path, a dict of raw tables, or an already-loaded
+    :class:`Scenario` (its tables, :func:`scenario_tables`, loaded again with ``overrides``).
 
     :param overrides: ``(key, value)`` pairs or ``"KEY=VALUE"`` strings, applied
         in order before validation (the ``--set`` of the CLI).
     :param registry: the :class:`~shardmeter.Registry` whose strategies' options
         are accepted (default: the installed plugins).
+    :param file: the file a dict's tables came from, named in errors and kept as the
+        scenario's ``file`` (a loaded scenario's own ``file`` by default).
     :raises ScenarioError: one line naming the file and key path.
     """
+    if isinstance(overrides, str):  # one "KEY=VALUE", not its characters
+        overrides = (overrides,)
+    if isinstance(source, Scenario):
+        file = file or source.file
+        source = scenario_tables(source)
     if isinstance(source, Mapping):
-        check_depth(source, None)
-        data, file = copy.deepcopy(dict(source)), None
+        check_depth(source, file)
+        data = copy.deepcopy(dict(source))
     else:
         data, file = read_scenario_file(source)
     try:
@@ -86,6 +101,27 @@ def load_scenario(source: str | os.PathLike | Mapping[str, Any], *, overrides=()
         raise ScenarioError(f"nested more than {MAX_DEPTH} levels deep", file=file) from None
 
 
+def scenario_tables(sc: Scenario) -> dict[str, Any]:
+    """The raw tables of a loaded scenario, which load back to the same scenario: its
+    :meth:`~Scenario.to_dict`, less the ``[model]`` keys its preset (and the defaults) would
+    give anyway, so that an override of ``model.preset`` takes effect as it does on the file."""
+    data = sc.to_dict()
+    if data.get("sync") == {"strategy": "allreduce"} and _SINGLE_ISLAND_NOTE not in sc.notes:
+        del data["sync"]  # the default, which to_dict always writes: not a [sync] the file gave
+    model = data.get("model")
+    name = model.get("preset") if isinstance(model, dict) else None
+    presets = model_presets() if isinstance(name, str) else {}
+    if isinstance(model, dict) and name in presets:
+        implied = {f.name: f.default for f in attrs.fields(ModelSpec) if f.default is not attrs.NOTHING}
+        implied.update(presets[name])
+        data["model"] = {k: v for k, v in model.items() if k == "preset" or implied.get(k, _NONE) != v}
+    return data
+
+
+_NONE = object()
+_SINGLE_ISLAND_NOTE = "[sync] and [network] apply only with two islands or more: ignored"
+
+
 def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     """The records of raw tables ``data``, table by table in a fixed order (so the first
     problem reported is always the same one)."""
@@ -93,6 +129,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
 
     reg = registry if registry is not None else get_registry()
     _check_tables(data, file)
+    _check_magnitudes(data, file)
     notes: list[str] = []
     model_rec = _model_record(data.get("model"), file)
     training = _required_table(data.get("training"), "training", file)
@@ -104,7 +141,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     net_rec = _network_record(network, file)
     sync_rec = _sync_record(data.get("sync", {}), reg, file, notes)
     if len(isl_recs) < 2 and (data.get("sync") or network is not None):
-        notes.append("[sync] and [network] apply only with two islands or more: ignored")
+        notes.append(_SINGLE_ISLAND_NOTE)
     measured = _measured(data.get("measured", {}), file)
     source = data.get("source", {})
     if not isinstance(source, dict):
@@ -132,6 +169,29 @@ def _check_tables(data: Mapping[str, Any], file: str | None) -> None:
             close = difflib.get_close_matches(str(k), sorted(_TOP | {"islands"}), n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ScenarioError(f"unknown table{hint}", path=key_path(k), file=file)
+
+
+def _check_magnitudes(data: Mapping[str, Any], file: str | None) -> None:
+    """No integer in the tables (``[source]`` aside, which is never read) may exceed
+    :data:`~shardmeter.convert.FLOAT_MAX` in magnitude: every count and figure has a smaller
+    limit, and a several-hundred-digit integer would otherwise overflow a float (a traceback)
+    or print all its digits in the error."""
+    stack: list[tuple[Any, str]] = [(v, key_path(k)) for k, v in data.items() if k != "source"][::-1]
+    while stack:  # depth first, in the file's order (the first problem reported is the first one)
+        obj, path = stack.pop()
+        if isinstance(obj, Mapping):
+            stack.extend([(v, f"{path}.{key_path(k)}") for k, v in obj.items()][::-1])
+        elif isinstance(obj, (list, tuple)):
+            stack.extend([(v, f"{path}[{i}]") for i, v in enumerate(obj)][::-1])
+        elif isinstance(obj, int) and not isinstance(obj, bool) and abs(obj) > FLOAT_MAX:
+            raise ScenarioError(_too_large(obj), path=path, file=file)
+
+
+def _too_large(v: int | float) -> str:
+    """The message of a number above :data:`~shardmeter.convert.FLOAT_MAX`, never all its digits."""
+    if isinstance(v, int) and len(str(abs(v))) > 24:
+        return f"a {len(str(abs(v)))}-digit integer is absurdly large (limit {FLOAT_MAX:g})"
+    return f"{v!r} is absurdly large (limit {FLOAT_MAX:g})"
 
 
 def _required_table(table: Any, name: str, file: str | None) -> dict[str, Any]:
@@ -180,7 +240,9 @@ def _parallelism_parser(reg, file: str | None, notes: list[str]) -> Callable[[An
         rec = structure_record(base, ParallelismSpec, path=where, file=file)
         for kind, name in (("sharding", rec.sharding), ("schedule", rec.schedule)):
             if name in reg.names(kind):
-                check_option_values(option_defaults(reg.get(kind, name).options), opts, where, file)
+                options = reg.get(kind, name).options
+                check_option_values(option_defaults(options), opts, where, file)
+                check_option_record(options, opts, where, file)
         return attrs.evolve(rec, options=opts)
 
     return parse
@@ -272,17 +334,30 @@ def _sync_record(sync: Any, reg, file: str | None, notes: list[str]) -> SyncSpec
     )
     sync_rec = attrs.evolve(structure_record(base, SyncSpec, path="sync", file=file), options=opts)
     if sync_rec.strategy in reg.names("sync"):
-        check_option_values(option_defaults(reg.get("sync", sync_rec.strategy).options), opts, "sync", file)
+        options = reg.get("sync", sync_rec.strategy).options
+        check_option_values(option_defaults(options), opts, "sync", file)
+        check_option_record(options, opts, "sync", file)
     return sync_rec
 
 
 def _measured(measured: Any, file: str | None) -> dict[str, float]:
-    """``[measured]``: report numbers of a real run, each finite and > 0."""
+    """``[measured]``: report numbers of a real run, each finite, > 0 and at most
+    :data:`~shardmeter.convert.FLOAT_MAX`."""
     if not isinstance(measured, dict):
         raise ScenarioError("expected a table", path="measured", file=file)
+    out = {}
     for k, v in measured.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ScenarioError("expected a finite number", path=f"measured.{k}", file=file)
-        if v <= 0:  # every report number is >= 0, and a relative error needs a measurement > 0
-            raise ScenarioError(f"expected a number > 0, got {v!r}", path=f"measured.{k}", file=file)
-    return {k: float(v) for k, v in measured.items()}
+        path = f"measured.{key_path(k)}"
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ScenarioError("expected a finite number", path=path, file=file)
+        if isinstance(v, int) and abs(v) > FLOAT_MAX:  # float() of a 400-digit integer overflows
+            raise ScenarioError(_too_large(v), path=path, file=file)
+        x = float(v)
+        if not math.isfinite(x):
+            raise ScenarioError("expected a finite number", path=path, file=file)
+        if x <= 0:  # every report number is >= 0, and a relative error needs a measurement > 0
+            raise ScenarioError(f"expected a number > 0, got {v!r}", path=path, file=file)
+        if x > FLOAT_MAX:
+            raise ScenarioError(_too_large(v), path=path, file=file)
+        out[k] = x
+    return out

@@ -13,7 +13,7 @@ from .convert import key_path
 from .errors import ScenarioError
 from .scenario_specs import MAX_COUNT
 
-__all__ = ["split_options", "check_option_values"]
+__all__ = ["split_options", "check_option_values", "check_option_record"]
 
 
 def check_option_values(
@@ -21,7 +21,8 @@ def check_option_values(
 ) -> None:
     """A chosen strategy's options must have the type of their default (as the
     estimator checks ``[sync]`` options): a bool, an integer >= 1 (>= 0 when the
-    default is below 1), a finite number >= 0, or a string."""
+    default is below 1, >= the default when it is negative: ``overlap_steps = -1``
+    is "automatic"), a finite number >= 0, or a string."""
     for k, v in given.items():
         if k not in defaults:
             continue
@@ -29,7 +30,7 @@ def check_option_values(
         if isinstance(default, bool):
             ok, want = isinstance(v, bool), "true or false"
         elif isinstance(default, int):
-            floor = 1 if default >= 1 else 0
+            floor = 1 if default >= 1 else min(0, default)
             ok, want = isinstance(v, int) and not isinstance(v, bool) and v >= floor, f"an integer >= {floor}"
         elif isinstance(default, float):
             ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
@@ -43,6 +44,17 @@ def check_option_values(
             raise ScenarioError(
                 f"{v!r} is absurdly large (limit {MAX_COUNT})", path=f"{where}.{k}", file=file
             )
+
+
+def check_option_record(options: type, given: Mapping[str, Any], where: str, file: str | None) -> None:
+    """The chosen strategy's options class built from the keys it declares, so that its own
+    validators (DiLoCo's ``compression_bits`` from 1 to 32, ...) reject a value when the
+    scenario is loaded, not only when it is estimated; one line naming ``where.KEY``."""
+    from .convert import structure_record
+    from .parts import option_defaults
+
+    names = option_defaults(options)
+    structure_record({k: v for k, v in given.items() if k in names}, options, path=where, file=file)
 
 
 def split_options(

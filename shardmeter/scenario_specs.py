@@ -71,9 +71,27 @@ def _bounded(inst, attribute, value):
         raise ValueError(f"{attribute.name}: {value!r} is absurdly large (limit {MAX_COUNT})")
 
 
+def _kv_heads(inst, attribute, value):
+    """Grouped-query attention: every key/value head serves the same number of query heads."""
+    if value is None or value < 1 or inst.heads < 1:
+        return
+    if value > inst.heads:
+        raise ValueError(f"{attribute.name}: expected at most heads ({inst.heads}), got {value!r}")
+    if inst.heads % value:
+        raise ValueError(
+            f"{attribute.name}: heads ({inst.heads}) must be a multiple of kv_heads, got {value!r}"
+        )
+
+
+def _experts_per_token(inst, attribute, value):
+    if value >= 1 and inst.experts >= 1 and value > inst.experts:
+        raise ValueError(f"{attribute.name}: expected at most experts ({inst.experts}), got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class ModelSpec:
-    """``[model]``: the transformer. Defaults: ``kv_heads = heads``,
+    """``[model]``: the transformer (``kv_heads`` must divide ``heads``, ``experts_per_token``
+    be at most ``experts``). Defaults: ``kv_heads = heads``,
     ``head_dim = hidden / heads``, ``ffn_hidden = 4 * hidden``, ``ffn = "gelu"``,
     untied embeddings, dense (``experts = 1``; ``capacity_factor = 1.0`` pads each
     expert's token buffer for MoE), causal attention, no dropout
@@ -86,13 +104,13 @@ class ModelSpec:
     heads: int = attrs.field(validator=[_count, _bounded])
     vocab: int = attrs.field(validator=[_count, _bounded])
     seq_len: int = attrs.field(validator=[_count, _bounded])
-    kv_heads: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    kv_heads: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded, _kv_heads])
     head_dim: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
     ffn_hidden: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
     ffn: str = attrs.field(default="gelu", validator=_one_of("gelu", "swiglu"))
     tied_embeddings: bool = False
     experts: int = attrs.field(default=1, validator=[_count, _bounded])
-    experts_per_token: int = attrs.field(default=1, validator=[_count, _bounded])
+    experts_per_token: int = attrs.field(default=1, validator=[_count, _bounded, _experts_per_token])
     capacity_factor: float = attrs.field(default=1.0, validator=_pos)
     causal: bool = True
     dropout: bool = False

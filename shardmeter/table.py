@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from .words import describe_bottleneck
 
-__all__ = ["render_table", "format_report", "fmt_time", "fmt_num"]
+__all__ = ["render_table", "format_report", "fmt_time", "fmt_num", "fmt_usd", "fmt_pct", "fmt_gb"]
 
 
 def render_table(
@@ -46,36 +47,85 @@ def _numeric(s: str) -> bool:
         return False
 
 
+#: Above this magnitude a number is printed in scientific notation, never with all its digits
+#: (a step time of 1e300 s is 300 digits in fixed notation).
+SCI_ABOVE = 1e15
+
+
+def _finite(x: Any) -> TypeGuard[float]:
+    """Whether ``x`` is a number that can be printed (not None, nan or inf)."""
+    try:
+        return x is not None and math.isfinite(x)
+    except (TypeError, OverflowError):
+        return False
+
+
 def fmt_time(s: float | None) -> str:
-    if s is None:
+    """A duration in the unit that suits it (``us`` to ``d``); ``-`` when unknown or not finite,
+    scientific days beyond 100 000 days."""
+    if not _finite(s):
         return "-"
-    if s >= 86400 * 2:
+    a = abs(s)
+    if a >= 86400 * 1e5:
+        return f"{s / 86400:.3g} d"
+    if a >= 86400 * 2:
         return f"{s / 86400:.1f} d"
-    if s >= 7200:
+    if a >= 7200:
         return f"{s / 3600:.1f} h"
-    if s >= 1:
+    if a >= 1:
         return f"{s:.3f} s"
-    if s >= 1e-3:
+    if a >= 1e-3:
         return f"{s * 1e3:.2f} ms"
     return f"{s * 1e6:.1f} us"
 
 
 def fmt_num(x: float | None, digits: int = 4) -> str:
-    if x is None:
+    """A number: ``-`` when unknown or not finite, scientific above :data:`SCI_ABOVE`, with
+    thousands separators from a million, else ``digits`` significant digits."""
+    if not _finite(x):
         return "-"
+    if abs(x) >= SCI_ABOVE:
+        return f"{x:.{max(digits - 1, 0)}e}"
     if abs(x) >= 1e6:
         return f"{x:,.0f}"
     return f"{x:.{digits}g}"
 
 
-def format_report(r) -> str:
+def fmt_usd(x: float | None) -> str:
+    """Dollars, whole (``$1,234``); scientific above :data:`SCI_ABOVE`; ``-`` when unknown."""
+    if not _finite(x):
+        return "-"
+    return f"${x:.3e}" if abs(x) >= SCI_ABOVE else f"${x:,.0f}"
 
+
+def fmt_pct(x: float | None) -> str:
+    """A fraction as a percentage (``12.3%``); ``-`` when unknown or not finite."""
+    if not _finite(x):
+        return "-"
+    if abs(x) < 1e4:
+        return f"{x:.1%}"
+    mantissa, _, exp = f"{x:.3e}".partition("e")  # x * 100 could overflow
+    return f"{mantissa}e{int(exp) + 2:+03d}%"
+
+
+def fmt_gb(x: float | None) -> str:
+    """Gigabytes to one decimal (``80.0``); scientific from a billion; ``-`` when unknown."""
+    if not _finite(x):
+        return "-"
+    return f"{x:.3e}" if abs(x) >= 1e9 else f"{x:.1f}"
+
+
+def format_report(r) -> str:
+    """The CLI's text of a :class:`~shardmeter.report.Report` (unknown or non-finite numbers
+    as ``-``, absurd ones in scientific notation)."""
     out = []
     if not r.feasible:
         out.append("INFEASIBLE plan:")
         out.extend(f"  - {x}" for x in r.reasons)
         if r.memory_per_gpu_gb is not None:
-            out.append(f"  memory per GPU: {r.memory_per_gpu_gb:.1f} GB of {r.memory_capacity_gb:.1f} GB")
+            out.append(
+                f"  memory per GPU: {fmt_gb(r.memory_per_gpu_gb)} GB of {fmt_gb(r.memory_capacity_gb)} GB"
+            )
         out.extend(f"  note: {n}" for n in r.notes)
         return "\n".join(out)
     rows = [
@@ -84,19 +134,20 @@ def format_report(r) -> str:
         ("tokens/s per GPU", fmt_num(r.tokens_per_s_per_gpu)),
         ("model TFLOP/s per GPU", fmt_num(r.model_tflops_per_gpu)),
         ("hardware TFLOP/s per GPU", fmt_num(r.hardware_tflops_per_gpu)),
-        ("MFU / HFU", f"{r.mfu:.1%} / {r.hfu:.1%}"),
-        ("memory per GPU", f"{r.memory_per_gpu_gb:.1f} GB of {r.memory_capacity_gb:.1f} GB"),
-        ("compute utilization", f"{r.compute_utilization:.1%}"),
+        ("MFU / HFU", f"{fmt_pct(r.mfu)} / {fmt_pct(r.hfu)}"),
+        ("memory per GPU", f"{fmt_gb(r.memory_per_gpu_gb)} GB of {fmt_gb(r.memory_capacity_gb)} GB"),
+        ("compute utilization", fmt_pct(r.compute_utilization)),
         ("GPUs", str(r.gpus)),
         ("wall-clock", fmt_time(r.wall_clock_s) if r.wall_clock_s is not None else "- (set training.tokens)"),
-        ("cost", f"${r.cost_usd:,.0f}" if r.cost_usd is not None else "-"),
+        ("cost", fmt_usd(r.cost_usd)),
         ("bottleneck", describe_bottleneck(r)),
         ("regime", r.regime),
     ]
     out.append(render_table(("metric", "value"), rows, title="ShardMeter estimate", align_numbers=False))
     out.append("")
-    bd_rows = [(k, fmt_time(v), f"{v / r.step_time_s:.1%}") for k, v in r.breakdown_s.items()]
-    bd_rows.append(("= step", fmt_time(r.step_time_s), "100.0%"))
+    step = r.step_time_s
+    bd_rows = [(k, fmt_time(v), fmt_pct(v / step if step else None)) for k, v in r.breakdown_s.items()]
+    bd_rows.append(("= step", fmt_time(step), "100.0%"))
     out.append(render_table(("breakdown", "time", "share"), bd_rows))
     if r.overlapped_s:
         out.append("")
@@ -117,9 +168,9 @@ def format_report(r) -> str:
                         i["gpus"],
                         fmt_num(i["tokens_per_s"]),
                         fmt_time(i["step_time_s"]),
-                        f"{i['idle_fraction']:.1%}",
-                        f"{i['memory_per_gpu_gb']:.1f}",
-                        f"${i['cost_usd']:,.0f}" if i["cost_usd"] is not None else "-",
+                        fmt_pct(i["idle_fraction"]),
+                        fmt_gb(i["memory_per_gpu_gb"]),
+                        fmt_usd(i["cost_usd"]),
                     )
                     for i in r.islands
                 ],

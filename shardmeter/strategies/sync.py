@@ -76,16 +76,31 @@ class GlobalAllReduce(SyncPart):
         )
 
 
+def _between(low: int, high: int | None = None):
+    """An attrs validator: an integer from ``low`` (to ``high``, inclusive)."""
+
+    def check(inst, attribute, value):
+        if isinstance(value, bool) or value < low or (high is not None and value > high):
+            want = f"an integer from {low} to {high}" if high is not None else f"an integer >= {low}"
+            raise ValueError(f"{attribute.name}: expected {want}, got {value!r}")
+
+    return check
+
+
+#: Bits per pseudo-gradient element a format can have (1-bit sign compression up to fp32).
+COMPRESSION_BITS = (1, 32)
+
+
 @attrs.frozen(kw_only=True)
 class DiLoCoOptions:
-    """``[sync]`` keys of DiLoCo: ``inner_steps`` (H), ``compression_bits`` per pseudo-gradient
-    element, ``fragments`` (F; > 1 is Streaming DiLoCo), ``overlap_steps`` (tau; -1: 1 with
-    fragments, else 0)."""
+    """``[sync]`` keys of DiLoCo: ``inner_steps`` (H >= 1), ``compression_bits`` per
+    pseudo-gradient element (1 to 32), ``fragments`` (F >= 1; > 1 is Streaming DiLoCo),
+    ``overlap_steps`` (tau >= 0; -1: 1 with fragments, else 0)."""
 
-    inner_steps: int = 500
-    compression_bits: int = 16
-    fragments: int = 1
-    overlap_steps: int = -1
+    inner_steps: int = attrs.field(default=500, validator=_between(1))
+    compression_bits: int = attrs.field(default=16, validator=_between(*COMPRESSION_BITS))
+    fragments: int = attrs.field(default=1, validator=_between(1))
+    overlap_steps: int = attrs.field(default=-1, validator=_between(-1))
 
 
 @attrs.frozen(kw_only=True)
