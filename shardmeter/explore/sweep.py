@@ -26,10 +26,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import ScenarioError, ShardMeterError
+from ..estimator import Estimator
 from ..model.evaluate import evaluate
 from ..model.inputs import ModelInputs, PartTable
 from ..report import build_report
-from ..scenario import Scenario, load_scenario
+from ..scenario import Scenario, load_scenario, scenario_tables
 from .allocator import keep_freed_memory
 from .executors import run_tasks
 from .scaling import analyse
@@ -214,11 +215,10 @@ def run_sweep(
     :param on_progress: called with the rows known so far (grid order) after each chunk.
     :param vectorised: ``False`` builds every row's inputs with ``Estimator.inputs`` (a check).
     """
-    from ..estimator import Estimator  # the estimator imports nothing of explore; explore is above it
-
     est = estimator or Estimator()
-    if isinstance(source, Scenario):
-        src, base_ov = source.to_dict(), list(overrides)
+    src_file = None
+    if isinstance(source, Scenario):  # its tables, so the rows' overrides apply as on the file
+        src, base_ov, src_file = scenario_tables(source), list(overrides), source.file
     else:
         src, base_ov = source, list(overrides)
     base_sc = est.load(src, base_ov)
@@ -230,7 +230,9 @@ def run_sweep(
 
     def loader(row: Mapping[str, Any]) -> Scenario:
         try:
-            return load_scenario(src, overrides=[*base_ov, *row.items()], registry=est.registry)
+            return load_scenario(
+                src, overrides=[*base_ov, *row.items()], registry=est.registry, file=src_file
+            )
         except ScenarioError as exc:
             vals = ", ".join(f"{k}={format_value(v)}" for k, v in row.items())
             raise ScenarioError(f"{exc} (sweep row {vals})") from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..table import fmt_num, fmt_time, render_table
+from ..table import fmt_num, fmt_time, fmt_usd, render_table
 from .values import format_value
 
 __all__ = ["sweep_table"]
@@ -90,7 +90,7 @@ def _report_cells(rep: dict[str, Any], priced: bool) -> list[Any]:
     if priced:
         cells += [
             fmt_time(rep.get("wall_clock_s")) if rep.get("wall_clock_s") else "-",
-            f"${rep['cost_usd']:,.0f}" if rep.get("cost_usd") is not None else "-",
+            fmt_usd(rep.get("cost_usd")),
         ]
     return cells
 
