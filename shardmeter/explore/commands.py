@@ -10,16 +10,17 @@ from typing import Any
 
 from ..cli import dump_json
 from ..errors import ShardMeterError
+from ..io import check_output
 from ..table import fmt_time, render_table
 from .plan_table import plan_table
-from .plot import plot_sweep
+from .plot import plot_sweep, require_matplotlib
 from .progress import Progress
 from .scaling import analyse
 from .sweep_csv import read_resume, write_csv
 from .sweep_table import sweep_table
 from .values import parse_values, parse_vary
 
-__all__ = ["cmd_sweep", "cmd_plan", "cmd_sensitivity"]
+__all__ = ["cmd_sweep", "cmd_plan", "cmd_sensitivity", "check_outputs", "OUTPUT_OPTIONS"]
 
 
 def _check_workers(args) -> None:
@@ -29,6 +30,41 @@ def _check_workers(args) -> None:
 
 def _dump(obj) -> None:
     print(dump_json(obj))
+
+
+#: The options of ``sweep``, ``plan`` and ``sensitivity`` that name a file they write.
+OUTPUT_OPTIONS = (("--csv", "csv"), ("--plot", "plot"))
+
+
+def check_outputs(args) -> None:
+    """Before any work: every output path of ``args`` can be written (not a device, a FIFO, a
+    socket or a folder; its folder exists and takes a file; see :func:`shardmeter.io.check_output`),
+    is not the scenario file (through a symlink or a hard link too) and is not another
+    output's file; else a one-line :class:`ShardMeterError` (exit code 2)."""
+    seen: dict[str, str] = {}
+    for label, attr in OUTPUT_OPTIONS:
+        path = getattr(args, attr, None)
+        if not path:
+            continue
+        target = check_output(path, label=label, inputs=[args.file])
+        key = os.path.normcase(target)
+        if key in seen:
+            raise ShardMeterError(
+                f"{label} {path}: is also the {seen[key]} file; give each output its own file"
+            )
+        seen[key] = label
+
+
+def _interrupted(csv: str, saved: int | None, existed: bool, resumed: int) -> str:
+    """What an interrupted ``sweep --csv`` left in ``csv`` (``saved``: the rows this run wrote
+    there, ``None`` before its first save)."""
+    if saved is not None:
+        return f"shardmeter: interrupted; the {saved} rows done so far are in {csv}: rerun with --resume"
+    if not existed:
+        return f"shardmeter: interrupted before the first rows were saved; {csv} was not written"
+    if resumed:
+        return f"shardmeter: interrupted before new rows were saved; {csv} is unchanged ({resumed} rows)"
+    return f"shardmeter: interrupted before the first rows were saved; {csv} is unchanged"
 
 
 def cmd_sweep(args) -> int:
@@ -42,11 +78,16 @@ def cmd_sweep(args) -> int:
     keys = [k for k, _ in vary]
     if args.resume and not args.csv:
         raise ShardMeterError("--resume needs --csv OUT (the file whose rows are kept)")
+    check_outputs(args)
+    if args.plot:
+        require_matplotlib()  # before the sweep, not after its work is done
+    existed = bool(args.csv) and os.path.lexists(args.csv)
     skip = read_resume(args.csv, keys) if args.resume else {}
+    saved: list[int] = []  # rows in args.csv written by this run, after each save
 
     def save(rows):
-        if args.csv:
-            write_csv(args.csv, keys, rows, analyse(keys, rows))
+        write_csv(args.csv, keys, rows, analyse(keys, rows), label="--csv")
+        saved.append(len(rows))
 
     try:
         res = run_sweep(
@@ -60,15 +101,13 @@ def cmd_sweep(args) -> int:
         )
     except KeyboardInterrupt:
         if args.csv:
-            print(
-                f"shardmeter: interrupted; the rows done so far are in {args.csv}: rerun with --resume",
-                file=sys.stderr,
-            )
+            print(_interrupted(args.csv, saved[-1] if saved else None, existed, len(skip)), file=sys.stderr)
         raise
     if args.csv:
-        write_csv(args.csv, keys, res.rows, res.analysis)
+        write_csv(args.csv, keys, res.rows, res.analysis, label="--csv")
     if args.plot:
-        plot_sweep(res, args.plot, title=f"{os.path.basename(args.file)}: sweep over {res.analysis.get('x')}")
+        title = f"{os.path.basename(args.file)}: sweep over {res.analysis.get('x')}"
+        plot_sweep(res, args.plot, title=title, label="--plot")
     if args.json:
         _dump(res.to_dict())
     else:
@@ -86,6 +125,7 @@ def cmd_sensitivity(args) -> int:
     # module to build its parser
     from .sensitivity import sensitivity
 
+    check_outputs(args)  # none today; any output option added later is checked the same way
     doc = sensitivity(args.file, overrides=args.set or ())
     if args.json:
         _dump(doc)
@@ -137,6 +177,7 @@ def cmd_plan(args) -> int:
     from .plan import DEFAULT_CHUNK, search
 
     _check_workers(args)
+    check_outputs(args)  # none today; any output option added later is checked the same way
     prog = Progress("plan ", enabled=False if args.json else None)
     try:
         doc = search(

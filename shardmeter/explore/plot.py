@@ -10,7 +10,7 @@ from ..errors import ShardMeterError
 from ..io import atomic_write
 from .values import format_value
 
-__all__ = ["plot_sweep", "REGIME_COLOURS"]
+__all__ = ["plot_sweep", "require_matplotlib", "REGIME_COLOURS"]
 
 REGIME_COLOURS = {
     "compute-bound": "#4c9f70",
@@ -31,12 +31,20 @@ def _matplotlib():
     return plt
 
 
+def require_matplotlib() -> None:
+    """A one-line :class:`ShardMeterError` now if ``--plot`` cannot be drawn (checked before a
+    sweep, so its work is not lost to a missing extra)."""
+    _matplotlib()
+
+
 def _num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None) -> None:
-    """Write a PNG of ``result`` (a :class:`~shardmeter.explore.sweep.SweepResult`)."""
+def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None, label: str = "") -> None:
+    """Write a PNG of ``result`` (a :class:`~shardmeter.explore.sweep.SweepResult`) to ``path``,
+    atomically (:func:`~shardmeter.io.atomic_write`: a special file is refused, a symlink
+    followed); ``label`` (``"--plot"``) goes before ``path`` in error messages."""
     plt = _matplotlib()
     from matplotlib.patches import Patch  # optional dependency (shardmeter[plot]), checked just above
 
@@ -75,9 +83,11 @@ def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None) -> 
     )
     ax.set_title(title or f"ShardMeter sweep over {x_key}")
     fig.tight_layout()
-    with atomic_write(path, "wb") as fh:
-        fig.savefig(fh, format="png")
-    plt.close(fig)
+    try:
+        with atomic_write(path, "wb", label=label) as fh:
+            fig.savefig(fh, format="png")
+    finally:
+        plt.close(fig)
 
 
 class _XAxis:
