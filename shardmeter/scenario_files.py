@@ -5,6 +5,7 @@ file), and the bundled model presets."""
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Mapping
 from importlib import resources
@@ -20,6 +21,10 @@ else:  # pragma: no cover
 __all__ = ["read_scenario_file", "check_depth", "model_presets", "MAX_DEPTH"]
 
 
+#: Largest scenario file read (a 1,000-island scenario is about 50 kB).
+MAX_SCENARIO_BYTES = 16 * 1024 * 1024
+
+
 def read_scenario_file(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
     """The raw tables of the TOML file at ``path`` and its name; every problem (missing, a
     folder, unreadable, not UTF-8 text, not TOML, too deep) is a one-line :class:`ScenarioError`."""
@@ -29,8 +34,20 @@ def read_scenario_file(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
     if os.path.isdir(name):
         raise ScenarioError("is a directory, not a scenario file", file=name)
     try:
+        st = os.stat(name)
+    except OSError as exc:
+        raise ScenarioError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block open() forever, a device never ends
+        raise ScenarioError(
+            "is not a regular file (a FIFO, device or socket); give a scenario file", file=name
+        )
+    if st.st_size > MAX_SCENARIO_BYTES:
+        raise ScenarioError(
+            f"is {st.st_size:,} bytes; a scenario file is at most {MAX_SCENARIO_BYTES:,}", file=name
+        )
+    try:
         with open(name, "rb") as fh:
-            raw = fh.read()
+            raw = fh.read(MAX_SCENARIO_BYTES + 1)
     except OSError as exc:
         raise ScenarioError(f"cannot read: {exc.strerror or exc}", file=name) from None
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):

@@ -437,3 +437,22 @@ def test_a_non_finite_step_time_is_an_infeasible_plan_not_a_feasible_infinity():
     doc = check_json_report(r.to_json(), "forever")  # strict, and infeasible invents no numbers
     assert doc["feasible"] is False
     assert not NON_FINITE.search(str(r)), str(r)
+
+
+def test_a_fifo_or_an_oversized_file_as_the_scenario_is_refused_without_reading(tmp_path, capsys):
+    """A FIFO named *.toml used to block open() forever; a huge file was read whole."""
+    import os
+
+    from shardmeter.cli import main
+    from shardmeter.scenario_files import MAX_SCENARIO_BYTES
+
+    fifo = tmp_path / "scenario.toml"
+    os.mkfifo(fifo)
+    assert main(["estimate", str(fifo)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "not a regular file" in err and str(fifo) in err
+    big = tmp_path / "big.toml"
+    with open(big, "wb") as fh:
+        fh.truncate(MAX_SCENARIO_BYTES + 1)  # sparse: nothing is written
+    assert main(["estimate", str(big)]) == 2
+    assert "at most" in capsys.readouterr().err
