@@ -6,6 +6,7 @@ sweep's CSV in :mod:`.sweep_csv`."""
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 
 from .commands import cmd_plan, cmd_sensitivity, cmd_sweep
@@ -23,7 +24,15 @@ def _common(p, *, workers: bool = True) -> None:
         p.add_argument(
             "--dask",
             metavar="ADDRESS",
-            help="score chunks on a dask.distributed cluster ('local' starts a LocalCluster)",
+            help="score chunks on a dask.distributed cluster: the scheduler's tcp://HOST:PORT or "
+            "HOST:PORT ('local' starts a LocalCluster)",
+        )
+        p.add_argument(
+            "--dask-timeout",
+            type=_positive_float,
+            metavar="SECONDS",
+            help="give up on the --dask scheduler if it does not answer within SECONDS "
+            "(default $SHARDMETER_DASK_TIMEOUT, else 30)",
         )
 
 
@@ -47,6 +56,20 @@ def _positive_float(text: str) -> float:
     return v
 
 
+def _with_dask_timeout(cmd):
+    """``cmd`` run with ``--dask-timeout`` as the executors' timeout for reaching a scheduler
+    (restored afterwards, so one command line's value does not leak into the next ``main``)."""
+
+    @functools.wraps(cmd)
+    def run(args):
+        from .executors import dask_timeout_override  # deferred, as the commands defer theirs
+
+        with dask_timeout_override(getattr(args, "dask_timeout", None)):
+            return cmd(args)
+
+    return run
+
+
 def add_sweep_parser(sub) -> None:
     p = sub.add_parser(
         "sweep",
@@ -67,7 +90,7 @@ def add_sweep_parser(sub) -> None:
         "--plot", metavar="OUT.png", help="plot throughput and efficiency (needs shardmeter[plot])"
     )
     p.add_argument("--resume", action="store_true", help="with --csv: skip grid points already in OUT")
-    p.set_defaults(func=cmd_sweep)
+    p.set_defaults(func=_with_dask_timeout(cmd_sweep))
 
 
 def add_sensitivity_parser(sub) -> None:
@@ -104,4 +127,4 @@ def add_plan_parser(sub) -> None:
         "inner_steps, bits, island[i].nodes); KNOB alone keeps the scenario's value",
     )
     p.add_argument("--chunk", type=_positive_int, default=None, help="candidates per task (default 262144)")
-    p.set_defaults(func=cmd_plan)
+    p.set_defaults(func=_with_dask_timeout(cmd_plan))
