@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import time
+import unicodedata
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -42,6 +43,12 @@ BUNDLED = (
 
 #: A plugin that takes longer than this to import is named in a warning (seconds).
 SLOW_IMPORT_S = 2.0
+#: A hook (one contribution function) that takes longer than this is named in a warning (seconds).
+SLOW_HOOK_S = 2.0
+
+#: How ``SHARDMETER_STRICT_PLUGINS`` is written on and off (any case, spaces around ignored).
+_ON = ("1", "on", "yes", "true")
+_OFF = ("", "0", "off", "no", "false")
 
 
 def _warn(msg: str) -> None:
@@ -49,7 +56,25 @@ def _warn(msg: str) -> None:
 
 
 def _strict() -> bool:
-    return os.environ.get("SHARDMETER_STRICT_PLUGINS", "").strip() not in ("", "0", "false", "no")
+    """Is ``SHARDMETER_STRICT_PLUGINS`` on (``1``, ``on``, ``yes``, ``true``) or off (``0``,
+    ``off``, ``no``, ``false``, empty or unset)? Anything else is a :class:`PluginError` naming
+    the variable, never a guess."""
+    raw = os.environ.get("SHARDMETER_STRICT_PLUGINS", "")
+    value = raw.strip().lower()
+    if value in _ON:
+        return True
+    if value in _OFF:
+        return False
+    raise PluginError(
+        f"SHARDMETER_STRICT_PLUGINS={_shown(raw)}: expected one of {', '.join(_ON)} (on) "
+        f"or {', '.join(v for v in _OFF if v)} or empty (off)"
+    )
+
+
+def _shown(text: object, limit: int = 80) -> str:
+    """``text`` for a one-line message: control characters escaped, shortened past ``limit``."""
+    out = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+    return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
 def _norm(name: str) -> str:
@@ -87,6 +112,7 @@ def make_plugin_manager(
         default they are loaded that way only when entry points do not
         provide them (an uninstalled source tree).
     """
+    _strict()  # a misspelt SHARDMETER_STRICT_PLUGINS is an error at once, not at the first fault
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     disabled = _disabled()
@@ -263,7 +289,14 @@ class Registry:
         """A copy of this registry with ``record`` replacing (or adding) a part (a declarative
         strategy record is turned into its part)."""
         entries = {k: dict(v) for k, v in self._entries.items()}
-        entries[kind][record.name] = Provided(as_part(record), plugin, "registered in code")
+        bad = _bad_name(getattr(record, "name", None))
+        if bad:
+            raise PluginError(f"override of {kind} {_shown(ascii(getattr(record, 'name', None)))}: {bad}")
+        new = Provided(as_part(record), plugin, "registered in code")
+        for name, prov in entries[kind].items():
+            if name != record.name and name.casefold() == record.name.casefold():
+                raise _case_clash(kind, name, prov, record.name, new)
+        entries[kind][record.name] = new
         return Registry(entries)
 
 
@@ -280,17 +313,27 @@ def _reject(msg: str, cause: BaseException | None = None) -> None:
 def _contributed(impl, hook_name: str, plugin_name: str, dist: str) -> list | None:
     """What one hook implementation returns, as a list; ``None`` (after :func:`_reject`) when
     it raises, exits or returns something other than an iterable of records."""
+    started = time.perf_counter()
     try:
         with contextlib.redirect_stdout(sys.stderr):  # a chatty plugin must not corrupt --json output
             items = impl.function()
             if isinstance(items, (str, bytes, Mapping)) or not (items is None or hasattr(items, "__iter__")):
                 raise TypeError(f"returned {type(items).__name__}, not an iterable of records")
-            return list(items) if items is not None else []
+            return list(items) if items is not None else []  # a generator runs here
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin's sys.exit() must not end ours
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         msg = f"ShardMeter plugin '{plugin_name}' ({dist}) failed in {hook_name}: {type(exc).__name__}"
         _reject(msg + (f": {first}" if first else ""), exc)
         return None
+    finally:
+        _warn_if_slow(time.perf_counter() - started, hook_name, plugin_name, dist)
+
+
+def _warn_if_slow(took: float, hook_name: str, plugin_name: str, dist: str) -> None:
+    """No timeout (a hook is the plugin's code, run in this process): a slow one is named."""
+    if took > SLOW_HOOK_S:
+        hint = "" if dist == "registered in code" else f" (SHARDMETER_DISABLE_PLUGINS={plugin_name} skips it)"
+        _warn(f"ShardMeter plugin '{plugin_name}' ({dist}) took {took:.1f} s in {hook_name}{hint}")
 
 
 def _accepted(item: Any, hook_name: str, plugin_name: str, dist: str) -> tuple[str, object] | None:
@@ -323,6 +366,13 @@ def _accepted(item: Any, hook_name: str, plugin_name: str, dist: str) -> tuple[s
             exc,
         )
         return None
+    bad_name = _bad_name(getattr(item, "name", None))
+    if bad_name:
+        _reject(
+            f"ShardMeter plugin '{plugin_name}' ({dist}) returned a {type(item).__name__} from "
+            f"{hook_name} named {_shown(ascii(getattr(item, 'name', None)))}: {bad_name}"
+        )
+        return None
     try:
         return kind, as_part(item)
     except (ValueError, TypeError) as exc:
@@ -334,11 +384,26 @@ def _accepted(item: Any, hook_name: str, plugin_name: str, dist: str) -> tuple[s
         return None
 
 
+def _bad_name(name: object) -> str:
+    """Why ``name`` cannot name a part (``""``: it can): a part name is a non-empty string
+    without control characters (a newline in one would forge lines of ``shardmeter plugins``)."""
+    if not isinstance(name, str) or not name.strip():
+        return "a part name must be a non-empty string"
+    # Cc: C0/C1 controls (newline, ESC, DEL); Cf: invisible format characters (bidi overrides);
+    # Zl/Zp: the Unicode line and paragraph separators; Cs: lone surrogates
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") for ch in name):
+        return "a part name must not contain control characters (newlines, escapes, format characters)"
+    return ""
+
+
 def _unique_names(entries: dict[str, dict[str, list[Provided]]]) -> dict[str, dict[str, Provided]]:
-    """One provider per name within a kind; a name provided twice is an error naming every provider."""
+    """One provider per name within a kind; a name provided twice is an error naming every
+    provider, and so are names that differ only by case (``H100-SXM`` and ``h100-sxm``: which one
+    a scenario meant is a guess)."""
     final: dict[str, dict[str, Provided]] = {}
     for kind, names in entries.items():
         final[kind] = {}
+        folded: dict[str, str] = {}
         for name, provs in names.items():
             if len(provs) > 1:
                 who = "; ".join(f"plugin '{p.plugin}' from {p.distribution}" for p in provs)
@@ -346,8 +411,19 @@ def _unique_names(entries: dict[str, dict[str, list[Provided]]]) -> dict[str, di
                     f"duplicate {kind} name '{name}' provided by {who} "
                     "(uninstall one, or disable one with SHARDMETER_DISABLE_PLUGINS)"
                 )
+            other = folded.setdefault(name.casefold(), name)
+            if other != name:
+                raise _case_clash(kind, other, names[other][0], name, provs[0])
             final[kind][name] = provs[0]
     return final
+
+
+def _case_clash(kind: str, a: str, pa: Provided, b: str, pb: Provided) -> PluginError:
+    return PluginError(
+        f"{kind} names '{a}' (plugin '{pa.plugin}' from {pa.distribution}) and '{b}' "
+        f"(plugin '{pb.plugin}' from {pb.distribution}) differ only by case "
+        "(rename one, uninstall one, or disable one with SHARDMETER_DISABLE_PLUGINS)"
+    )
 
 
 def kind_of(item: object, hook_name: str) -> str | None:

@@ -5,11 +5,19 @@ the relative error is ``(predicted - measured) / measured``. The summary gives
 the mean absolute percentage error per field, per folder (source group) and
 overall. A scenario that is invalid or infeasible is a failed case: listed,
 counted, never skipped.
+
+Files are found once each (a file named twice, or named and inside a folder named, is one
+file: compared by real path). A folder's ``*.toml`` entry that is a FIFO, a device or a socket
+is a failed case and is never opened (opening a FIFO waits for a writer); such a path named
+on the command line is an error. A file without ``[measured]`` values is not a case: one named
+on the command line is listed under ``no_measured``; when no file has any (and none failed)
+there is nothing to compare, an error (exit code 2).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from importlib import resources
 
@@ -23,17 +31,74 @@ def bundled_validation_dir() -> str:
     return str(resources.files("shardmeter.validation_data").joinpath("published"))
 
 
-def collect_files(paths: Iterable[str]) -> list[str]:
-    out: list[str] = []
+#: What a path that is not a regular file is, for messages.
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _special(path: str) -> str:
+    """What ``path`` is when it is something other than a regular file or a folder (``""`` for
+    those, and for a path that cannot be stat()ed: reading it reports why). Never opens it."""
+    try:
+        mode = os.stat(path).st_mode  # through symlinks: a link to a FIFO is a FIFO
+    except (OSError, ValueError):
+        return ""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return ""
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def _collect(paths: Iterable[str]) -> tuple[list[str], dict[str, str], set[str]]:
+    """The scenario files of ``paths`` (files given, and every ``*.toml`` under folders given),
+    each once (by real path, first spelling kept), sorted; the folder entries that cannot be
+    read as scenario files (``{path: why}``: FIFOs, devices and sockets, never opened, and
+    folders that cannot be listed; each a failed case); the files given explicitly. A missing
+    path, or one given explicitly that is a FIFO, a device or a socket, is a
+    :class:`ShardMeterError`."""
+    found: dict[str, str] = {}  # real path -> path as found
+    explicit: set[str] = set()
+    special: dict[str, str] = {}
+
+    def add(path: str, given: bool) -> None:
+        key = os.path.normcase(os.path.realpath(path))
+        found.setdefault(key, path)
+        if given:
+            explicit.add(found[key])
+
+    def unreadable(exc: OSError) -> None:
+        special.setdefault(str(exc.filename), f"cannot read the folder: {exc.strerror or exc}")
+
     for p in paths:
+        p = os.fspath(p)
         if os.path.isdir(p):
-            for root, _dirs, files in os.walk(p):
-                out.extend(os.path.join(root, f) for f in files if f.endswith(".toml"))
+            for root, dirs, files in os.walk(p, onerror=unreadable):
+                dirs.sort()
+                for f in sorted(files):
+                    if f.endswith(".toml"):
+                        path = os.path.join(root, f)
+                        what = _special(path)
+                        if what:
+                            special.setdefault(path, f"is {what}, not a scenario file (not read)")
+                        else:
+                            add(path, False)
         elif os.path.exists(p):
-            out.append(p)
+            what = _special(p)
+            if what:
+                raise ShardMeterError(f"{p}: is {what}, not a scenario file")
+            add(p, True)
         else:
             raise ShardMeterError(f"{p}: no such file or directory")
-    return sorted(out)
+    return sorted(found.values()), special, explicit
+
+
+def collect_files(paths: Iterable[str]) -> list[str]:
+    """The scenario files of ``paths``: files given, and every ``*.toml`` under folders given
+    (not those that are FIFOs, devices or sockets), each once, sorted."""
+    return _collect(paths)[0]
 
 
 def _group(path: str) -> str:
@@ -46,19 +111,23 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
     from .estimator import Estimator
 
     est = estimator or Estimator()
-    files = collect_files(paths)
-    if not files:
+    files, special, explicit = _collect(paths)
+    if not files and not special:
         raise ShardMeterError("no scenario files found")
     cases, failures = [], []
+    unmeasured: list[str] = []  # files that load but have no [measured] values
 
     def fail(f: str, error: str) -> None:
         failures.append({"file": f, "group": _group(f), "error": error})
 
+    for f, why in sorted(special.items()):
+        fail(f, why)
     for f in files:
         try:
             sc = est.load(f)
             if not sc.measured:  # not a case, but a broken file is reported whichever stage finds the fault
                 est.inputs(sc)
+                unmeasured.append(f)
                 continue
             rep = est.estimate(sc)
         except ScenarioError as exc:
@@ -94,15 +163,32 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
     for k, v in by_field.items():
         mape[k] = sum(v) / len(v)
     all_err = [abs(float(c["error"])) for c in cases]
+    if not cases and not failures:
+        raise ShardMeterError(_nothing_to_compare(unmeasured))
     return {
         "cases": cases,
         "failures": failures,
         "mape": mape,
         "mape_by_group": {k: sum(v) / len(v) for k, v in sorted(by_group.items())},
         "overall_mape": sum(all_err) / len(all_err) if all_err else None,
-        "n_files": len(files),
+        "n_files": len(files) + len(special),
         "n_failed": len(failures),
+        # files given by name (not found in a folder) that have nothing to compare
+        "no_measured": [f for f in unmeasured if f in explicit],
     }
+
+
+def _nothing_to_compare(unmeasured: list[str]) -> str:
+    """The error when no file has a ``[measured]`` value (every file loaded, none failed)."""
+    if len(unmeasured) == 1:
+        where = unmeasured[0]
+    else:
+        shown = ", ".join(unmeasured[:3]) + (", ..." if len(unmeasured) > 3 else "")
+        where = f"any of the {len(unmeasured)} files ({shown})"
+    return (
+        f"no [measured] values in {where}: nothing to compare (shardmeter estimate reports "
+        "a scenario without measurements)"
+    )
 
 
 def _run(args) -> int:
@@ -116,7 +202,7 @@ def _run(args) -> int:
         return 0
     rows = [
         (
-            os.path.basename(c["file"]),
+            _shown(c["file"]),
             c["field"],
             f"{c['measured']:.4g}",
             f"{c['predicted']:.4g}",
@@ -129,7 +215,12 @@ def _run(args) -> int:
         print()
         print(f"FAILED ({len(res['failures'])}):")
         for f in res["failures"]:
-            print(f"  {os.path.basename(f['file'])}: {f['error']}")
+            print(f"  {_shown(f['file'])}: {f['error']}")
+    if res["no_measured"]:
+        print()
+        print(f"NOT CASES ({len(res['no_measured'])}):")
+        for f in res["no_measured"]:
+            print(f"  {_shown(f)}: no [measured] values")
     print()
     print(render_table(("group", "MAPE"), [(g, f"{v:.1%}") for g, v in res["mape_by_group"].items()]))
     print()
@@ -141,6 +232,13 @@ def _run(args) -> int:
         else f"overall MAPE: n/a, {res['n_failed']} failed cases"
     )
     return 0
+
+
+def _shown(path: str) -> str:
+    """A file's name for the table: its base name, control characters escaped (a name with a
+    newline must not forge a line of the report)."""
+    name = os.path.basename(path)
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in name)
 
 
 def add_parser(sub) -> None:

@@ -504,7 +504,7 @@ PLANS = [
     (["--deadline-days", "inf"], "--deadline-days"),
     (["--deadline-days", "0"], "--deadline-days"),
     (["--objective", "speed"], "--objective"),
-    (["--only", "tp=3,5"], None),  # well-formed; no feasible plan is an answer, not an error
+    (["--only", "tp=3,5"], "--only tp=3"),  # a value the space cannot use is an error naming it
     (["--only", "warp=1"], "warp"),
     (["--only", "tp=x"], "tp"),
     (["--chunk", "0"], "--chunk"),

@@ -176,9 +176,13 @@ def scenario_dicts(draw) -> dict:
         par["dp_comm_overlap"] = draw(st.booleans())
 
     n_isl = draw(st.sampled_from([1, 1, 1, 2, 2, 3]))
-    islands, dps = [], []
+    # heterogeneous islands: each a different GPU with its own [island.parallelism] layout
+    hetero = n_isl > 1 and draw(st.booleans())
+    islands, dps, used = [], [], []
     for i in range(n_isl):
-        gpu_name = draw(st.sampled_from(GPUS))
+        gpu_name = draw(st.sampled_from([g for g in GPUS if g not in used]))
+        if hetero:
+            used.append(gpu_name)
         prof = REG.get("hardware", gpu_name)
         isl: dict = {"gpu": gpu_name, "nodes": draw(st.sampled_from([1, 1, 2, 3, 4, 8, 16, 32, 64]))}
         if draw(st.integers(0, 5)) == 0:
@@ -196,10 +200,13 @@ def scenario_dicts(draw) -> dict:
         if draw(st.integers(0, 3)) == 0:
             isl["price"] = draw(st.sampled_from(PRICES))
         gpn = isl.get("gpus_per_node", prof.gpus_per_node)
-        dp = max(1, isl["nodes"] * gpn // (tp * pp * cp))
+        ipar, (tp_i, pp_i, cp_i) = draw(island_layouts(heads, layers, cp)) if hetero else ({}, (tp, pp, cp))
+        dp = max(1, isl["nodes"] * gpn // (tp_i * pp_i * cp_i))
         if draw(st.integers(0, 5)) == 0:  # an explicit dp smaller than what fills the island
             dp = draw(st.integers(1, dp))
-            isl["parallelism"] = {"dp": dp}
+            ipar["dp"] = dp
+        if ipar:
+            isl["parallelism"] = ipar
         dps.append(dp)
         islands.append(isl)
     if draw(st.integers(0, 9)) == 0:
@@ -233,6 +240,24 @@ def scenario_dicts(draw) -> dict:
                 }
             }
     return d
+
+
+@st.composite
+def island_layouts(draw, heads: int, layers: int, cp: int):
+    """One island's own ``[island.parallelism]`` (merged over the top-level one, whose ``cp`` is
+    ``cp``): its ``tp``, ``pp`` and sometimes ``cp``, sequence parallelism and sharding; with
+    the island's ``(tp, pp, cp)``. (Few draws: generating examples is most of this module's time.)"""
+    tp = draw(st.sampled_from([d for d in _divisors(heads) if d <= 8]))
+    pp = draw(st.sampled_from([p for p in (1, 2, 4, 8) if p <= layers] or [1]))
+    ipar: dict = {"tp": tp, "pp": pp}
+    extra = draw(st.integers(0, 11))  # one draw decides which of cp, sp and sharding the island sets
+    if extra % 4 == 0:
+        cp = ipar["cp"] = draw(st.sampled_from([1, 2, 4]))
+    if extra % 3 == 0:
+        ipar["sequence_parallel"] = extra % 2 == 0
+    if extra % 3 == 1:
+        ipar["sharding"] = draw(st.sampled_from(SHARDINGS))
+    return ipar, (tp, pp, cp)
 
 
 def batches(lo: int, hi: int):

@@ -19,7 +19,7 @@ from ..errors import ScenarioError, ShardMeterError
 from ..model.inputs import PartTable
 from ..parts import PipeInputs, option_defaults
 from ..scenario import Scenario, apply_override, load_scenario
-from .knobs import pick
+from .knobs import only_label, pick
 
 __all__ = ["Axis", "plan_axes", "VIRTUAL_STAGES", "MICRO_BATCHES", "INNER_STEPS"]
 
@@ -116,15 +116,22 @@ def _schedule_options(reg, only: dict[str, Any], sc: Scenario) -> list[dict[str,
         only.get("parallelism.virtual_stages", "all") if "parallelism.virtual_stages" in only else "all"
     )
     s_ov = []
+    used_v = False
     for name in sched_names:
         rec = reg.get("schedule", name, path="--only parallelism.schedule", file=file)
         if _uses_virtual_stages(rec):
+            used_v = True
             vs = VIRTUAL_STAGES if v_only == "all" else [par.virtual_stages] if v_only is None else v_only
             vs = [v for v in vs if v <= sc.model.layers]
         else:
             vs = [1]
         for v in vs:
             s_ov.append({"parallelism.schedule": name, "parallelism.virtual_stages": int(v)})
+    if isinstance(v_only, list) and not used_v and v_only != [1]:
+        raise ShardMeterError(
+            f"{only_label('parallelism.virtual_stages', v_only[0])}: none of the schedules tried "
+            f"({', '.join(sched_names)}) uses virtual stages"
+        )
     if not s_ov:
         raise ShardMeterError("plan: no pipeline schedule left (check --only)")
     return s_ov
@@ -182,12 +189,14 @@ def _sync_axis(est, raw, sc, only, base, file, table) -> Axis:
     strategies = pick(only, "sync.strategy", reg.names("sync"), sc.sync.strategy)
     opts = dict(sc.sync.options)
     ovs = []
+    takes: set[str] = set()  # the options some strategy tried takes
     for name in strategies:
         rec = reg.get("sync", name, path="--only sync.strategy", file=file)
         defaults = option_defaults(rec.options)
         if "inner_steps" not in defaults:  # a strategy without local steps
             ovs.append({"sync.strategy": name})
             continue
+        takes |= {"inner_steps"} | ({"compression_bits"} & set(defaults))
         h_now = int(opts.get("inner_steps", defaults.get("inner_steps", 1)))
         hs = pick(only, "sync.inner_steps", sorted({h for h in INNER_STEPS if h <= h_now} | {h_now}), h_now)
         b_now = opts.get("compression_bits", defaults.get("compression_bits", 16))
@@ -199,4 +208,10 @@ def _sync_axis(est, raw, sc, only, base, file, table) -> Axis:
             if "compression_bits" in defaults:
                 ov["sync.compression_bits"] = b
             ovs.append(ov)
+    for key in ("sync.inner_steps", "sync.compression_bits"):
+        if only.get(key) and key[5:] not in takes:
+            raise ShardMeterError(
+                f"{only_label(key, only[key][0])}: none of the sync strategies tried "
+                f"({', '.join(strategies)}) takes {key[5:]}"
+            )
     return _axis(est, raw, "sync", ovs, base, file, table)

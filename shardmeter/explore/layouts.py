@@ -15,9 +15,16 @@ import numpy as np
 
 from ..errors import ShardMeterError
 from ..scenario import Scenario
-from .knobs import pick
+from .knobs import only_label, pick
 
-__all__ = ["layout_table", "LAYOUT_COLUMNS", "MAX_LAYOUTS", "CONTEXT_PARALLEL"]
+__all__ = [
+    "layout_table",
+    "check_islands",
+    "LAYOUT_COLUMNS",
+    "MAX_LAYOUTS",
+    "MAX_PLAN_ISLANDS",
+    "CONTEXT_PARALLEL",
+]
 
 #: Layout table keys -> model input columns.
 LAYOUT_COLUMNS = {
@@ -30,7 +37,12 @@ LAYOUT_COLUMNS = {
     "nodes": "topology.nodes",
 }
 #: Most layout rows a space may hold (a 192-node island has 32,626; each row is ~630 candidates).
+#: With several islands each row holds a ``dp`` and a ``nodes`` per island: the limit is on
+#: rows x islands / 2 (two islands keep the whole limit), see :func:`_layout_limit`.
 MAX_LAYOUTS = 5_000_000
+#: Most islands a plan searches: every candidate's model arrays grow with the islands (a 1,000-island
+#: space took 16 GB and 70 s), and each island multiplies the node combinations.
+MAX_PLAN_ISLANDS = 64
 #: Context-parallel degrees tried (powers of two dividing the sequence).
 CONTEXT_PARALLEL = (1, 2, 4, 8, 16)
 
@@ -45,6 +57,7 @@ def layout_table(
     :param only: the normalised ``--only`` (:func:`.knobs.normalise_only`).
     :param max_gpus: drop layouts using more GPUs in total.
     """
+    check_islands(len(islands))
     gpn = np.array([isl.gpus_per_node for isl in islands], dtype=np.int64)
     cap_nodes = np.array([isl.nodes for isl in islands], dtype=np.int64)
     g_total = int(np.sum(cap_nodes * gpn))  # every GPU of every island
@@ -59,19 +72,64 @@ def layout_table(
         idx, extra = _several_islands(only, cap_nodes, gpn, rep, g_total)
     layout = {k: v[idx] for k, v in shapes.items()}
     layout.update(extra)
+    _check_only_fits(layout, only, g_max, g_total)
     if len(layout["tp"]) == 0:
         raise ShardMeterError("plan: no layout fits (check --max-gpus and --only)")
     return layout
 
 
+def check_islands(n: int) -> None:
+    """Refuse a plan over more than :data:`MAX_PLAN_ISLANDS` islands, before anything is built."""
+    if n > MAX_PLAN_ISLANDS:
+        raise ShardMeterError(
+            f"plan: {n:,} islands is too many to search (limit {MAX_PLAN_ISLANDS} islands: the "
+            "memory and time of every candidate grow with the islands); merge identical islands "
+            "into one with more nodes, or plan a subset of them"
+        )
+
+
+def _check_only_fits(layout: dict[str, np.ndarray], only: dict[str, Any], g_max: int, g_total: int) -> None:
+    """Every value an ``--only`` gives a layout knob is in some layout row: one that fits in no
+    row (a replica larger than an island, more replicas than the GPUs) is an error naming it,
+    not silently dropped."""
+    cols: dict[str, np.ndarray] = {f"parallelism.{k}": layout[k] for k in ("tp", "pp", "cp", "ep")}
+    cols["parallelism.sequence_parallel"] = layout["sp"]
+    if "nodes" in layout:
+        cols.update({f"island[{j}].nodes": layout["nodes"][:, j] for j in range(layout["nodes"].shape[1])})
+        room = f"every island holds a whole replica in the nodes it uses; {g_total:,} GPUs in all"
+    else:
+        cols["parallelism.dp"] = layout["dp"][:, 0]
+        room = f"a replica spans at most {g_max:,} GPUs, all replicas {g_total:,}"
+    for key, col in cols.items():
+        for v in only.get(key) or ():
+            if not np.any(col == v):
+                raise ShardMeterError(
+                    f"{only_label(key, v)}: fits in no layout ({room}; check --max-gpus and the "
+                    "other --only values)"
+                )
+
+
+def _layout_limit(n_islands: int) -> int:
+    """Most layout rows of a space over ``n_islands`` (each row holds two numbers per island)."""
+    return MAX_LAYOUTS if n_islands <= 2 else MAX_LAYOUTS * 2 // n_islands
+
+
 def _divisors(n: int, cap: int) -> list[int]:
-    return [d for d in range(1, min(n, cap) + 1) if n % d == 0]
+    """The divisors of ``n`` up to ``cap`` (O(sqrt n): ``n`` may be a huge count)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(d for d in {*small, *(n // d for d in small)} if d <= cap)
+
+
+def _too_many(what: str, n: int, limit: int, hint: str) -> ShardMeterError:
+    return ShardMeterError(f"plan: {n:,} {what} is too many (limit {limit:,}); restrict with {hint}")
 
 
 def _replica_shapes(sc: Scenario, only: dict[str, Any], g_max: int) -> dict[str, np.ndarray]:
     """Every replica shape tried (``tp``, ``pp``, ``cp``, ``ep``, ``sp``: flat arrays, one entry
     per shape); sequence parallelism only with ``tp > 1`` unless ``--only`` asks for it."""
     m, par = sc.model, sc.parallelism
+    if "parallelism.pp" not in only and min(m.layers, g_max) > MAX_LAYOUTS:
+        raise _too_many("pipeline stage counts", min(m.layers, g_max), MAX_LAYOUTS, "--only pp=...")
     tps = pick(only, "parallelism.tp", _divisors(m.heads, g_max), par.tp)
     pps = pick(only, "parallelism.pp", range(1, min(m.layers, g_max) + 1), par.pp)
     cps = pick(
@@ -89,6 +147,9 @@ def _replica_shapes(sc: Scenario, only: dict[str, Any], g_max: int) -> dict[str,
             raise ShardMeterError(f"--only {key}: expected integers >= 1, got {vals}")
     if any(not isinstance(x, bool) for x in sps):
         raise ShardMeterError(f"--only parallelism.sequence_parallel: expected true/false, got {sps}")
+    n_shapes = math.prod(len(v) for v in (tps, pps, cps, eps, sps))
+    if n_shapes > MAX_LAYOUTS:
+        raise _too_many("replica shapes", n_shapes, MAX_LAYOUTS, "--only tp=..., --only pp=...")
     TP, PP, CP, EP, SP = (
         a.ravel()
         for a in np.meshgrid(
@@ -111,6 +172,8 @@ def _one_island(
     fills the island (or the ``--only dp`` values that fit)."""
     if "parallelism.dp" in only:
         dps = pick(only, "parallelism.dp", [], current_dp)
+        if len(rep) * len(dps) > MAX_LAYOUTS:
+            raise _too_many("layouts", len(rep) * len(dps), MAX_LAYOUTS, "fewer --only dp=... values")
         dps = np.array(dps, dtype=np.int64)
         idx, dpv = (a.ravel() for a in np.meshgrid(np.arange(len(rep)), dps, indexing="ij"))
         ok = dpv * rep[idx] <= g_total
@@ -120,9 +183,11 @@ def _one_island(
         limit = np.minimum(fill, g_total // rep)
         counts = np.maximum(limit, 0)
         if int(counts.sum()) > MAX_LAYOUTS:
-            raise ShardMeterError(
-                f"plan: {int(counts.sum()):,} layouts is too many (limit {MAX_LAYOUTS:,}); "
-                "restrict with --only dp=..., --only tp=..., --only pp=... or --max-gpus"
+            raise _too_many(
+                "layouts",
+                int(counts.sum()),
+                MAX_LAYOUTS,
+                "--only dp=..., --only tp=..., --only pp=... or --max-gpus",
             )
         idx = np.repeat(np.arange(len(rep)), counts)
         starts = np.cumsum(counts) - counts
@@ -141,12 +206,15 @@ def _several_islands(
         default = sorted({2**k for k in range(int(math.log2(n)) + 1)} | {int(n)})
         vals = pick(only, key, default, int(n))
         node_opts.append(np.array(vals, dtype=np.int64))
-    n_combos = int(np.prod([len(o) for o in node_opts]))
-    if n_combos * len(rep) > MAX_LAYOUTS:
+    # Python integers: the product of a few dozen islands' options overflows int64 (2**64 wraps to 0)
+    n_combos = math.prod(len(o) for o in node_opts)
+    limit = _layout_limit(len(cap_nodes))
+    if n_combos * len(rep) > limit:
+        many = f"{n_combos:,}" if n_combos < 10**15 else f"about 10^{len(str(n_combos)) - 1}"
         raise ShardMeterError(
-            f"plan: {n_combos * len(rep):,} layouts ({n_combos:,} node combinations) is too "
-            f"many (limit {MAX_LAYOUTS:,}); restrict with --only island[i].nodes=..., "
-            "--only tp=..., --only pp=..."
+            f"plan: {many} node combinations of {len(cap_nodes)} islands x {len(rep):,} replica shapes "
+            f"is too many layouts (limit {limit:,}); restrict with --only island[i].nodes=... "
+            "(island[i].nodes alone keeps that island's nodes), --only tp=..., --only pp=..."
         )
     combos = np.array(list(itertools.product(*node_opts)), dtype=np.int64)  # (C, I)
     idx, ci = (a.ravel() for a in np.meshgrid(np.arange(len(rep)), np.arange(len(combos)), indexing="ij"))

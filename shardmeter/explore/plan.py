@@ -18,6 +18,7 @@ virtual-stage options when ``pp = 1``) are counted as ``duplicates``.
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,17 +34,23 @@ from ..pricing import egress_usd, egress_usd_per_gb, gpu_hour_usd, gpu_time_usd,
 from ..report import build_report
 from .allocator import keep_freed_memory
 from .executors import run_tasks
+from .layouts import check_islands
 from .pareto import merge_fronts, merge_top_k, pareto_front
 from .space import Space, compile_space, plan_raw
 
-__all__ = ["search", "score_chunk", "DEFAULT_CHUNK", "OBJECTIVES"]
+__all__ = ["search", "score_chunk", "DEFAULT_CHUNK", "OBJECTIVES", "MAX_TOP"]
 
 #: Candidates per chunk (the unit of work of an executor task).
 DEFAULT_CHUNK = 1 << 18
 #: Candidates evaluated by the full model at once: bounds peak memory, and keeps the arrays in cache
 #: (16384 rows measured fastest on a quiet 2-core run: 1.09 M rows/s against 0.89 at 32768, 0.77 at 65536).
 EVAL_BATCH = 1 << 14
+#: Model input cells (candidates x islands) evaluated at once: with several islands every
+#: per-island array grows with the islands, so fewer candidates go into one ``evaluate`` call.
+EVAL_CELLS = 4 * EVAL_BATCH
 OBJECTIVES = ("time", "cost", "pareto")
+#: Most plans ``--top`` returns: each is a full report (~1.5 ms), and a top-K is held in memory.
+MAX_TOP = 10_000
 
 
 def _empty(obj):
@@ -74,7 +81,8 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     price = obj.get("price")
     steps = obj.get("steps")
     inner = space.inner_columns()
-    per_eval = max(1, EVAL_BATCH // R_in)  # prefixes per evaluate call
+    rows = min(EVAL_BATCH, EVAL_CELLS // max(1, space.n_islands))  # candidates per evaluate call
+    per_eval = max(1, rows // R_in)  # prefixes per evaluate call
     for lo in range(0, len(okp), per_eval):
         pb = okp[lo : lo + per_eval]
         cid = (pb[:, None] * R_in + np.arange(R_in, dtype=np.int64)[None, :]).ravel()
@@ -199,13 +207,19 @@ def search(
     """Search a scenario's layouts. Returns the ``plan --json`` document
     (SCENARIO.md): ``evaluated``, ``feasible``, ``seconds``, ``plans`` (best
     first) and the details of the search (``infeasible`` counts per reason key,
-    ``duplicates``, ``interrupted`` when Ctrl-C stopped it early)."""
+    ``duplicates``, ``interrupted`` when Ctrl-C stopped it early).
+
+    Refused with a one-line :class:`ShardMeterError` before any search: ``top`` above
+    :data:`MAX_TOP`, more than :data:`~.layouts.MAX_PLAN_ISLANDS` islands, a space of too many
+    layouts (:data:`~.layouts.MAX_LAYOUTS`), and an ``only`` the space cannot use (see
+    :mod:`.knobs`)."""
     from ..estimator import Estimator
 
     _check_search_args(objective, top, max_gpus)
     est = estimator or Estimator()
     t0 = time.perf_counter()
     sc = est.load(source, overrides)
+    check_islands(len(sc.islands))  # before resolving them
     obj = _objective(sc, est, objective, top, deadline_days, budget_usd)
     space = compile_space(sc, est, only=only, max_gpus=max_gpus, objective=obj)
     acc, interrupted = _score_space(space, obj, chunk_fn, chunk_size, workers, dask, progress)
@@ -241,8 +255,12 @@ def search(
 def _check_search_args(objective: str, top: int, max_gpus: int | None) -> None:
     if objective not in OBJECTIVES:
         raise ShardMeterError(f"--objective must be one of {', '.join(OBJECTIVES)}, not {objective!r}")
-    if top < 1:
-        raise ShardMeterError("--top must be >= 1")
+    if isinstance(top, bool) or not isinstance(top, numbers.Integral) or top < 1:
+        raise ShardMeterError(f"--top: expected a whole number of plans >= 1, got {top!r}")
+    if top > MAX_TOP:
+        raise ShardMeterError(
+            f"--top: at most {MAX_TOP:,} plans (got {int(top):,}); each plan is a full report"
+        )
     if max_gpus is not None and max_gpus < 1:
         raise ShardMeterError("--max-gpus must be >= 1")
 

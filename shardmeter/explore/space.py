@@ -46,9 +46,9 @@ from .axes import INNER_STEPS as INNER_STEPS
 from .axes import MICRO_BATCHES as MICRO_BATCHES
 from .axes import VIRTUAL_STAGES as VIRTUAL_STAGES
 from .axes import Axis, plan_axes
-from .knobs import KNOB_ALIASES, normalise_only
+from .knobs import KNOB_ALIASES, check_only, normalise_only
 from .layouts import CONTEXT_PARALLEL as CONTEXT_PARALLEL
-from .layouts import LAYOUT_COLUMNS, layout_table
+from .layouts import LAYOUT_COLUMNS, check_islands, layout_table
 from .layouts import MAX_LAYOUTS as MAX_LAYOUTS
 from .structural import STRUCTURAL_INPUTS, layout_reason_bits, structural_bits
 
@@ -233,7 +233,9 @@ def compile_space(
         scenario's own value (keys as in :data:`KNOB_ALIASES` or their paths).
     :param max_gpus: drop layouts using more GPUs in total.
     """
+    check_islands(len(sc.islands))  # before anything grows with them
     only = normalise_only(only)
+    check_only(only, sc, est.registry)
     raw = plan_raw(sc)
     base_sc = load_scenario(raw, registry=est.registry)
     resolved = est.resolve(base_sc)
