@@ -16,7 +16,6 @@ import os
 import re
 import sys
 import time
-import unicodedata
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -26,7 +25,9 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError, ScenarioError
-from .records import LEGACY_STRATEGY_HOOK, PART_KINDS, as_part, part_kinds
+from .part_names import Provided, case_clash, kind_of, suggest, unique_names
+from .part_names import bad_name as _bad_name
+from .records import PART_KINDS, as_part, part_kinds
 
 __all__ = ["make_plugin_manager", "Registry", "Provided", "BUNDLED", "get_registry"]
 
@@ -223,15 +224,6 @@ def _unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> str:
     return f"unknown hook {', '.join(bad)}" if bad else ""
 
 
-@attrs.frozen
-class Provided:
-    """A registered part and who provided it."""
-
-    record: object
-    plugin: str
-    distribution: str
-
-
 class Registry:
     """Every registered part, by kind and name.
 
@@ -261,7 +253,7 @@ class Registry:
                     if accepted is not None:
                         kind, part = accepted
                         entries[kind].setdefault(item.name, []).append(Provided(part, plugin_name, dist))
-        return cls(_unique_names(entries))
+        return cls(unique_names(entries))
 
     def kinds(self) -> tuple[str, ...]:
         return tuple(self._entries)
@@ -279,7 +271,7 @@ class Registry:
             return self._entries[kind][name].record
         except KeyError:
             raise ScenarioError(
-                f"unknown {kind} '{name}'" + _suggest(name, self._entries[kind]), path=path, file=file
+                f"unknown {kind} '{name}'" + suggest(name, self._entries[kind]), path=path, file=file
             ) from None
 
     def items(self, kind: str):
@@ -295,7 +287,7 @@ class Registry:
         new = Provided(as_part(record), plugin, "registered in code")
         for name, prov in entries[kind].items():
             if name != record.name and name.casefold() == record.name.casefold():
-                raise _case_clash(kind, name, prov, record.name, new)
+                raise case_clash(kind, name, prov, record.name, new)
         entries[kind][record.name] = new
         return Registry(entries)
 
@@ -382,69 +374,6 @@ def _accepted(item: Any, hook_name: str, plugin_name: str, dist: str) -> tuple[s
             exc,
         )
         return None
-
-
-def _bad_name(name: object) -> str:
-    """Why ``name`` cannot name a part (``""``: it can): a part name is a non-empty string
-    without control characters (a newline in one would forge lines of ``shardmeter plugins``)."""
-    if not isinstance(name, str) or not name.strip():
-        return "a part name must be a non-empty string"
-    # Cc: C0/C1 controls (newline, ESC, DEL); Cf: invisible format characters (bidi overrides);
-    # Zl/Zp: the Unicode line and paragraph separators; Cs: lone surrogates
-    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Zl", "Zp") for ch in name):
-        return "a part name must not contain control characters (newlines, escapes, format characters)"
-    return ""
-
-
-def _unique_names(entries: dict[str, dict[str, list[Provided]]]) -> dict[str, dict[str, Provided]]:
-    """One provider per name within a kind; a name provided twice is an error naming every
-    provider, and so are names that differ only by case (``H100-SXM`` and ``h100-sxm``: which one
-    a scenario meant is a guess)."""
-    final: dict[str, dict[str, Provided]] = {}
-    for kind, names in entries.items():
-        final[kind] = {}
-        folded: dict[str, str] = {}
-        for name, provs in names.items():
-            if len(provs) > 1:
-                who = "; ".join(f"plugin '{p.plugin}' from {p.distribution}" for p in provs)
-                raise PluginError(
-                    f"duplicate {kind} name '{name}' provided by {who} "
-                    "(uninstall one, or disable one with SHARDMETER_DISABLE_PLUGINS)"
-                )
-            other = folded.setdefault(name.casefold(), name)
-            if other != name:
-                raise _case_clash(kind, other, names[other][0], name, provs[0])
-            final[kind][name] = provs[0]
-    return final
-
-
-def _case_clash(kind: str, a: str, pa: Provided, b: str, pb: Provided) -> PluginError:
-    return PluginError(
-        f"{kind} names '{a}' (plugin '{pa.plugin}' from {pa.distribution}) and '{b}' "
-        f"(plugin '{pb.plugin}' from {pb.distribution}) differ only by case "
-        "(rename one, uninstall one, or disable one with SHARDMETER_DISABLE_PLUGINS)"
-    )
-
-
-def kind_of(item: object, hook_name: str) -> str | None:
-    """The registry kind of a contributed item: a behaviour part (any subclass) or a declarative
-    record (its exact class) of a kind this hook contributes, or of the schedule/sync kinds from
-    the legacy union hook."""
-    for kind, (classes, hook) in part_kinds().items():
-        legacy = hook_name == LEGACY_STRATEGY_HOOK and kind in ("schedule", "sync")
-        if hook != hook_name and not legacy:
-            continue
-        part_cls, record_cls = classes[0], classes[-1]
-        if type(item) is record_cls or (len(classes) > 1 and isinstance(item, part_cls)):
-            return kind
-    return None
-
-
-def _suggest(name: str, options) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(str(name), list(options), n=3, cutoff=0.5)
-    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
 
 
 _DEFAULT: Registry | None = None
