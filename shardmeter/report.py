@@ -108,8 +108,62 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
     scenario ``res``, as a :class:`Report` (from those two alone)."""
     sc, islands = res.scenario, res.islands
     feasible = bool(_at(out["feasible"], row))
-    reasons: list[str] = []
+    reasons = _reasons(res, out, row)
+    step = float(_at(out["step_time_s"], row))
+    if feasible and not (math.isfinite(step) and step > 0):
+        # a part's figures overflowed the model (inf or nan): no number of this plan means anything
+        feasible = False
+        reasons.append(
+            "step_time_s: the predicted step time is not a finite number > 0 "
+            "(a part's figures overflow the model)"
+        )
+    notes = list(sc.notes)
+    gpus = int(sum(isl.gpus_used for isl in islands))
+    for isl in islands:
+        if feasible and isl.gpus_used < isl.gpus:
+            notes.append(f"island '{isl.name}' uses {isl.gpus_used} of its {isl.gpus} GPUs")
+    common: dict[str, Any] = {
+        "memory_per_gpu_gb": _num(_at(out["memory_per_gpu_gb"], row)),
+        "memory_capacity_gb": min(isl.gpu.memory_gb for isl in islands),
+        "gpus": gpus,
+        "params": float(_at(out["params"], row)),
+        "model_flops_per_token": float(_at(out["model_flops_per_token"], row)),
+        "notes": notes,
+    }
+    if not feasible:
+        return _infeasible_report(res, out, row, reasons, common)
+    bd, ov = _breakdowns(out, row, len(islands))
+    tps = float(_at(out["tokens_per_s"], row))
+    isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
+    return Report(
+        feasible=True,
+        reasons=[],
+        step_time_s=step,
+        tokens_per_s=tps,
+        tokens_per_s_per_gpu=float(_at(out["tokens_per_s_per_gpu"], row)),
+        model_tflops_per_gpu=float(_at(out["model_tflops_per_gpu"], row)),
+        hardware_tflops_per_gpu=float(_at(out["hardware_tflops_per_gpu"], row)),
+        mfu=float(_at(out["mfu"], row)),
+        hfu=float(_at(out["hfu"], row)),
+        compute_utilization=float(_at(out["compute_utilization"], row)),
+        wall_clock_s=wall,
+        cost_usd=total_cost,
+        bottleneck=max(bd, key=lambda k: bd[k]),
+        regime=regime_of(bd),
+        breakdown_s=bd,
+        overlapped_s=ov,
+        islands=isl_reports,
+        levels=_levels(out, row, bd, ov),
+        **common,
+    )
+
+
+def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
+    """Each island's reason bits as ``key: message`` lines (the key names the island's own
+    parallelism when it has one)."""
+    sc, islands = res.scenario, res.islands
     n_isl = len(islands)
+    reasons: list[str] = []
     for j, isl in enumerate(islands):
         bits = int(_at(out["reasons"], row, j))
         if not bits:
@@ -123,8 +177,8 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
             "ep": par.ep,
             "E": sc.model.experts,
             "dpcp": isl.dp * par.cp,
-            "used": par.tp * par.pp * par.cp * isl.dp,
-            "gpus": isl.nodes * isl.gpus_per_node,
+            "used": isl.gpus_used,
+            "gpus": isl.gpus,
             "bi": _fmt_int(_at(out["island_batch"], row, j)),
             "mbs_dp": sc.training.micro_batch * isl.dp,
             "mem_gb": _Figure(_at(out["island_memory_gb"], row, j)),
@@ -142,75 +196,61 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
                 label = f"{prefix}{key}" if not key.startswith("training") else key
             where = f" (island '{isl.name}')" if n_isl > 1 else ""
             reasons.append(f"{label}: {msg}{where}")
-    step_s = float(_at(out["step_time_s"], row))
-    if feasible and not (math.isfinite(step_s) and step_s > 0):
-        # a part's figures overflowed the model (inf or nan): no number of this plan means anything
-        feasible = False
-        reasons.append(
-            "step_time_s: the predicted step time is not a finite number > 0 "
-            "(a part's figures overflow the model)"
-        )
-    notes = list(sc.notes)
-    gpus = int(sum(isl.parallelism.tp * isl.parallelism.pp * isl.parallelism.cp * isl.dp for isl in islands))
-    for isl in islands:
-        total = isl.nodes * isl.gpus_per_node
-        used = isl.parallelism.tp * isl.parallelism.pp * isl.parallelism.cp * isl.dp
-        if feasible and used < total:
-            notes.append(f"island '{isl.name}' uses {used} of its {total} GPUs")
+    return reasons
 
-    mem = _num(_at(out["memory_per_gpu_gb"], row))
-    cap = min(isl.gpu.memory_gb for isl in islands)
-    if not feasible:
-        return Report(
-            feasible=False,
-            reasons=reasons,
-            step_time_s=None,
-            tokens_per_s=None,
-            tokens_per_s_per_gpu=None,
-            model_tflops_per_gpu=None,
-            hardware_tflops_per_gpu=None,
-            mfu=None,
-            hfu=None,
-            memory_per_gpu_gb=mem,
-            memory_capacity_gb=cap,
-            compute_utilization=None,
-            wall_clock_s=None,
-            cost_usd=None,
-            bottleneck=None,
-            regime=None,
-            breakdown_s={},
-            overlapped_s={},
-            islands=[
-                {
-                    "name": isl.name,
-                    "gpus": isl.nodes * isl.gpus_per_node,
-                    "tokens_per_s": None,
-                    "step_time_s": None,
-                    "memory_per_gpu_gb": _num(_at(out["island_memory_gb"], row, j)),
-                    "cost_usd": None,
-                    "feasible": bool(_at(out["feasible_island"], row, j)),
-                }
-                for j, isl in enumerate(islands)
-            ],
-            gpus=gpus,
-            params=float(_at(out["params"], row)),
-            model_flops_per_token=float(_at(out["model_flops_per_token"], row)),
-            notes=notes,
-        )
 
-    step = step_s
+def _infeasible_report(
+    res: Resolved, out: dict[str, Any], row: int, reasons: list[str], common: dict[str, Any]
+) -> Report:
+    """A report with the reasons and the memory, and no time, throughput or cost."""
+    islands = [
+        {
+            "name": isl.name,
+            "gpus": isl.gpus,
+            "tokens_per_s": None,
+            "step_time_s": None,
+            "memory_per_gpu_gb": _num(_at(out["island_memory_gb"], row, j)),
+            "cost_usd": None,
+            "feasible": bool(_at(out["feasible_island"], row, j)),
+        }
+        for j, isl in enumerate(res.islands)
+    ]
+    none: dict[str, Any] = dict.fromkeys(
+        (
+            "step_time_s",
+            "tokens_per_s",
+            "tokens_per_s_per_gpu",
+            "model_tflops_per_gpu",
+            "hardware_tflops_per_gpu",
+            "mfu",
+            "hfu",
+            "compute_utilization",
+            "wall_clock_s",
+            "cost_usd",
+            "bottleneck",
+            "regime",
+        )
+    )
+    return Report(
+        feasible=False, reasons=reasons, breakdown_s={}, overlapped_s={}, islands=islands, **none, **common
+    )
+
+
+def _breakdowns(out: dict[str, Any], row: int, n_isl: int) -> tuple[dict[str, float], dict[str, float]]:
+    """The exposed breakdown (terms > 0; compute always, the island sync between islands) and
+    the hidden time per term."""
     bd = {k: max(0.0, float(_at(out["breakdown"][k], row))) for k in BREAKDOWN_TERMS}
-    keep = (
-        ("compute", "island_sync") if n_isl > 1 else ("compute",)
-    )  # island sync always shown between islands
+    keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)
     bd = {k: v for k, v in bd.items() if v > 0 or k in keep}
     ov = {k: float(_at(out["overlapped"][k], row)) for k in out["overlapped"]}
     ov = {k: v for k, v in ov.items() if v > 0 or (k == "island_sync" and n_isl > 1)}
-    bottleneck = max(bd, key=lambda k: bd[k])
-    tps = float(_at(out["tokens_per_s"], row))
-    isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
+    return bd, ov
+
+
+def _levels(out: dict[str, Any], row: int, bd: dict[str, float], ov: dict[str, float]) -> dict[str, Any]:
+    """Communication time per step by topology level (see :attr:`Report.levels`)."""
     comm_in = sum(bd.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
-    levels = {
+    return {
         "intra_island": {
             "time_s": comm_in + sum(ov.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm")),
             "exposed_s": comm_in,
@@ -222,32 +262,6 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
             "round_s": float(_at(out["wan_round_s"], row)),
         },
     }
-    return Report(
-        feasible=True,
-        reasons=[],
-        step_time_s=step,
-        tokens_per_s=tps,
-        tokens_per_s_per_gpu=float(_at(out["tokens_per_s_per_gpu"], row)),
-        model_tflops_per_gpu=float(_at(out["model_tflops_per_gpu"], row)),
-        hardware_tflops_per_gpu=float(_at(out["hardware_tflops_per_gpu"], row)),
-        mfu=float(_at(out["mfu"], row)),
-        hfu=float(_at(out["hfu"], row)),
-        memory_per_gpu_gb=mem,
-        memory_capacity_gb=cap,
-        compute_utilization=float(_at(out["compute_utilization"], row)),
-        wall_clock_s=wall,
-        cost_usd=total_cost,
-        bottleneck=bottleneck,
-        regime=regime_of(bd),
-        breakdown_s=bd,
-        overlapped_s=ov,
-        islands=isl_reports,
-        gpus=gpus,
-        params=float(_at(out["params"], row)),
-        model_flops_per_token=float(_at(out["model_flops_per_token"], row)),
-        notes=notes,
-        levels=levels,
-    )
 
 
 def _island_entries(res: Resolved, out, row, step, tps, notes):
