@@ -34,7 +34,7 @@ from .formulas import (
     params_per_layer,
 )
 from .inputs import ModelInputs, PartTable, Topology
-from .islands import combine_islands
+from .islands import IslandSteps, combine_islands
 from .memory import activation_memory, total_memory
 from .tiers import span_link
 
@@ -292,28 +292,22 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
     reasons = reasons | ops.where(mem_used > hw.memory_bytes, int(Reason.MEMORY), 0)
 
     mf_tok, hw_tok, p_total = _flops(ms, rec)
-    return combine_islands(
-        parts=parts,
-        inp=inp,
-        shape=shape,
+    steps = IslandSteps(
         reasons=reasons,
         terms=terms,
         hidden=hidden,
         ar_window=ar_window,
         grad_bytes=grad_b,
         params=p_total,
-        b_isl=b_isl,
-        m_int=m_int,
-        mem_used=mem_used,
-        peak=peak,
-        mf_tok=mf_tok,
-        hw_tok=hw_tok,
-        tp=tp,
-        pp=pp,
-        cp=cp,
-        dp=dp,
-        detail=detail,
+        island_batch=b_isl,
+        micro_batches=m_int,
+        memory_bytes=mem_used,
+        peak_flops=peak,
+        model_flops_per_token=mf_tok,
+        hardware_flops_per_token=hw_tok,
+        gpus=tp * pp * cp * dp,
     )
+    return combine_islands(parts, inp, shape, steps, detail)
 
 
 def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb) -> ShardInputs:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import numpy as np
 
 from ..parts import WanInputs
@@ -22,7 +23,7 @@ from .dispatch import by_code
 from .inputs import ModelInputs, PartTable
 from .reduce import over_islands
 
-__all__ = ["combine_islands", "cross_island", "SEARCH_OUTPUTS"]
+__all__ = ["combine_islands", "cross_island", "IslandSteps", "SEARCH_OUTPUTS"]
 
 #: The outputs :func:`combine_islands` gives without ``detail``: what a search ranks plans by.
 SEARCH_OUTPUTS = ("feasible", "reasons", "step_time_s", "egress_bytes_per_step", "island_gpus")
@@ -74,63 +75,72 @@ def _first(x, shape):
     return np.broadcast_to(x, shape)[..., :1]
 
 
+@attrs.frozen(kw_only=True)
+class IslandSteps:
+    """Each island's composed step (arrays over rows x islands): the breakdown ``terms`` and
+    their ``hidden`` time, the reason bits, the window left for a global all-reduce
+    (``ar_window``), and what the report needs: ``grad_bytes``, ``params``, ``island_batch``,
+    ``micro_batches``, ``memory_bytes``, ``peak_flops``, the model and hardware FLOPs per token,
+    ``gpus`` per island."""
+
+    reasons: Any
+    terms: dict[str, Any]
+    hidden: dict[str, Any]
+    ar_window: Any
+    grad_bytes: Any
+    params: Any
+    island_batch: Any
+    micro_batches: Any
+    memory_bytes: Any
+    peak_flops: Any
+    model_flops_per_token: Any
+    hardware_flops_per_token: Any
+    gpus: Any
+
+
 def combine_islands(
-    *,
-    parts,
-    inp,
-    shape,
-    reasons,
-    terms,
-    hidden,
-    ar_window,
-    grad_bytes,
-    params,
-    b_isl,
-    m_int,
-    mem_used,
-    peak,
-    mf_tok,
-    hw_tok,
-    tp,
-    pp,
-    cp,
-    dp,
-    detail=True,
+    parts: PartTable, inp: ModelInputs, shape: tuple[int, ...], st: IslandSteps, detail: bool = True
 ) -> dict[str, Any]:
     """The output arrays of :func:`~.evaluate.evaluate` (see the module docstring); without
     ``detail`` only what a search ranks by (:data:`SEARCH_OUTPUTS`)."""
-    island_step = sum(terms.values())
+    island_step = sum(st.terms.values())
     n_isl = shape[-1] if shape else 1
-    full = np.broadcast_shapes(shape, np.shape(reasons), np.shape(island_step))
-    reasons, island_step = ops.broadcast(reasons, full), ops.broadcast(island_step, full)
+    full = np.broadcast_shapes(shape, np.shape(st.reasons), np.shape(island_step))
+    reasons, island_step = ops.broadcast(st.reasons, full), ops.broadcast(island_step, full)
     feasible_isl = reasons == 0
     feasible = over_islands(np.logical_and, feasible_isl)
     slow = over_islands(np.maximum, ops.where(feasible_isl, island_step, 0.0))
-    params_col = _first(params, full)
     wan = cross_island(
         parts,
         inp,
         n_isl,
         slow,
         ops.where(feasible_isl, island_step, 0.0),
-        params_col,
-        ops.broadcast(grad_bytes, full),
-        ar_window,
+        _first(st.params, full),
+        ops.broadcast(st.grad_bytes, full),
+        st.ar_window,
         full,
     )
+    step = slow + wan["exposed_s"]
+    isl_gpus_full = ops.broadcast(st.gpus, full)
+    out = {
+        "feasible": ops.col0(feasible),
+        "reasons": reasons,
+        "step_time_s": ops.col0(step),
+        "egress_bytes_per_step": wan["egress_bytes"],
+        "island_gpus": isl_gpus_full,
+    }
+    if detail:
+        out.update(_details(inp, st, full, slow, step, island_step, wan))
+        out["feasible_island"] = feasible_isl
+    return out
+
+
+def _details(inp: ModelInputs, st: IslandSteps, full, slow, step, island_step, wan) -> dict[str, Any]:
+    """The breakdown of the average GPU, throughput, FLOP rates, utilisation and memory."""
     sync = wan["exposed_s"]
-    step = slow + sync
-    isl_gpus = tp * pp * cp * dp
-    isl_gpus_full = ops.broadcast(isl_gpus, full)
-    if not detail:
-        return {
-            "feasible": ops.col0(feasible),
-            "reasons": reasons,
-            "step_time_s": ops.col0(step),
-            "egress_bytes_per_step": wan["egress_bytes"],
-            "island_gpus": isl_gpus_full,
-        }
     idle = slow - island_step
+    isl_gpus_full = ops.broadcast(st.gpus, full)
     total_gpus = over_islands(np.add, isl_gpus_full)
     w_gpu = isl_gpus_full / total_gpus
 
@@ -138,54 +148,49 @@ def combine_islands(
         return over_islands(np.add, ops.broadcast(x, full) * w_gpu)
 
     col = np.shape(slow)
-    bd = {k: _mean(val) for k, val in terms.items()}
+    bd = {k: _mean(val) for k, val in st.terms.items()}
     bd["island_sync"] = ops.broadcast(sync, col)
     bd["idle"] = _mean(idle)
-    overlapped = {k: _mean(val) for k, val in hidden.items()}
+    overlapped = {k: _mean(val) for k, val in st.hidden.items()}
     overlapped["island_sync"] = ops.broadcast(ops.maximum(wan["wan_s"] - sync, 0.0), col)
 
     tokens_step = _first(inp.training.global_batch * inp.model.seq_len, full)
-    mf_tok, hw_tok = _first(mf_tok, full), _first(hw_tok, full)
+    mf_tok, hw_tok = _first(st.model_flops_per_token, full), _first(st.hardware_flops_per_token, full)
     tps = tokens_step / step
     tps_gpu = tps / total_gpus
     model_tf = tps_gpu * mf_tok / 1e12
     hw_tf = tps_gpu * hw_tok / 1e12
-    gpu_peak_mean = over_islands(np.add, ops.broadcast(peak * isl_gpus, full)) / total_gpus
+    gpu_peak_mean = over_islands(np.add, ops.broadcast(st.peak_flops * st.gpus, full)) / total_gpus
     cu_isl = island_step / step
-    cu = over_islands(np.add, ops.broadcast(cu_isl * isl_gpus, full)) / total_gpus
+    cu = over_islands(np.add, ops.broadcast(cu_isl * st.gpus, full)) / total_gpus
 
     def g(x):  # a global (N, 1) value as (N,)
         return ops.col0(ops.broadcast(x, col))
 
     return {
-        "feasible": ops.col0(feasible),
-        "feasible_island": feasible_isl,
-        "reasons": reasons,
-        "step_time_s": ops.col0(step),
         "island_step_s": island_step,
         "island_idle_s": ops.broadcast(idle, full),
-        "island_breakdown": {k: ops.broadcast(val, full) for k, val in terms.items()},
+        "island_breakdown": {k: ops.broadcast(val, full) for k, val in st.terms.items()},
         "island_util": ops.broadcast(cu_isl, full),
         "breakdown": {k: ops.col0(val) for k, val in bd.items()},
         "overlapped": {k: ops.col0(val) for k, val in overlapped.items()},
         "tokens_per_s": g(tps),
         "tokens_per_s_per_gpu": g(tps_gpu),
-        "island_tokens_per_s": ops.broadcast(b_isl * inp.model.seq_len / step, full),
+        "island_tokens_per_s": ops.broadcast(st.island_batch * inp.model.seq_len / step, full),
         "model_tflops_per_gpu": g(model_tf),
         "hardware_tflops_per_gpu": g(hw_tf),
         "mfu": g(model_tf * 1e12 / gpu_peak_mean),
         "hfu": g(hw_tf * 1e12 / gpu_peak_mean),
         "compute_utilization": g(cu),
-        "memory_per_gpu_gb": over_islands(np.maximum, ops.broadcast(mem_used, full), keepdims=False) / 1e9,
-        "island_memory_gb": ops.broadcast(mem_used, full) / 1e9,
-        "island_gpus": isl_gpus_full,
-        "island_batch": ops.broadcast(b_isl, full),
+        "memory_per_gpu_gb": over_islands(np.maximum, ops.broadcast(st.memory_bytes, full), keepdims=False)
+        / 1e9,
+        "island_memory_gb": ops.broadcast(st.memory_bytes, full) / 1e9,
+        "island_batch": ops.broadcast(st.island_batch, full),
         "gpus": g(total_gpus),
-        "egress_bytes_per_step": wan["egress_bytes"],
         "wan_s": g(wan["wan_s"]),
         "wan_round_s": g(wan["round_s"]),
         "model_flops_per_token": g(mf_tok),
-        "params": g(params_col),
-        "micro_batches": ops.broadcast(m_int, full),
+        "params": g(_first(st.params, full)),
+        "micro_batches": ops.broadcast(st.micro_batches, full),
         "_mem_cap_gb": ops.broadcast(inp.hardware.memory_bytes, full) / 1e9,
     }
