@@ -224,38 +224,15 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
     # ---- the sharding strategy: state and traffic ------------------------------------------------
     shard = _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb)
     p_gpu, grad_b = shard.params_per_gpu, shard.grad_bytes
-    sd = _sharding(parts, shard, topo, lay.sharding)
-    priced = PricedTraffic(
-        micro_batch_s=_f(sd["mb_s"]),
-        micro_batch_fixed_s=_f(sd["mb_fixed_s"]),
-        step_s=_f(sd["step_s"]),
-        bucket_s=_f(sd["bucket_s"]),
-    )
+    sd, fsdp_exposed_mb, dp_exposed, ar_window = _sharding_exposed(parts, shard, topo, lay, ct, mb_comm)
+    fsdp_hidden_mb = sd["mb_s"] - fsdp_exposed_mb
+    dp_hidden = sd["step_s"] - dp_exposed
     t_compute_mb, t_elem_mb = ct.compute, ct.memory_ops
-    fsdp_exposed_mb, dp_exposed, ar_window = exposed_traffic(
-        priced,
-        t_compute_mb + t_elem_mb + mb_comm,
-        ct.backward + ct.recompute + mb_comm,
-        ops.as_bool(lay.dp_comm_overlap),
-    )
-    fsdp_hidden_mb = priced.micro_batch_s - fsdp_exposed_mb
-    dp_hidden = priced.step_s - dp_exposed
 
     # ---- pipeline: the schedule's bubble, activations in flight and transfers --------------------
     t_mb = t_compute_mb + t_elem_mb + mb_comm + fsdp_exposed_mb
-    pipe = PipeInputs(
-        pp=pp,
-        micro_batches=m_int,
-        virtual_stages=v,
-        stage_s=t_mb,
-        forward_s=ct.forward,
-        weight_grad_s=Ls * ct.dense_forward,
-    )
-    sch = _schedule(parts, pipe, lay.schedule)
+    sch, pp_comm = _pipeline(parts, lay, topo, pp, m_int, v, t_mb, ct, Ls, lc.act_msg, tp, cp, dp)
     reasons = reasons | ops.where(_f(sch["infeasible"]) > 0, int(Reason.SCHEDULE), 0)
-    p2p_bytes = lc.act_msg / tp  # Megatron's scatter-gather optimisation sends 1/t per TP rank
-    bw_pp, lat_pp = span_link(pp, tp * cp * dp, topo)
-    pp_comm = _f(sch["p2p"]) * (p2p_bytes / bw_pp + lat_pp)
 
     # ---- optimizer (memory-bound Adam over this GPU's optimizer shard) ---------------------------
     hbm = hw.hbm_bytes_s * hw.hbm_efficiency
@@ -279,15 +256,11 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
     }
 
     # ---- memory of the busiest GPU -----------------------------------------------------------------
-    n_isl = shape[-1] if shape else 1
-    outer = _outer_state_bytes(parts, inp) if n_isl > 1 else 0.0
+    outer = _outer_state_bytes(parts, inp) if (shape[-1] if shape else 1) > 1 else 0.0
     act_mem = activation_memory(ms, tr, sh, tp, sp, pp, sch["in_flight"])
+    extra_state = p_gpu * outer / sd["param_shards"]  # a sync strategy's, sharded like the weights
     mem_used = total_memory(
-        sd["weights"],
-        sd["gradients"],
-        sd["optimizer"] + p_gpu * outer / sd["param_shards"],
-        sd["extra"],
-        act_mem,
+        sd["weights"], sd["gradients"], sd["optimizer"] + extra_state, sd["extra"], act_mem
     )
     reasons = reasons | ops.where(mem_used > hw.memory_bytes, int(Reason.MEMORY), 0)
 
@@ -308,6 +281,42 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
         gpus=tp * pp * cp * dp,
     )
     return combine_islands(parts, inp, shape, steps, detail)
+
+
+def _sharding_exposed(parts: PartTable, shard: ShardInputs, topo: Topology, lay, ct, mb_comm):
+    """The sharding part's state and priced traffic, and what of it is exposed: ``(state and
+    traffic arrays, exposed per micro-batch, exposed per step, window left after it)``."""
+    sd = _sharding(parts, shard, topo, lay.sharding)
+    priced = PricedTraffic(
+        micro_batch_s=_f(sd["mb_s"]),
+        micro_batch_fixed_s=_f(sd["mb_fixed_s"]),
+        step_s=_f(sd["step_s"]),
+        bucket_s=_f(sd["bucket_s"]),
+    )
+    exposed = exposed_traffic(
+        priced,
+        ct.compute + ct.memory_ops + mb_comm,
+        ct.backward + ct.recompute + mb_comm,
+        ops.as_bool(lay.dp_comm_overlap),
+    )
+    sd["mb_s"], sd["step_s"] = priced.micro_batch_s, priced.step_s
+    return (sd, *exposed)
+
+
+def _pipeline(parts: PartTable, lay, topo: Topology, pp, m_int, v, t_mb, ct, Ls, act_msg, tp, cp, dp):
+    """The schedule part's terms and the pipeline's point-to-point time per step (Megatron's
+    scatter-gather optimisation sends 1/t of an activation per TP rank)."""
+    pipe = PipeInputs(
+        pp=pp,
+        micro_batches=m_int,
+        virtual_stages=v,
+        stage_s=t_mb,
+        forward_s=ct.forward,
+        weight_grad_s=Ls * ct.dense_forward,
+    )
+    sch = _schedule(parts, pipe, lay.schedule)
+    bw_pp, lat_pp = span_link(pp, tp * cp * dp, topo)
+    return sch, _f(sch["p2p"]) * (act_msg / tp / bw_pp + lat_pp)
 
 
 def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb) -> ShardInputs:
