@@ -64,97 +64,114 @@ def build_inputs(
     """The model inputs of one resolved scenario (a batch of one row); with ``scalar`` and one
     island, Python floats for :func:`~shardmeter.model.evaluate.evaluate`'s scalar path."""
     table = table if table is not None else PartTable()
-    sc, isls = res.scenario, res.islands
-    scalar = scalar and len(isls) == 1
-    _row = _scalar if scalar else _array_row
-    m, t = sc.model, sc.training
+    scalar = scalar and len(res.islands) == 1
+    row = _scalar if scalar else _array_row
+    sync = table.code("sync", res.sync, res.sync_options)
+    return ModelInputs(
+        model=_model(res, row),
+        training=_training(res, row),
+        hardware=_hardware(res, row),
+        topology=_topology(res, row, scalar),
+        layout=_layout(res, row, table),
+        network=_network(res, row, sync if scalar else np.asarray([[sync]])),
+    ), table
+
+
+def _model(res: Resolved, row) -> ModelShape:
+    m, n = res.scenario.model, len(res.islands)
+    return ModelShape(
+        layers=row([m.layers] * n),
+        hidden=row([m.hidden] * n),
+        heads=row([m.heads] * n),
+        kv_heads=row([m.n_kv_heads] * n),
+        q_dim=row([m.heads * m.d_head] * n),
+        kv_dim=row([m.n_kv_heads * m.d_head] * n),
+        ffn_hidden=row([m.d_ffn] * n),
+        swiglu=row([m.ffn == "swiglu"] * n),
+        vocab=row([m.vocab] * n),
+        seq_len=row([m.seq_len] * n),
+        tied=row([m.tied_embeddings] * n),
+        experts=row([m.experts] * n),
+        experts_per_token=row([m.experts_per_token] * n),
+        capacity_factor=row([m.capacity_factor] * n),
+        causal=row([m.causal] * n),
+        dropout=row([m.dropout] * n),
+    )
+
+
+def _training(res: Resolved, row) -> Training:
+    t, isls = res.scenario.training, res.islands
     n = len(isls)
-    fp8 = t.precision == "fp8"
-    flash2 = t.attention == "flash2"
-    peak16_prec = "bf16" if t.precision in ("fp8", "bf16") else t.precision
-    model = ModelShape(
-        layers=_row([m.layers] * n),
-        hidden=_row([m.hidden] * n),
-        heads=_row([m.heads] * n),
-        kv_heads=_row([m.n_kv_heads] * n),
-        q_dim=_row([m.heads * m.d_head] * n),
-        kv_dim=_row([m.n_kv_heads * m.d_head] * n),
-        ffn_hidden=_row([m.d_ffn] * n),
-        swiglu=_row([m.ffn == "swiglu"] * n),
-        vocab=_row([m.vocab] * n),
-        seq_len=_row([m.seq_len] * n),
-        tied=_row([m.tied_embeddings] * n),
-        experts=_row([m.experts] * n),
-        experts_per_token=_row([m.experts_per_token] * n),
-        capacity_factor=_row([m.capacity_factor] * n),
-        causal=_row([m.causal] * n),
-        dropout=_row([m.dropout] * n),
+    return Training(
+        global_batch=row([t.global_batch] * n),
+        micro_batch=row([t.micro_batch] * n),
+        recompute=row([RECOMPUTE_CODES[t.recompute]] * n),
+        materialized=row([t.attention == "materialized"] * n),
+        weight_bytes=row([4.0 if t.precision in ("fp32", "tf32") else 2.0] * n),
+        fp8=row([t.precision == "fp8" and "fp8" in isl.gpu.peak_tflops for isl in isls]),
     )
-    training = Training(
-        global_batch=_row([t.global_batch] * n),
-        micro_batch=_row([t.micro_batch] * n),
-        recompute=_row([RECOMPUTE_CODES[t.recompute]] * n),
-        materialized=_row([t.attention == "materialized"] * n),
-        weight_bytes=_row([4.0 if t.precision in ("fp32", "tf32") else 2.0] * n),
-        fp8=_row([fp8 and "fp8" in isl.gpu.peak_tflops for isl in isls]),
+
+
+def _hardware(res: Resolved, row) -> Hardware:
+    """Each island's GPU at the scenario's precision and attention kernel."""
+    t, gpus = res.scenario.training, [isl.gpu for isl in res.islands]
+    fp8, flash2 = t.precision == "fp8", t.attention == "flash2"
+    peak16 = "bf16" if t.precision in ("fp8", "bf16") else t.precision
+    gemm = [(g.matmul_efficiency_fp8 or g.matmul_efficiency) if fp8 else g.matmul_efficiency for g in gpus]
+    att = [
+        (g.attention_efficiency_flash2 or g.attention_efficiency) if flash2 else g.attention_efficiency
+        for g in gpus
+    ]
+    return Hardware(
+        peak_flops=row([g.peak(t.precision) * 1e12 for g in gpus]),
+        peak16_flops=row([g.peak(peak16) * 1e12 for g in gpus]),
+        memory_bytes=row([g.memory_gb * 1e9 for g in gpus]),
+        hbm_bytes_s=row([g.memory_bandwidth_gb_s * 1e9 for g in gpus]),
+        hbm_efficiency=row([g.hbm_efficiency for g in gpus]),
+        gemm_efficiency=row(gemm),
+        attention_efficiency=row(att),
+        sm_count=row([g.sm_count for g in gpus]),
     )
-    hardware = Hardware(
-        peak_flops=_row([isl.gpu.peak(t.precision) * 1e12 for isl in isls]),
-        peak16_flops=_row([isl.gpu.peak(peak16_prec) * 1e12 for isl in isls]),
-        memory_bytes=_row([isl.gpu.memory_gb * 1e9 for isl in isls]),
-        hbm_bytes_s=_row([isl.gpu.memory_bandwidth_gb_s * 1e9 for isl in isls]),
-        hbm_efficiency=_row([isl.gpu.hbm_efficiency for isl in isls]),
-        gemm_efficiency=_row(
-            [
-                (isl.gpu.matmul_efficiency_fp8 or isl.gpu.matmul_efficiency)
-                if fp8
-                else isl.gpu.matmul_efficiency
-                for isl in isls
-            ]
-        ),
-        attention_efficiency=_row(
-            [
-                (isl.gpu.attention_efficiency_flash2 or isl.gpu.attention_efficiency)
-                if flash2
-                else isl.gpu.attention_efficiency
-                for isl in isls
-            ]
-        ),
-        sm_count=_row([isl.gpu.sm_count for isl in isls]),
-    )
+
+
+def _topology(res: Resolved, row, scalar: bool) -> Topology:
+    isls = res.islands
     tiers: tuple[Any, Any, Any] = tier_arrays(isls)
     if scalar:
         tiers = tuple(tuple(float(x) for x in np.ravel(a)) for a in tiers)  # type: ignore[assignment]
     tg, tb, tl = tiers
-    topology = Topology(
-        gpus_per_node=_row([isl.gpus_per_node for isl in isls]),
-        nodes=_row([isl.nodes for isl in isls]),
-        domain_gpus=_row([float(isl.tiers[0].gpus or "inf") for isl in isls]),
+    return Topology(
+        gpus_per_node=row([isl.gpus_per_node for isl in isls]),
+        nodes=row([isl.nodes for isl in isls]),
+        domain_gpus=row([float(isl.tiers[0].gpus or "inf") for isl in isls]),
         tier_gpus=tg,
         tier_bytes_s=tb,
         tier_latency_s=tl,
     )
-    layout = Layout(
-        tp=_row([isl.parallelism.tp for isl in isls]),
-        pp=_row([isl.parallelism.pp for isl in isls]),
-        dp=_row([isl.dp for isl in isls]),
-        cp=_row([isl.parallelism.cp for isl in isls]),
-        ep=_row([isl.parallelism.ep for isl in isls]),
-        sequence_parallel=_row([isl.parallelism.sequence_parallel for isl in isls]),
-        virtual_stages=_row([isl.parallelism.virtual_stages for isl in isls]),
-        tp_comm_overlap=_row([isl.parallelism.tp_comm_overlap for isl in isls]),
-        dp_comm_overlap=_row([isl.parallelism.dp_comm_overlap for isl in isls]),
-        sharding=_row([table.code("sharding", isl.sharding, isl.sharding_options) for isl in isls]),
-        schedule=_row([table.code("schedule", isl.schedule, isl.schedule_options) for isl in isls]),
+
+
+def _layout(res: Resolved, row, table: PartTable) -> Layout:
+    isls = res.islands
+    return Layout(
+        tp=row([isl.parallelism.tp for isl in isls]),
+        pp=row([isl.parallelism.pp for isl in isls]),
+        dp=row([isl.dp for isl in isls]),
+        cp=row([isl.parallelism.cp for isl in isls]),
+        ep=row([isl.parallelism.ep for isl in isls]),
+        sequence_parallel=row([isl.parallelism.sequence_parallel for isl in isls]),
+        virtual_stages=row([isl.parallelism.virtual_stages for isl in isls]),
+        tp_comm_overlap=row([isl.parallelism.tp_comm_overlap for isl in isls]),
+        dp_comm_overlap=row([isl.parallelism.dp_comm_overlap for isl in isls]),
+        sharding=row([table.code("sharding", isl.sharding, isl.sharding_options) for isl in isls]),
+        schedule=row([table.code("schedule", isl.schedule, isl.schedule_options) for isl in isls]),
     )
-    net = res.network
-    network = Network(
-        wan_bytes_s=_row([net.bandwidth_gb_s * 1e9 * net.efficiency if net is not None else 1.0] * n),
-        wan_latency_s=_row([net.latency_us * 1e-6 if net is not None else 0.0] * n),
-        sync=_row([table.code("sync", res.sync, res.sync_options)])
-        if scalar
-        else np.asarray([[table.code("sync", res.sync, res.sync_options)]]),
+
+
+def _network(res: Resolved, row, sync) -> Network:
+    """The WAN link between islands (unused with one island) and the sync strategy's code."""
+    net, n = res.network, len(res.islands)
+    return Network(
+        wan_bytes_s=row([net.bandwidth_gb_s * 1e9 * net.efficiency if net is not None else 1.0] * n),
+        wan_latency_s=row([net.latency_us * 1e-6 if net is not None else 0.0] * n),
+        sync=sync,
     )
-    return ModelInputs(
-        model=model, training=training, hardware=hardware, topology=topology, layout=layout, network=network
-    ), table
