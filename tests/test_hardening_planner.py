@@ -597,3 +597,16 @@ def test_a_part_name_with_control_characters_is_rejected_naming_the_plugin(name,
     monkeypatch.setenv("SHARDMETER_STRICT_PLUGINS", "1")
     with pytest.raises(shardmeter.PluginError, match="'acme-forge'"):
         registry()
+
+
+def test_only_given_twice_or_empty_is_an_error_naming_only(capsys):
+    from shardmeter.cli import main
+
+    for argv, words in (
+        (["--only", "tp=1", "--only", "tp=2"], "--only tp is given twice"),
+        (["--only", "sharding="], "--only sharding=: no values"),
+        (["--only", "tp=1,,2"], "--only tp=1,,2: empty item"),
+    ):
+        assert main(["plan", str(ROOT / "examples" / "gpt3-175b-a100.toml"), *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and words in err and "--vary" not in err

@@ -160,13 +160,22 @@ def cmd_sensitivity(args) -> int:
 
 
 def _parse_only(items) -> dict[str, Any]:
+    """``--only KEY=V1,V2`` (or ``--only KEY``: the scenario's value) items; a key given twice
+    is an error rather than one of them silently winning."""
     out: dict[str, Any] = {}
     for it in items or ():
-        if "=" in it:
-            k, v = it.split("=", 1)
-            out[k.strip()] = parse_values(k.strip(), v)
+        key, has_values, text = (s.strip() for s in it.partition("="))
+        if key in out:
+            raise ShardMeterError(f"--only {key} is given twice: give its values once ({key}=A,B)")
+        if not has_values:
+            out[key] = None
+        elif not text:
+            raise ShardMeterError(f"--only {key}=: no values")
         else:
-            out[it.strip()] = None
+            try:
+                out[key] = parse_values(key, text)
+            except ShardMeterError as exc:  # the parser speaks of --vary, its first user
+                raise ShardMeterError(str(exc).replace("--vary", "--only", 1)) from None
     return out
 
 
