@@ -87,7 +87,7 @@ class Estimator:
         """Predict a scenario (a :class:`Scenario`, a path or a dict) -> :class:`Report`."""
         res = self.resolve(self.load(source, overrides))
         inp, table = build_inputs(res, scalar=True)
-        return build_report(res, evaluate(inp, table, scalar=True), row=0)
+        return build_report(res, evaluate(inp, table), row=0)
 
 
 def estimate(scenario: Any, *, overrides: Any = (), registry: Registry | None = None) -> Report:

@@ -63,51 +63,28 @@ ADAM_BYTES_PER_PARAM = 30.0
 _f = ops.as_float
 
 
-def evaluate(
-    inp: ModelInputs, parts: PartTable, *, detail: bool = True, scalar: bool = False
-) -> dict[str, Any]:
+def evaluate(inp: ModelInputs, parts: PartTable, *, detail: bool = True) -> dict[str, Any]:
     """Score every plan in the batch. See the module docstring. ``detail=False`` returns only
     what a search ranks by (:data:`~.islands.SEARCH_OUTPUTS`), skipping the breakdown.
 
-    ``scalar=True`` allows the scalar fast path: a batch of one plan on one island is evaluated
-    on Python floats (:mod:`.ops`), the same formulas at a fraction of numpy's per-call cost,
-    and its outputs are floats instead of arrays; degenerate numbers (a division by zero) fall
-    back to the array path.
+    Inputs built as Python floats (``build_inputs(scalar=True)``: one plan on one island) take
+    the scalar fast path: the same formulas through :mod:`.ops` at a fraction of numpy's
+    per-call cost, with plain numbers as outputs; a division by zero there (degenerate numbers)
+    falls back to the array path, whose inf / nan semantics decide.
 
     Infeasible rows may divide by zero on the way; their outputs are masked by
     ``feasible``/``reasons``, so those floating-point warnings are silenced here (and only here).
     """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if scalar and ops.is_scalar(inp.layout.tp):  # built as scalars (build_inputs(scalar=True))
+        if ops.is_scalar(inp.layout.tp):
             try:
                 return _evaluate(inp, parts, detail)
             except (ZeroDivisionError, OverflowError, ValueError):
                 inp = _as_arrays(inp)
-        elif scalar and _one_plan(inp):
-            try:
-                return _evaluate(_as_scalars(inp), parts, detail)
-            except (ZeroDivisionError, OverflowError, ValueError):
-                pass  # numpy's inf / nan semantics decide those rows
         return _evaluate(inp, parts, detail)
 
 
 _BUNDLES = ("model", "training", "hardware", "topology", "layout", "network")
-
-
-def _one_plan(inp: ModelInputs) -> bool:
-    """One row, one island (tier arrays aside)?"""
-    for b in _BUNDLES:
-        bundle = getattr(inp, b)
-        for a in attrs.fields(type(bundle)):
-            x = getattr(bundle, a.name)
-            if np.size(x) != 1 and not (
-                b == "topology"
-                and a.name in _TIER_FIELDS
-                and np.ndim(x) >= 1
-                and np.size(x) == np.shape(x)[-1]
-            ):
-                return False
-    return True
 
 
 def _as_arrays(inp: ModelInputs) -> ModelInputs:
@@ -118,27 +95,6 @@ def _as_arrays(inp: ModelInputs) -> ModelInputs:
         out[b] = type(bundle)(
             **{a.name: np.asarray([[getattr(bundle, a.name)]]) for a in attrs.fields(type(bundle))}
         )
-    return ModelInputs(**out)
-
-
-def _scalar(x: Any) -> Any:
-    v = np.asarray(x).item()
-    return v if isinstance(v, bool) else float(v)
-
-
-def _as_scalars(inp: ModelInputs) -> ModelInputs:
-    """The same inputs as Python floats and bools (tier arrays as tuples)."""
-    out = {}
-    for b in _BUNDLES:
-        bundle = getattr(inp, b)
-        vals = {}
-        for a in attrs.fields(type(bundle)):
-            x = getattr(bundle, a.name)
-            if b == "topology" and a.name in _TIER_FIELDS:
-                vals[a.name] = tuple(float(t) for t in np.ravel(x))
-            else:
-                vals[a.name] = _scalar(x)
-        out[b] = type(bundle)(**vals)
     return ModelInputs(**out)
 
 
