@@ -391,3 +391,15 @@ def test_estimator_with_cost_source():
     custom = est.with_cost_source(shardmeter.CostSource(name="flat", usd_per_gpu_hour=1.0)).estimate(EXAMPLE)
     assert cloud.cost_usd and owned.cost_usd and cloud.cost_usd != owned.cost_usd
     assert custom.cost_usd == pytest.approx(1024 * custom.wall_clock_s / 3600.0, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "command", [[], ["estimate"], ["sweep"], ["plan"], ["sensitivity"], ["validate"], ["plugins"]]
+)
+def test_help_of_the_command_and_every_sub_command_exits_cleanly(command, capsys):
+    """``--help`` crashed on a literal % in the sensitivity help (argparse formats help text)."""
+    with pytest.raises(SystemExit) as exc:
+        main([*command, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: shardmeter") and "Traceback" not in out
