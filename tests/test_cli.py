@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_helpers import one_line_error, run
 
 import shardmeter
 from shardmeter.cli import main
@@ -41,23 +42,6 @@ NAMES = {
     "schedule": ["gpipe", "1f1b", "interleaved"],
     "sync": ["allreduce", "diloco"],
 }  # fmt: skip
-
-
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err: str) -> str:
-    assert "Traceback" not in err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("shardmeter: error: ")
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

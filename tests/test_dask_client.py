@@ -16,8 +16,8 @@ import threading
 import time
 
 import pytest
+from cli_helpers import one_line_error, run
 
-from shardmeter.cli import main
 from shardmeter.explore import executors
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -26,23 +26,6 @@ PLAN = ["plan", SCALE, "--json", "--top", "3", "--only", "tp=1,2", "--only", "pp
 SWEEP = ["sweep", SCALE, "--json", "--vary", "island[0].nodes=1,2,4"]
 TIMING = ("seconds", "candidates_per_s")  # what may differ between two runs of the same plan
 START_S = 30  # the scheduler and its worker must be up within this, else the test is skipped
-
-
-def run(capsys, *argv):
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as exc:  # argparse
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_line_error(err: str) -> str:
-    assert "Traceback" not in err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, err
-    assert lines[0].startswith("shardmeter: error: ")
-    return lines[0]
 
 
 def _log_tail(path: pathlib.Path) -> str:

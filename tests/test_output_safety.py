@@ -16,8 +16,8 @@ import subprocess
 import sys
 
 import pytest
+from cli_helpers import run
 
-from shardmeter.cli import main
 from shardmeter.errors import ShardMeterError
 from shardmeter.io import atomic_write
 
@@ -26,12 +26,6 @@ SCALE = os.path.join(ROOT, "examples", "studies", "scale-nodes.toml")
 VARY = ["--vary", "island[0].nodes=8,16"]
 
 posix = pytest.mark.skipif(os.name != "posix", reason="FIFOs, symlinks and modes are POSIX")
-
-
-def run(capsys, *argv) -> tuple[int, str, str]:
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def one_error(code: int, err: str, *expect: str) -> str:
