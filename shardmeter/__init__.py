@@ -28,7 +28,7 @@ from .records import (
 
 __version__ = "0.1.0"
 
-#: The Python API, imported on first use (``shardmeter.estimate``, ...) so that
+#: The Python API, imported on first use (``shardmeter.estimate``, ``shardmeter.sweep``, ...) so that
 #: ``import shardmeter`` in a plugin stays light and free of import cycles.
 _LAZY = {
     "load_scenario": ".scenario",
@@ -36,6 +36,15 @@ _LAZY = {
     "estimate": ".estimator",
     "Estimator": ".estimator",
     "Report": ".report",
+    "sweep": ".api",
+    "plan": ".api",
+    "sensitivity": ".api",
+    "SweepResult": ".explore.results",
+    "SweepRow": ".explore.results",
+    "PlanResult": ".explore.results",
+    "Plan": ".explore.results",
+    "SensitivityResult": ".explore.results",
+    "SensitivityEntry": ".explore.results",
 }
 
 
@@ -59,6 +68,15 @@ __all__ = [
     "Estimator",
     "Report",
     "Scenario",
+    "sweep",
+    "plan",
+    "sensitivity",
+    "SweepResult",
+    "SweepRow",
+    "PlanResult",
+    "Plan",
+    "SensitivityResult",
+    "SensitivityEntry",
     "hookimpl",
     "HardwareProfile",
     "Interconnect",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import numpy as np
 
 from .model.inputs import (
@@ -21,7 +22,7 @@ from .model.inputs import (
 )
 from .resolve import Resolved, ResolvedIsland
 
-__all__ = ["build_inputs", "tier_arrays"]
+__all__ = ["build_inputs", "tier_arrays", "balanced_shares"]
 
 
 def _array_row(values) -> np.ndarray:
@@ -67,14 +68,65 @@ def build_inputs(
     scalar = scalar and len(res.islands) == 1
     row = _scalar if scalar else _array_row
     sync = table.code("sync", res.sync, res.sync_options)
-    return ModelInputs(
+    inp = ModelInputs(
         model=_model(res, row),
         training=_training(res, row),
         hardware=_hardware(res, row),
         topology=_topology(res, row, scalar),
         layout=_layout(res, row, table),
         network=_network(res, row, sync if scalar else np.asarray([[sync]])),
-    ), table
+    )
+    if len(res.islands) > 1 and res.scenario.sync.batch_split == "balanced":
+        shares = balanced_shares(inp, table)
+        if shares is not None:
+            inp = attrs.evolve(inp, training=attrs.evolve(inp.training, island_batch=shares))
+    return inp, table
+
+
+def balanced_shares(inp: ModelInputs, table: PartTable) -> np.ndarray | None:
+    """``[sync] batch_split = "balanced"``: each island's share of ``global_batch`` (sequences,
+    ``(1, I)``), a whole number of micro-batches per replica, chosen so that the step (the
+    largest island finish time, :func:`~shardmeter.model.islands.island_finish`) is the
+    shortest. The model is evaluated once on a batch whose row ``r`` gives every island ``r``
+    micro-batches per replica; :func:`~shardmeter.model.islands.min_max_shares` splits exactly.
+    ``None`` (keep the split by replicas) when no balanced split is feasible."""
+    from .model.evaluate import evaluate
+    from .model.islands import island_finish, min_max_shares
+
+    cols = inp.columns()
+    n = int(np.shape(cols["layout.dp"])[-1])
+    gb = int(np.asarray(cols["training.global_batch"]).ravel()[0])
+    q = (np.broadcast_to(cols["layout.dp"], (1, n)) * np.broadcast_to(cols["training.micro_batch"], (1, n)))[
+        0
+    ]
+    q = q.astype(np.int64)
+    m_max = gb // np.maximum(q, 1)
+    rows = int(max(1, m_max.max()))
+    r = np.arange(1, rows + 1, dtype=np.int64)[:, None]
+    cols["training.island_batch"] = (np.minimum(r, np.maximum(m_max, 1)[None, :]) * q[None, :]).astype(float)
+    with np.errstate(all="ignore"):
+        out = evaluate(ModelInputs.from_columns(cols), table, detail=False)
+    ok = (np.asarray(out["reasons"]) == 0) & (r <= m_max[None, :])
+    net = (np.asarray(cols["network.wan_bytes_s"]).max(), np.asarray(cols["network.wan_latency_s"]).max())
+    code = int(np.asarray(cols["network.sync"]).ravel()[0])
+    finish, _ = island_finish(
+        table,
+        code,
+        n,
+        np.asarray(out["island_step_s"]),
+        out["island_ar_window_s"],
+        np.asarray(out["params"])[:, None],
+        out["island_grad_bytes"],
+        net,
+    )
+    curves = []
+    for j in range(n):
+        cur = np.full(gb + 1, np.inf)
+        sel = ok[:, j]
+        cur[(r[sel, 0] * q[j])] = finish[sel, j]
+        curves.append(cur)
+    _, shares = min_max_shares(curves, gb)
+    return None if shares is None else np.asarray([shares], dtype=float)
 
 
 def _model(res: Resolved, row) -> ModelShape:
@@ -96,6 +148,13 @@ def _model(res: Resolved, row) -> ModelShape:
         capacity_factor=row([m.capacity_factor] * n),
         causal=row([m.causal] * n),
         dropout=row([m.dropout] * n),
+        moe_ffn_hidden=row([m.d_moe_ffn] * n),
+        shared_experts=row([m.shared_experts] * n),
+        dense_layers=row([m.dense_layers] * n),
+        q_rank=row([m.q_lora_rank or 0] * n),
+        kv_rank=row([m.kv_lora_rank or 0] * n),
+        v_dim=row([m.n_kv_heads * m.d_v_head] * n),
+        o_dim=row([m.heads * m.d_v_head] * n),
     )
 
 
@@ -105,6 +164,7 @@ def _training(res: Resolved, row) -> Training:
     return Training(
         global_batch=row([t.global_batch] * n),
         micro_batch=row([t.micro_batch] * n),
+        island_batch=row([0.0] * n),
         recompute=row([RECOMPUTE_CODES[t.recompute]] * n),
         materialized=row([t.attention == "materialized"] * n),
         weight_bytes=row([4.0 if t.precision in ("fp32", "tf32") else 2.0] * n),

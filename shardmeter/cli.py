@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from .errors import ShardMeterError
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+__all__ = ["main", "build_parser", "COMMANDS", "OPTIONAL_COMMANDS", "dump_json", "one_line"]
 
 #: Sub-command name -> module:function that adds its arguments and runs it.
 COMMANDS: dict[str, str] = {}
@@ -56,12 +56,45 @@ def _finite(o):
 def _cmd_estimate(args) -> int:
     from .estimator import Estimator
 
+    if args.plot is not None:
+        _check_plot(args)
     report = Estimator().estimate(args.file, overrides=args.set or ())
+    if args.plot is not None:
+        _plot(report, args.plot)
     if args.json:
         print(dump_json(report.to_dict()))
     else:
         print(report)
+        if args.plot is not None:
+            print(f"wrote {args.plot}")
     return 0
+
+
+#: What a missing matplotlib is told (the extra that brings it).
+PLOT_EXTRA = "--plot needs matplotlib: pip install 'shardmeter[plot]'"
+
+
+def _check_plot(args) -> None:
+    """Before the estimate: matplotlib is importable and ``--plot`` may be written (not a special
+    file, not the scenario file), so the error comes first and alone."""
+    import importlib.util
+
+    from .io import check_output
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ShardMeterError(PLOT_EXTRA)
+    check_output(args.plot, label="--plot", inputs=[args.file])
+
+
+def _plot(report, path: str) -> None:
+    """``shardmeter.report_plots.plot_report``, imported only when ``--plot`` is given."""
+    try:
+        from .report_plots import plot_report
+    except ImportError as exc:
+        if "matplotlib" in str(exc):
+            raise ShardMeterError(PLOT_EXTRA) from None
+        raise ShardMeterError(f"--plot is not available in this installation ({exc})") from None
+    plot_report(report, path, label="--plot")
 
 
 def _cmd_plugins(args) -> int:
@@ -88,45 +121,143 @@ def _cmd_plugins(args) -> int:
     return 0
 
 
+MAIN_EPILOG = """\
+start here:
+  shardmeter init --preset llama3-8b --gpu h100-sxm --gpus 16 -o run.toml
+  shardmeter estimate run.toml
+  shardmeter import torchtitan llama3_8b.toml --gpu h100-sxm --gpus 64 -o run.toml
+
+FILE may be - (standard input) for estimate, sweep, plan and sensitivity.
+
+environment:
+  SHARDMETER_DEBUG=1   show the full traceback instead of the one-line error
+shell completion:
+  shardmeter completion bash|zsh|tcsh   (how to install it: docs/cli.md)
+"""
+
+ESTIMATE_EPILOG = """\
+examples:
+  shardmeter estimate examples/gpt3-175b-a100.toml
+  shardmeter estimate run.toml --set parallelism.tp=4 --set training.micro_batch=2 --json
+  shardmeter estimate run.toml --plot run.png
+  shardmeter init --preset llama3-8b | shardmeter estimate -
+"""
+
+PLUGINS_EPILOG = """\
+examples:
+  shardmeter plugins
+  shardmeter plugins --json
+"""
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    """Help with the description wrapped and the epilog's example lines kept as written."""
+    return argparse.RawDescriptionHelpFormatter(prog, max_help_position=30)
+
+
+def _add_estimate(sub) -> None:
+    from .completion import FILE
+
+    e = sub.add_parser(
+        "estimate",
+        help="predict one scenario",
+        description="Predict the step time, throughput, MFU, memory per GPU and cost of the "
+        "scenario in FILE, with the breakdown of each step and what bounds it.",
+        epilog=ESTIMATE_EPILOG,
+        formatter_class=_formatter,
+    )
+    e.add_argument("file", help="scenario TOML file, or - to read it from standard input").complete = FILE
+    e.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario key (repeatable)")
+    e.add_argument("--json", action="store_true", help="print the report as JSON")
+    e.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="also draw the step breakdown and the memory per GPU (PNG or SVG; needs shardmeter[plot])",
+    )
+    e.set_defaults(func=_cmd_estimate)
+
+
+def _add_plugins(sub) -> None:
+    pl = sub.add_parser(
+        "plugins",
+        help="list every registered part and its provider",
+        description="List every registered GPU, link, cost source and strategy with the plugin "
+        "and distribution that provides it (the bundled ones included).",
+        epilog=PLUGINS_EPILOG,
+        formatter_class=_formatter,
+    )
+    pl.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    pl.set_defaults(func=_cmd_plugins)
+
+
+#: Where each sub-command goes in the command list: first contact, prediction, exploration,
+#: checks, then the tools around them (a command this list lacks comes last).
+ORDER = (
+    "init",
+    "import",
+    "estimate",
+    "sweep",
+    "plan",
+    "sensitivity",
+    "report",
+    "validate",
+    "calibrate",
+    "plugins",
+    "completion",
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="shardmeter", description="Analytical performance model for distributed LLM training.")
+    p = _Parser(
+        prog="shardmeter",
+        description="Analytical performance model for distributed LLM training.",
+        epilog=MAIN_EPILOG,
+        formatter_class=_formatter,
+    )
     from . import __version__
 
     p.add_argument("--version", action="version", version=f"shardmeter {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    e = sub.add_parser("estimate", help="predict one scenario")
-    e.add_argument("file")
-    e.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario key (repeatable)")
-    e.add_argument("--json", action="store_true", help="print the report as JSON")
-    e.set_defaults(func=_cmd_estimate)
-
-    pl = sub.add_parser("plugins", help="list every registered part and its provider")
-    pl.add_argument("--json", action="store_true")
-    pl.set_defaults(func=_cmd_plugins)
-
     import importlib
 
-    for target in COMMANDS.values():
+    adders = {"estimate": _add_estimate, "plugins": _add_plugins}
+    for name, target in COMMANDS.items():
         mod_name, fn = target.split(":")
-        mod = importlib.import_module(mod_name)
-        getattr(mod, fn)(sub)
+        adders.setdefault(name, getattr(importlib.import_module(mod_name), fn))
+    rank = {n: i for i, n in enumerate(ORDER)}
+    for name in sorted(adders, key=lambda n: rank.get(n, len(ORDER))):
+        adders[name](sub)
     return p
 
 
+#: Commands that live in their own modules: name -> module:function adding its parser.
+OPTIONAL_COMMANDS = (
+    ("validate", "shardmeter.validate:add_parser"),
+    ("sweep", "shardmeter.explore.cli:add_sweep_parser"),
+    ("plan", "shardmeter.explore.cli:add_plan_parser"),
+    ("sensitivity", "shardmeter.explore.cli:add_sensitivity_parser"),
+    ("init", "shardmeter.starter:add_init_parser"),
+    ("import", "shardmeter.importers.cli:add_import_parser"),
+    ("report", "shardmeter.report_page:add_report_parser"),
+    ("calibrate", "shardmeter.calibrate.cli:add_calibrate_parser"),
+    ("completion", "shardmeter.completion:add_completion_parser"),
+)
+
+
 def _register_optional_commands() -> None:
-    """Commands that live in their own modules (validate, sweep, plan, sensitivity)."""
+    """Register each of :data:`OPTIONAL_COMMANDS` whose module exists (a missing module, or a
+    missing package above it, is skipped: ``find_spec`` raises for the latter)."""
     import importlib.util
 
-    for name, target in (
-        ("validate", "shardmeter.validate:add_parser"),
-        ("sweep", "shardmeter.explore.cli:add_sweep_parser"),
-        ("plan", "shardmeter.explore.cli:add_plan_parser"),
-        ("sensitivity", "shardmeter.explore.cli:add_sensitivity_parser"),
-    ):
+    for name, target in OPTIONAL_COMMANDS:
         mod = target.split(":")[0]
-        if importlib.util.find_spec(mod) is not None:
+        try:
+            found = importlib.util.find_spec(mod) is not None
+        except ModuleNotFoundError:  # "shardmeter.calibrate" itself is absent
+            found = False
+        if found:
             COMMANDS.setdefault(name, target)
 
 
@@ -142,6 +273,10 @@ def one_line(msg, limit: int = 380) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     _register_optional_commands()
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv:  # bare ``shardmeter``: what it can do, not an error
+        parser.print_help()
+        return 0
     args = parser.parse_args(argv)
     debug = os.environ.get("SHARDMETER_DEBUG")
     try:

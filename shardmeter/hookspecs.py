@@ -1,4 +1,4 @@
-"""Hook specifications: the six ways a plugin contributes parts to ShardMeter.
+"""Hook specifications: the ways a plugin contributes parts to ShardMeter.
 
 Every hook takes no arguments and returns (or yields) records with a unique
 ``name``. pluggy calls every registered implementation and the registry
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:  # records are named in the signatures only
-    from .parts import SchedulePart, ShardingPart, SyncPart
+    from .parts import ConvergencePart, SchedulePart, ShardingPart, SyncPart
     from .records import (
         CostSource,
         HardwareProfile,
@@ -146,4 +146,23 @@ def shardmeter_cost_sources() -> Iterable[CostSource]:
         def shardmeter_cost_sources():
             yield shardmeter.CostSource(
                 name="acme-cloud", gpu_prices={"acme-x1": 3.10}, date="2026-11")
+    """
+
+
+@hookspec
+def shardmeter_convergence_models() -> Iterable[ConvergencePart]:
+    """Contribute convergence models (the tokens a sync strategy needs to reach a given loss).
+
+    :returns: an iterable of :class:`shardmeter.parts.ConvergencePart` instances (behaviour:
+        ``terms()`` returns, per plan, the tokens factor over data-parallel training and whether
+        the plan lies in the model's validity range; ``validity()`` the ranges).
+
+    Called once per plugin manager; all results are collected. A model's ``name`` is what
+    scenarios write as ``[sync] convergence``; without one, convergence is not priced.
+
+    Example::
+
+        @shardmeter.hookimpl
+        def shardmeter_convergence_models():
+            yield AcmeConvergence(name="acme-fit", source="Acme 2026, Table 3")
     """

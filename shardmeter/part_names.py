@@ -69,12 +69,15 @@ def kind_of(item: object, hook_name: str) -> str | None:
     """The registry kind of a contributed item: a behaviour part (any subclass) or a declarative
     record (its exact class) of a kind this hook contributes, or of the schedule/sync kinds from
     the legacy union hook."""
+    from .parts import Part
+
     for kind, (classes, hook) in part_kinds().items():
         legacy = hook_name == LEGACY_STRATEGY_HOOK and kind in ("schedule", "sync")
         if hook != hook_name and not legacy:
             continue
         part_cls, record_cls = classes[0], classes[-1]
-        if type(item) is record_cls or (len(classes) > 1 and isinstance(item, part_cls)):
+        behaviour = len(classes) > 1 or issubclass(part_cls, Part)  # a part kind: any subclass
+        if type(item) is record_cls or (behaviour and isinstance(item, part_cls)):
             return kind
     return None
 

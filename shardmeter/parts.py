@@ -8,7 +8,10 @@ prices communication on the topology and composes the step (``docs/architecture.
 * a :class:`SchedulePart` returns the pipeline bubble, the micro-batches in flight and the
   point-to-point transfers (:class:`PipeTerms`) from :class:`PipeInputs`;
 * a :class:`SyncPart` returns the cross-island time and bytes (:class:`SyncTerms`) from
-  :class:`WanInputs`.
+  :class:`WanInputs`;
+* a :class:`ConvergencePart` returns the tokens a sync strategy needs to reach the loss
+  data-parallel training reaches (:class:`ConvergenceTerms`) from its hyperparameters
+  (:class:`ConvergenceInputs`); it prices quality, never time (``docs/convergence.md``).
 
 Every array in these records broadcasts against the others of the same call (in the scalar
 path, one plan on one island, they are Python floats). The evaluator calls each distinct
@@ -44,6 +47,9 @@ __all__ = [
     "PipeTerms",
     "WanInputs",
     "SyncTerms",
+    "ConvergencePart",
+    "ConvergenceInputs",
+    "ConvergenceTerms",
     "COLLECTIVES",
     "option_defaults",
     "make_options_class",
@@ -278,3 +284,49 @@ class SyncPart(Part):
 
     def exchange(self, wan: WanInputs, opts: Any) -> SyncTerms:
         raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
+# convergence
+
+
+@attrs.frozen(kw_only=True)
+class ConvergenceInputs:
+    """A sync strategy's hyperparameters over a batch of plans (arrays, broadcastable):
+    ``params`` of the whole model (N), ``replicas`` that train apart between syncs (M, the
+    islands), ``local_steps`` (true: a DiLoCo-family strategy; false: every step synchronous,
+    as data-parallel training), ``inner_steps`` (H; 1 when synchronous), ``compression_bits``
+    per exchanged element, ``fragments`` (F) and ``overlap_steps`` (tau, resolved: never -1)."""
+
+    params: Array
+    replicas: Array
+    local_steps: Array
+    inner_steps: Array
+    compression_bits: Array
+    fragments: Array
+    overlap_steps: Array
+
+
+@attrs.frozen(kw_only=True)
+class ConvergenceTerms:
+    """``tokens_factor`` (>= 1 for the bundled model): tokens needed to reach the loss that
+    data-parallel training reaches with the same token budget, over that budget;
+    ``in_range``: whether the plan lies inside the model's validity range (its sources)."""
+
+    tokens_factor: ArrayLike
+    in_range: ArrayLike
+
+
+@attrs.frozen(kw_only=True)
+class ConvergencePart(Part):
+    """How a sync strategy's hyperparameters change the tokens needed to reach a given loss."""
+
+    kind: ClassVar[str] = "convergence"
+
+    def terms(self, inp: ConvergenceInputs, opts: Any) -> ConvergenceTerms:
+        """The tokens factor and validity of every row (elementwise)."""
+        raise NotImplementedError
+
+    def validity(self) -> dict[str, Any]:
+        """The ranges the model's sources cover, for the report (``{}``: not stated)."""
+        return {}

@@ -333,7 +333,7 @@ def as_part(record):
 
 def part_kinds() -> dict[str, tuple[tuple[type, ...], str]]:
     """Registry namespace -> (classes it accepts, hook that contributes them)."""
-    from .parts import SchedulePart, ShardingPart, SyncPart
+    from .parts import ConvergencePart, SchedulePart, ShardingPart, SyncPart
 
     return {
         "hardware": ((HardwareProfile,), "shardmeter_hardware_profiles"),
@@ -342,6 +342,8 @@ def part_kinds() -> dict[str, tuple[tuple[type, ...], str]]:
         "schedule": ((SchedulePart, PipelineSchedule), "shardmeter_pipeline_schedules"),
         "sync": ((SyncPart, SyncStrategy), "shardmeter_sync_strategies"),
         "cost": ((CostSource,), "shardmeter_cost_sources"),
+        # a behaviour part only, with no declarative record as sugar
+        "convergence": ((ConvergencePart,), "shardmeter_convergence_models"),
     }
 
 
@@ -357,4 +359,6 @@ PART_KINDS = {
     "schedule": (PipelineSchedule, "shardmeter_pipeline_schedules"),
     "sync": (SyncStrategy, "shardmeter_sync_strategies"),
     "cost": (CostSource, "shardmeter_cost_sources"),
+    # a behaviour part (shardmeter.parts.ConvergencePart) with no declarative record
+    "convergence": (object, "shardmeter_convergence_models"),
 }

@@ -10,10 +10,11 @@ import attrs
 
 from .model.evaluate import BREAKDOWN_TERMS
 from .model.feasibility import reason_messages
-from .pricing import gpu_hour_usd, island_cost_usd
-from .resolve import Resolved
-from .table import format_report
-from .words import describe_bottleneck, regime_of
+from .model.memory import MEMORY_PARTS
+from .pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
+from .report_text import format_report
+from .resolve import Resolved, ResolvedIsland
+from .words import assumption_notes, describe_bottleneck, regime_of
 
 __all__ = ["Report", "build_report", "json_safe", "regime_of", "describe_bottleneck"]
 
@@ -59,7 +60,8 @@ class _Figure(float):
 @attrs.define
 class Report:
     """A prediction. Every field of SCENARIO.md's report, plus ``reasons``,
-    ``notes``, ``regime``, ``overlapped_s``, ``gpus`` and the model's size."""
+    ``notes``, ``regime``, ``overlapped_s``, ``gpus``, the model's size, the ``layout``
+    and the cost's split (``cost_breakdown_usd``)."""
 
     feasible: bool
     reasons: list[str]
@@ -90,6 +92,22 @@ class Report:
     #: through each island's uplink, ``round_s`` the WAN's busy time per outer round). Empty when
     #: infeasible.
     levels: dict[str, dict[str, float]] = attrs.field(factory=dict)
+    #: The resolved layout (:func:`_layout`): degrees, gradient accumulation, layers per stage,
+    #: parameters per GPU; ``islands`` lists each island's where they differ.
+    layout: dict[str, Any] = attrs.field(factory=dict)
+    #: The busiest GPU's memory by part (``weights``, ``gradients``, ``optimizer``,
+    #: ``activations``, ``other``: the strategy's buffers, fragmentation allowance and the
+    #: framework's reservation), GB, adding up to ``memory_per_gpu_gb``.
+    memory_breakdown_gb: dict[str, float] = attrs.field(factory=dict)
+    #: ``cost_usd`` as rate x GPU-hours + egress (:func:`~shardmeter.pricing.cost_breakdown`);
+    #: empty without a cost (infeasible, or no ``training.tokens``).
+    cost_breakdown_usd: dict[str, Any] = attrs.field(factory=dict)
+    #: What the model assumed that the numbers do not show (:func:`~shardmeter.words.assumption_notes`):
+    #: defaulted sync options, convergence not priced, communication hidden under compute.
+    assumptions: list[str] = attrs.field(factory=list)
+    #: Time and cost to the data-parallel loss with a ``[sync] convergence`` model
+    #: (:func:`~shardmeter.quality.quality_figures`); empty without one, or when infeasible.
+    quality: dict[str, Any] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -101,6 +119,18 @@ class Report:
 
     def __str__(self) -> str:
         return format_report(self)
+
+    def __repr__(self) -> str:
+        """One line of headline figures (:func:`shardmeter.notebook.report_repr`)."""
+        from .notebook import report_repr
+
+        return report_repr(self)
+
+    def _repr_html_(self) -> str:
+        """A compact HTML table for Jupyter (:func:`shardmeter.notebook.report_html`)."""
+        from .notebook import report_html
+
+        return report_html(self)
 
 
 def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
@@ -118,6 +148,7 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
             "(a part's figures overflow the model)"
         )
     notes = list(sc.notes)
+    assumed: list[str] = []
     gpus = int(sum(isl.gpus_used for isl in islands))
     for isl in islands:
         if feasible and isl.gpus_used < isl.gpus:
@@ -129,13 +160,16 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
         "params": float(_at(out["params"], row)),
         "model_flops_per_token": float(_at(out["model_flops_per_token"], row)),
         "notes": notes,
+        "assumptions": assumed,
+        "layout": _layout(res, out, row, assumed),
+        "memory_breakdown_gb": _memory_breakdown(out, row, len(islands)),
     }
     if not feasible:
         return _infeasible_report(res, out, row, reasons, common)
     bd, ov = _breakdowns(out, row, len(islands))
     tps = float(_at(out["tokens_per_s"], row))
     isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
-    return Report(
+    report = Report(
         feasible=True,
         reasons=[],
         step_time_s=step,
@@ -154,8 +188,107 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
         overlapped_s=ov,
         islands=isl_reports,
         levels=_levels(out, row, bd, ov),
+        cost_breakdown_usd=_cost_split(res, isl_reports, wall),
         **common,
     )
+    assumed.extend(assumption_notes(res, report))
+    if res.convergence is not None:  # quality-adjusted figures; raw ones unchanged
+        from .quality import apply_quality
+
+        apply_quality(res, report)
+    return report
+
+
+def _cost_split(res: Resolved, isl_reports: list[dict[str, Any]], wall: float | None) -> dict[str, Any]:
+    """:func:`~shardmeter.pricing.cost_breakdown` of the run (empty without a token budget)."""
+    if wall is None or not isl_reports or isl_reports[0]["egress_gb"] is None:
+        return {}
+    return cost_breakdown(res, wall, isl_reports[0]["egress_gb"])
+
+
+def _memory_breakdown(out: dict[str, Any], row: int, n_isl: int) -> dict[str, float]:
+    """The busiest island's memory parts (its GPU is the one ``memory_per_gpu_gb`` reports)."""
+    parts = out.get("island_memory_parts_gb")
+    if parts is None:
+        return {}
+    mem = [float(_at(out["island_memory_gb"], row, j)) for j in range(n_isl)]
+    busiest = max(range(n_isl), key=lambda j: mem[j] if math.isfinite(mem[j]) else math.inf)
+    return {k: float(_at(parts[k], row, busiest)) for k in MEMORY_PARTS}
+
+
+def _stage_layers(layers: int, pp: int, v: int, stage: int) -> int:
+    """Layers of pipeline stage ``stage`` when ``layers`` split over ``pp x v`` model chunks as
+    evenly as they can, the extra layers on the first chunks; a stage holds chunks ``stage``,
+    ``stage + pp``, ... (Megatron-LM's interleaved assignment, Narayanan et al. 2021, Sec. 2.2).
+    Closed form: each chunk has ``q = layers // (pp v)``, the first ``r = layers % (pp v)`` one
+    more, and ``ceil((r - stage) / pp)`` of this stage's ``v`` chunks are among them."""
+    q, r = divmod(layers, pp * v)
+    return v * q + min(v, max(0, -((stage - r) // pp)))
+
+
+def _island_layout(
+    res: Resolved, isl: ResolvedIsland, out: dict[str, Any], row: int, j: int
+) -> dict[str, Any]:
+    """One island's resolved layout (Megatron-LM's names where it has one)."""
+    sc, par = res.scenario, isl.parallelism
+    v = par.virtual_stages if par.pp > 1 else 1
+    largest = round(float(_at(out["island_layers_per_stage"], row, j)))
+    first, last = (_stage_layers(sc.model.layers, par.pp, v, s) for s in (0, par.pp - 1))
+    uneven = {"first_stage_layers": first, "last_stage_layers": last} if first != last else {}
+    return {
+        "tp": par.tp,
+        "pp": par.pp,
+        "cp": par.cp,
+        "ep": par.ep,
+        "dp": isl.dp,
+        "gpus": isl.gpus_used,
+        "sequence_parallel": par.sequence_parallel,
+        "sharding": par.sharding,
+        "schedule": par.schedule,
+        "virtual_stages": v,
+        "micro_batch": sc.training.micro_batch,
+        "grad_accumulation": round(float(_at(out["micro_batches"], row, j))),
+        "batch_per_step": float(_at(out["island_batch"], row, j)),
+        "layers_per_stage": largest,
+        "layers_per_virtual_stage": largest // v,
+        **uneven,
+        "params_per_gpu": float(_at(out["island_params_per_gpu"], row, j)),
+        "params_per_gpu_sharded": float(_at(out["island_params_per_gpu_sharded"], row, j)),
+    }
+
+
+def _layout(res: Resolved, out: dict[str, Any], row: int, assumed: list[str]) -> dict[str, Any]:
+    """The resolved layout: per island ``tp``, ``pp``, ``cp``, ``ep``, ``dp``, ``gpus``,
+    ``sequence_parallel``, ``sharding``, ``schedule``, ``virtual_stages``, ``micro_batch``,
+    ``grad_accumulation`` (micro-batches per step per pipeline), ``batch_per_step``
+    (sequences), ``layers_per_stage`` (the stage the model times: ``virtual_stages`` chunks
+    of ``layers_per_virtual_stage``; ``first_stage_layers`` / ``last_stage_layers`` of an even
+    split where the stages differ), ``layers_per_virtual_stage``, ``params_per_gpu``
+    (the largest stage's tensor / expert slice) and ``params_per_gpu_sharded`` (what the
+    sharding strategy leaves one GPU). The keys every island agrees on are at the top, with
+    ``params``, ``global_batch`` and ``dp_total`` (replicas over all islands); ``islands``
+    lists each island's (with its ``name``) where they differ."""
+    if "island_layers_per_stage" not in out:
+        return {}
+    per = [_island_layout(res, isl, out, row, j) for j, isl in enumerate(res.islands)]
+    top = {k: v for k, v in per[0].items() if all(k in p and p[k] == v for p in per[1:])}
+    top |= {
+        "dp_total": sum(p["dp"] for p in per),
+        "global_batch": res.scenario.training.global_batch,
+        "params": float(_at(out["params"], row)),
+    }
+    if len(per) > 1 and any(p != per[0] for p in per[1:]):
+        top["islands"] = [{"name": isl.name, **p} for isl, p in zip(res.islands, per, strict=True)]
+    for isl, p in zip(res.islands, per, strict=True):
+        even = _stage_layers(res.scenario.model.layers, p["pp"], p["virtual_stages"], 0)  # the largest
+        if p["layers_per_stage"] > even:
+            where = f" on island '{isl.name}'" if len(per) > 1 else ""
+            assumed.append(
+                f"the model times every pipeline stage{where} at {p['layers_per_stage']} layers "
+                f"({p['virtual_stages']} chunks of {p['layers_per_virtual_stage']}), more than the "
+                f"{even} of the largest stage of an even split of {res.scenario.model.layers} layers: an upper bound"
+            )
+    return top
 
 
 def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
@@ -211,7 +344,7 @@ def _infeasible_report(
             "step_time_s": None,
             "memory_per_gpu_gb": _num(_at(out["island_memory_gb"], row, j)),
             "cost_usd": None,
-            "feasible": bool(_at(out["feasible_island"], row, j)),
+            "feasible": int(_at(out["reasons"], row, j)) == 0,
         }
         for j, isl in enumerate(res.islands)
     ]

@@ -6,6 +6,7 @@ read only this object; none of them looks a name up again.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,6 +81,8 @@ class Resolved:
     sync: Part
     sync_options: Any
     network: Interconnect | None
+    #: the ``[sync] convergence`` model (a ConvergencePart); None: convergence is not priced
+    convergence: Part | None = None
 
 
 def resolve_part(reg, kind: str, ref: Any, path: str, file: str | None):
@@ -152,6 +155,12 @@ def resolve_scenario(
     ``cost_source`` prices every island."""
     levels = dict(levels or {})
     file = sc.file
+    overlays: list = []
+    if sc.catalog:  # catalog overlays replace or add records for this scenario only
+        from .calibrate.overlay import apply_overlays
+
+        base = os.path.dirname(os.path.abspath(file)) if file else None
+        reg, overlays = apply_overlays(reg, sc.catalog, base=base, scenario_file=file)
     islands = []
     for i, isl in enumerate(sc.islands):
         where = f"island[{i}]"
@@ -193,13 +202,41 @@ def resolve_scenario(
         )
     sync = reg.get("sync", sc.sync.strategy, path="sync.strategy", file=file)
     sync_opts = structure_options(sync, sc.sync.options, "sync", file)
+    conv_name = sc.sync.convergence
+    convergence = None
+    if conv_name is not None and conv_name != "none":
+        convergence = reg.get("convergence", conv_name, path="sync.convergence", file=file)
     network = None
     net_ref = levels.get("network", sc.network.link if sc.network else "internet")
     if len(islands) > 1:
         network = resolve_part(reg, "interconnect", net_ref, "network.link", file)
     elif sc.network is not None and "network" not in levels:  # unused, but must be well-formed
         resolve_part(reg, "interconnect", sc.network.link, "network.link", file)
-    return Resolved(scenario=sc, islands=tuple(islands), sync=sync, sync_options=sync_opts, network=network)
+    if overlays:
+        sc = attrs.evolve(sc, notes=sc.notes + tuple(_overlay_notes(overlays, islands, network)))
+    return Resolved(
+        scenario=sc,
+        islands=tuple(islands),
+        sync=sync,
+        sync_options=sync_opts,
+        network=network,
+        convergence=convergence,
+    )
+
+
+def _overlay_notes(overlays, islands, network) -> list[str]:
+    """The report's notes on the overlays: which record each entry replaced, and its provenance."""
+    from .calibrate.overlay import overlay_notes
+
+    used: dict[str, set[str]] = {"hardware": set(), "interconnect": set(), "cost": set()}
+    for isl in islands:
+        used["hardware"].add(isl.gpu.name)
+        used["interconnect"].update(t.link.name for t in isl.tiers)
+        if isl.cost is not None:
+            used["cost"].add(isl.cost.name)
+    if network is not None:
+        used["interconnect"].add(network.name)
+    return overlay_notes(overlays, used)
 
 
 __all__ += ["resolve_part", "structure_options", "TierSpec"]

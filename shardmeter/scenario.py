@@ -55,7 +55,7 @@ __all__ = [
 
 _PAR_FIELDS = {f.name for f in attrs.fields(ParallelismSpec)} - {"options"}
 _SYNC_FIELDS = {f.name for f in attrs.fields(SyncSpec)} - {"options"}
-_TOP = {"model", "training", "island", "network", "parallelism", "sync", "measured", "source"}
+_TOP = {"model", "training", "island", "network", "parallelism", "sync", "measured", "source", "catalog"}
 
 
 def load_scenario(
@@ -131,7 +131,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     _check_tables(data, file)
     _check_magnitudes(data, file)
     notes: list[str] = []
-    model_rec = _model_record(data.get("model"), file)
+    model_rec = _model_record(data.get("model"), file, notes)
     training = _required_table(data.get("training"), "training", file)
     training_rec = structure_record(training, TrainingSpec, path="training", file=file)
     parse_par = _parallelism_parser(reg, file, notes)
@@ -155,6 +155,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         sync=sync_rec,
         measured=measured,
         source=dict(source),
+        catalog=_catalog(data.get("catalog"), file),
         notes=tuple(notes),
         file=file,
     )
@@ -169,6 +170,16 @@ def _check_tables(data: Mapping[str, Any], file: str | None) -> None:
             close = difflib.get_close_matches(str(k), sorted(_TOP | {"islands"}), n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ScenarioError(f"unknown table{hint}", path=key_path(k), file=file)
+
+
+def _catalog(value: Any, file: str | None) -> tuple[str, ...] | None:
+    """``catalog``: one overlay path or a list of them (docs/calibration.md), or None."""
+    if value is None:
+        return None
+    paths = [value] if isinstance(value, str) else value
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) and p for p in paths):
+        raise ScenarioError("expected a catalog overlay path or a list of paths", path="catalog", file=file)
+    return tuple(paths)
 
 
 def _check_magnitudes(data: Mapping[str, Any], file: str | None) -> None:
@@ -205,9 +216,19 @@ def _required_table(table: Any, name: str, file: str | None) -> dict[str, Any]:
     return table
 
 
-def _model_record(table: Any, file: str | None) -> ModelSpec:
-    """``[model]``, its ``preset`` (if any) filling the keys it does not give."""
+def _model_record(table: Any, file: str | None, notes: list[str] | None = None) -> ModelSpec:
+    """``[model]``, its ``preset`` or ``hf_config`` (if any) filling the keys it does not give;
+    the config's notes (what it approximated) go to ``notes``."""
     model = dict(_required_table(table, "model", file))
+    if "hf_config" in model:
+        if "preset" in model:
+            raise ScenarioError(
+                "give either model.preset or model.hf_config, not both", path="model.hf_config", file=file
+            )
+        base, hf_notes = _hf_model(model["hf_config"], file)
+        model = {**base, **model}
+        if notes is not None:
+            notes.extend(hf_notes)
     if "preset" in model:
         presets = model_presets()
         name = model["preset"]
@@ -220,6 +241,22 @@ def _model_record(table: Any, file: str | None) -> ModelSpec:
         base = {k: v for k, v in presets[name].items() if k != "source"}
         model = {**base, **model}
     return structure_record(model, ModelSpec, path="model", file=file)
+
+
+def _hf_model(path: Any, file: str | None) -> tuple[dict[str, Any], list[str]]:
+    """The ``[model]`` keys of the ``config.json`` at ``path``: relative to the scenario file's
+    folder, or to the current directory when the scenario has no file (stdin, a dict)."""
+    from .hf_config import model_table_from_hf, read_hf_config
+
+    if not isinstance(path, str) or not path:
+        raise ScenarioError(
+            f"expected the path of a config.json, got {path!r}", path="model.hf_config", file=file
+        )
+    full = path if os.path.isabs(path) or not file else os.path.join(os.path.dirname(file), path)
+    try:
+        return model_table_from_hf(read_hf_config(full))
+    except ScenarioError as exc:
+        raise exc.with_file(file) if file else exc from None
 
 
 def _parallelism_parser(reg, file: str | None, notes: list[str]) -> Callable[[Any, str], ParallelismSpec]:

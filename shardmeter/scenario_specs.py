@@ -88,6 +88,25 @@ def _experts_per_token(inst, attribute, value):
         raise ValueError(f"{attribute.name}: expected at most experts ({inst.experts}), got {value!r}")
 
 
+def _moe_only(inst, attribute, value):
+    """A MoE shape key means nothing for a dense model."""
+    if value and inst.experts == 1:
+        raise ValueError(f"{attribute.name}: applies to MoE models only (experts > 1), got {value!r}")
+
+
+def _dense_layers(inst, attribute, value):
+    if value < 0:
+        raise ValueError(f"{attribute.name}: expected an integer >= 0, got {value!r}")
+    if value >= inst.layers >= 1:
+        raise ValueError(f"{attribute.name}: expected fewer than layers ({inst.layers}), got {value!r}")
+    _moe_only(inst, attribute, value)
+
+
+def _non_negative(inst, attribute, value):
+    if value < 0:
+        raise ValueError(f"{attribute.name}: expected an integer >= 0, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class ModelSpec:
     """``[model]``: the transformer (``kv_heads`` must divide ``heads``, ``experts_per_token``
@@ -96,9 +115,18 @@ class ModelSpec:
     untied embeddings, dense (``experts = 1``; ``capacity_factor = 1.0`` pads each
     expert's token buffer for MoE), causal attention, no dropout
     (``dropout = true`` stores Megatron-style dropout masks, as in Korthikanti
-    et al. 2022's activation formulas)."""
+    et al. 2022's activation formulas).
+
+    MoE shapes (DeepSeekMoE, Qwen-MoE; each needs ``experts > 1``): ``moe_ffn_hidden`` (each
+    expert's width, default ``ffn_hidden``, which then sizes the dense layers),
+    ``shared_experts`` (always-active experts of that width, default 0), ``dense_layers``
+    (leading dense layers, default 0). Multi-head latent attention (DeepSeek-V2/V3):
+    ``q_lora_rank`` / ``kv_lora_rank`` (default none: full projections), ``v_head_dim``
+    (default ``head_dim``). ``hf_config``: the Hugging Face ``config.json`` the other keys
+    were read from (:mod:`shardmeter.hf_config`)."""
 
     preset: str | None = None
+    hf_config: str | None = None
     layers: int = attrs.field(validator=[_count, _bounded])
     hidden: int = attrs.field(validator=[_count, _bounded])
     heads: int = attrs.field(validator=[_count, _bounded])
@@ -114,6 +142,12 @@ class ModelSpec:
     capacity_factor: float = attrs.field(default=1.0, validator=_pos)
     causal: bool = True
     dropout: bool = False
+    moe_ffn_hidden: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded, _moe_only])
+    shared_experts: int = attrs.field(default=0, validator=[_non_negative, _bounded, _moe_only])
+    dense_layers: int = attrs.field(default=0, validator=[_dense_layers, _bounded])
+    q_lora_rank: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    kv_lora_rank: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    v_head_dim: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
 
     @property
     def n_kv_heads(self) -> int:
@@ -126,6 +160,14 @@ class ModelSpec:
     @property
     def d_ffn(self) -> int:
         return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def d_moe_ffn(self) -> int:
+        return self.moe_ffn_hidden or self.d_ffn
+
+    @property
+    def d_v_head(self) -> int:
+        return self.v_head_dim or self.d_head
 
 
 @attrs.frozen(kw_only=True)
@@ -173,10 +215,18 @@ class ParallelismSpec:
 
 @attrs.frozen(kw_only=True)
 class SyncSpec:
-    """``[sync]``: how islands synchronise; ``options`` holds the chosen (or any
-    registered) sync strategy's keys such as ``inner_steps``."""
+    """``[sync]``: how islands synchronise and ``batch_split`` (``"replicas"`` or
+    ``"balanced"``); ``options`` holds the chosen (or any registered) sync strategy's keys such as
+    ``inner_steps``."""
 
     strategy: str = "allreduce"
+    #: how ``global_batch`` is split between islands: by data-parallel replicas, or "balanced"
+    #: (integer micro-batches per island, so that the islands finish together)
+    batch_split: str = attrs.field(
+        default="replicas", validator=attrs.validators.in_(("replicas", "balanced"))
+    )
+    #: a registered convergence model (``docs/convergence.md``); None or "none": not priced
+    convergence: str | None = None
     options: dict[str, Any] = attrs.field(factory=dict)
 
 
@@ -237,6 +287,8 @@ class Scenario:
     sync: SyncSpec = attrs.field(factory=SyncSpec)
     measured: dict[str, float] = attrs.field(factory=dict)
     source: dict[str, Any] = attrs.field(factory=dict)
+    #: ``catalog``: overlay files (paths relative to the scenario's file), applied at resolve
+    catalog: tuple[str, ...] | None = None
     notes: tuple[str, ...] = ()
     file: str | None = None
 
@@ -251,6 +303,8 @@ class Scenario:
                 isl["parallelism"].update(isl["parallelism"].pop("options", {}))
         d["parallelism"].update(d["parallelism"].pop("options", {}))
         d["sync"].update(d["sync"].pop("options", {}))
+        if d["sync"].get("batch_split") == "replicas":  # the default: written only when chosen
+            del d["sync"]["batch_split"]
         return _drop_none(d)
 
 

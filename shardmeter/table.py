@@ -1,14 +1,40 @@
-"""Plain-text tables for the CLI (no dependency; aligned columns)."""
+"""Text tables for the CLI, laid out by rich (https://rich.readthedocs.io, ``rich.table``), and
+the number formats their columns use.
+
+Off a terminal (a pipe, a file, a test) a table is plain ASCII: a ``-`` rule under the header,
+columns two spaces apart, never wrapped or truncated, so its text is stable. On a terminal the
+rule is a box-drawing line. There is never colour, so the text can go to a file as it is.
+
+One format per column: counts and rates with thousands separators (:func:`fmt_num`), a
+column's durations in one unit with fixed decimals (:func:`fmt_times`), whole dollars
+(:func:`fmt_usd`), percentages to one decimal (:func:`fmt_pct`), GB to one decimal
+(:func:`fmt_gb`). Every formatter prints ``-`` for an unknown or non-finite number.
+"""
 
 from __future__ import annotations
 
+import io
 import math
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any, TypeGuard
 
-from .words import describe_bottleneck
+__all__ = [
+    "render_table",
+    "format_report",
+    "fmt_time",
+    "fmt_times",
+    "fmt_num",
+    "fmt_count",
+    "fmt_usd",
+    "fmt_pct",
+    "fmt_gb",
+    "SCI_ABOVE",
+]
 
-__all__ = ["render_table", "format_report", "fmt_time", "fmt_num", "fmt_usd", "fmt_pct", "fmt_gb"]
+#: Cells that stand for "no number" and do not make a column textual.
+_BLANK = ("", "-")
 
 
 def render_table(
@@ -17,22 +43,50 @@ def render_table(
     *,
     title: str | None = None,
     align_numbers: bool = True,
+    terminal: bool | None = None,
 ) -> str:
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = []
-    if title:
-        lines.append(title)
-    for n, r in enumerate(cells):
-        lines.append(
-            "  ".join(
-                c.rjust(w) if align_numbers and _numeric(c) else c.ljust(w)
-                for c, w in zip(r, widths, strict=False)
-            ).rstrip()
-        )
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    """``rows`` under ``headers`` as text (``title`` on the line above). With ``align_numbers``
+    a column whose cells are all numbers (or ``-``) is right-aligned, header included.
+    ``terminal`` (default: whether stdout is one, and ``TERM`` is not ``dumb``) draws the
+    header rule with a box-drawing line instead of ``-``."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    cells = [["" if c is None else str(c) for c in r] for r in rows]
+    heads = [str(h) for h in headers]
+    if terminal is None:
+        terminal = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+    rule = box.SIMPLE_HEAD if terminal else _ascii_rule(box)
+    table = Table(box=rule, show_edge=False, pad_edge=False, padding=(0, 0, 0, 1), header_style="none")
+    for i, h in enumerate(heads):
+        col = [r[i] for r in cells if i < len(r)]
+        numeric = align_numbers and any(c not in _BLANK for c in col)
+        numeric = numeric and all(c in _BLANK or _numeric(c) for c in col)
+        table.add_column(Text(h), justify="right" if numeric else "left", no_wrap=True)
+    for r in cells:
+        table.add_row(*(Text(c) for c in r[: len(heads)]))
+    width = sum(max([len(h)] + [len(r[i]) for r in cells if i < len(r)]) + 2 for i, h in enumerate(heads))
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=width + 8,
+        color_system=None,
+        force_terminal=False,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+    console.print(table)
+    lines = [ln.rstrip() for ln in buf.getvalue().splitlines()]
+    return "\n".join(([title] if title else []) + lines)
+
+
+def _ascii_rule(box: Any) -> Any:
+    """A rich box that draws only a ``-`` rule under the header (columns joined by spaces)."""
+    return box.Box("    \n    \n -  \n    \n    \n    \n    \n    \n", ascii=True)
 
 
 def _numeric(s: str) -> bool:
@@ -45,6 +99,13 @@ def _numeric(s: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+def format_report(r: Any) -> str:
+    """The CLI's text of a :class:`~shardmeter.report.Report` (:mod:`.report_text`)."""
+    from .report_text import format_report as fmt
+
+    return fmt(r)
 
 
 #: Above this magnitude a number is printed in scientific notation, never with all its digits
@@ -79,16 +140,46 @@ def fmt_time(s: float | None) -> str:
     return f"{s * 1e6:.1f} us"
 
 
+#: The units of :func:`fmt_times`: (from this largest value, unit, seconds per unit, decimals).
+_TIME_UNITS = ((1.0, "s", 1.0, 3), (1e-3, "ms", 1e-3, 2), (0.0, "us", 1e-6, 1))
+
+
+def fmt_times(values: Sequence[float | None]) -> tuple[str, list[str]]:
+    """A column of durations in one unit: ``(unit, cells)``, the unit (``s``, ``ms``, ``us``)
+    the one :func:`fmt_time` gives the largest value, with its fixed decimals (``3.389``,
+    ``0.168`` in seconds); ``-`` for an unknown value, scientific above :data:`SCI_ABOVE`."""
+    big = max((abs(v) for v in values if _finite(v)), default=0.0)
+    unit, scale, dec = next((u, k, d) for lo, u, k, d in _TIME_UNITS if big >= lo)
+    cells = []
+    for v in values:
+        if not _finite(v):
+            cells.append("-")
+        elif abs(v / scale) >= SCI_ABOVE:
+            cells.append(f"{v / scale:.3e}")
+        else:
+            cells.append(f"{v / scale:,.{dec}f}")
+    return unit, cells
+
+
 def fmt_num(x: float | None, digits: int = 4) -> str:
-    """A number: ``-`` when unknown or not finite, scientific above :data:`SCI_ABOVE`, with
-    thousands separators from a million, else ``digits`` significant digits."""
+    """A count or rate: ``-`` when unknown or not finite, scientific above :data:`SCI_ABOVE`,
+    whole with thousands separators from 1,000 (``62,800``, ``1,243,695``), else ``digits``
+    significant digits, trailing zeros kept (``760.4``, ``338.0``)."""
     if not _finite(x):
         return "-"
     if abs(x) >= SCI_ABOVE:
         return f"{x:.{max(digits - 1, 0)}e}"
-    if abs(x) >= 1e6:
+    if abs(x) >= 1e3:
         return f"{x:,.0f}"
-    return f"{x:.{digits}g}"
+    return f"{x:#.{digits}g}".rstrip(".")
+
+
+def fmt_count(x: float | None) -> str:
+    """A count, whole with thousands separators (``1,024``); scientific above
+    :data:`SCI_ABOVE`; ``-`` when unknown."""
+    if not _finite(x):
+        return "-"
+    return f"{x:.3e}" if abs(x) >= SCI_ABOVE else f"{x:,.0f}"
 
 
 def fmt_usd(x: float | None) -> str:
@@ -113,69 +204,3 @@ def fmt_gb(x: float | None) -> str:
     if not _finite(x):
         return "-"
     return f"{x:.3e}" if abs(x) >= 1e9 else f"{x:.1f}"
-
-
-def format_report(r) -> str:
-    """The CLI's text of a :class:`~shardmeter.report.Report` (unknown or non-finite numbers
-    as ``-``, absurd ones in scientific notation)."""
-    out = []
-    if not r.feasible:
-        out.append("INFEASIBLE plan:")
-        out.extend(f"  - {x}" for x in r.reasons)
-        if r.memory_per_gpu_gb is not None:
-            out.append(
-                f"  memory per GPU: {fmt_gb(r.memory_per_gpu_gb)} GB of {fmt_gb(r.memory_capacity_gb)} GB"
-            )
-        out.extend(f"  note: {n}" for n in r.notes)
-        return "\n".join(out)
-    rows = [
-        ("step time", fmt_time(r.step_time_s)),
-        ("tokens/s (total)", fmt_num(r.tokens_per_s)),
-        ("tokens/s per GPU", fmt_num(r.tokens_per_s_per_gpu)),
-        ("model TFLOP/s per GPU", fmt_num(r.model_tflops_per_gpu)),
-        ("hardware TFLOP/s per GPU", fmt_num(r.hardware_tflops_per_gpu)),
-        ("MFU / HFU", f"{fmt_pct(r.mfu)} / {fmt_pct(r.hfu)}"),
-        ("memory per GPU", f"{fmt_gb(r.memory_per_gpu_gb)} GB of {fmt_gb(r.memory_capacity_gb)} GB"),
-        ("compute utilization", fmt_pct(r.compute_utilization)),
-        ("GPUs", str(r.gpus)),
-        ("wall-clock", fmt_time(r.wall_clock_s) if r.wall_clock_s is not None else "- (set training.tokens)"),
-        ("cost", fmt_usd(r.cost_usd)),
-        ("bottleneck", describe_bottleneck(r)),
-        ("regime", r.regime),
-    ]
-    out.append(render_table(("metric", "value"), rows, title="ShardMeter estimate", align_numbers=False))
-    out.append("")
-    step = r.step_time_s
-    bd_rows = [(k, fmt_time(v), fmt_pct(v / step if step else None)) for k, v in r.breakdown_s.items()]
-    bd_rows.append(("= step", fmt_time(step), "100.0%"))
-    out.append(render_table(("breakdown", "time", "share"), bd_rows))
-    if r.overlapped_s:
-        out.append("")
-        out.append(
-            render_table(
-                ("hidden under compute", "time"), [(k, fmt_time(v)) for k, v in r.overlapped_s.items()]
-            )
-        )
-    if len(r.islands) > 1:
-        out.append("")
-        out.append(
-            render_table(
-                ("island", "gpu", "GPUs", "tokens/s", "own step", "idle", "mem GB", "cost"),
-                [
-                    (
-                        i["name"],
-                        i["gpu"],
-                        i["gpus"],
-                        fmt_num(i["tokens_per_s"]),
-                        fmt_time(i["step_time_s"]),
-                        fmt_pct(i["idle_fraction"]),
-                        fmt_gb(i["memory_per_gpu_gb"]),
-                        fmt_usd(i["cost_usd"]),
-                    )
-                    for i in r.islands
-                ],
-            )
-        )
-    for n in r.notes:
-        out.append(f"note: {n}")
-    return "\n".join(out)

@@ -16,6 +16,7 @@ there is nothing to compare, an error (exit code 2).
 
 from __future__ import annotations
 
+import argparse
 import os
 import stat
 from collections.abc import Iterable
@@ -242,7 +243,15 @@ def _shown(path: str) -> str:
 
 
 def add_parser(sub) -> None:
-    v = sub.add_parser("validate", help="compare predictions with published measurements")
+    v = sub.add_parser(
+        "validate",
+        help="compare predictions with published measurements",
+        description="Predict every scenario that carries [measured] (files or folders; none: the "
+        "bundled published runs) and print the error of each measured field, with the mean "
+        "absolute percentage error per field, per folder and overall.",
+        epilog="examples:\n  shardmeter validate\n  shardmeter validate my_runs/ --json\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     v.add_argument(
         "paths",
         nargs="*",

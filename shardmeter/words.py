@@ -1,10 +1,11 @@
-"""Words for the report: what each breakdown term is, the regime, the bottleneck sentence."""
+"""Words for the report: what each breakdown term is, the regime, the bottleneck sentence, and
+the notes on assumptions a reader cannot see in the numbers."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["regime_of", "describe_bottleneck", "TERM_WORDS"]
+__all__ = ["regime_of", "describe_bottleneck", "assumption_notes", "TERM_WORDS", "HIDDEN_NOTE_ABOVE"]
 
 _COMM = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "island_sync")
 
@@ -42,3 +43,47 @@ def describe_bottleneck(report: Any) -> str:
         return "infeasible"
     share = report.breakdown_s[report.bottleneck] / report.step_time_s
     return f"{report.bottleneck}: {TERM_WORDS.get(report.bottleneck, report.bottleneck)}, {share:.0%} of the step"
+
+
+#: A note says how much communication was hidden when it exceeds this share of the compute
+#: time: the prediction then rests on that overlap being achieved.
+HIDDEN_NOTE_ABOVE = 0.8
+
+#: Sync options a local-step strategy (DiLoCo) defaults when the scenario leaves them out.
+_SYNC_DEFAULTS = ("inner_steps", "compression_bits")
+
+
+def assumption_notes(res: Any, report: Any) -> list[str]:
+    """Notes on what the scenario did not say and the model assumed (``res`` the resolved
+    scenario, ``report`` a feasible report): a local-step sync strategy's defaulted
+    ``inner_steps`` / ``compression_bits``; that its effect on the tokens needed for a given
+    quality is not priced (Douillard et al. 2023, arXiv:2311.08105, measure it against
+    synchronous training); communication hidden under more than :data:`HIDDEN_NOTE_ABOVE` of
+    the compute time."""
+    notes: list[str] = []
+    opts, given = res.sync_options, res.scenario.sync.options
+    if len(res.islands) > 1 and hasattr(opts, "inner_steps"):
+        name = res.scenario.sync.strategy
+        assumed = [
+            f"sync.{k} = {getattr(opts, k)}" for k in _SYNC_DEFAULTS if hasattr(opts, k) and k not in given
+        ]
+        if assumed:
+            it = "them" if len(assumed) > 1 else "it"
+            notes.append(
+                f"{' and '.join(assumed)} assumed ({name}'s default; the scenario does not set {it})"
+            )
+        notes.append(
+            f"convergence not priced: {name} with {opts.inner_steps} local steps may need more "
+            "tokens than synchronous training to reach the same loss; wall-clock and cost are for "
+            "training.tokens as given"
+        )
+    hidden = sum(report.overlapped_s.values())
+    compute = report.breakdown_s.get("compute", 0.0)
+    if compute > 0 and hidden > HIDDEN_NOTE_ABOVE * compute:
+        terms = ", ".join(f"{k} {v:.3f} s" for k, v in report.overlapped_s.items() if v > 0)
+        notes.append(
+            f"{hidden:.3f} s of communication per step is hidden under other work ({hidden / compute:.0%} of "
+            f"the {compute:.3f} s of compute: {terms}); the step assumes that overlap is achieved "
+            f"(none: up to {report.step_time_s + hidden:.3f} s)"
+        )
+    return notes

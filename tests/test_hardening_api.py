@@ -372,7 +372,7 @@ def test_formatters_never_print_inf_nan_or_hundreds_of_digits(fmt):
 
 def test_formatters_keep_ordinary_numbers_as_they_were():
     assert fmt_time(0.0123) == "12.30 ms" and fmt_time(3.5) == "3.500 s" and fmt_time(86400 * 3) == "3.0 d"
-    assert fmt_num(1234.5678) == "1235" and fmt_num(12345678.0) == "12,345,678"
+    assert fmt_num(1234.5678) == "1,235" and fmt_num(12345678.0) == "12,345,678"
     assert fmt_usd(1234567.4) == "$1,234,567" and fmt_pct(0.4567) == "45.7%" and fmt_gb(79.96) == "80.0"
     assert fmt_time(1e300) == f"{1e300 / 86400:.3g} d" and fmt_num(1e300) == "1.000e+300"
 

@@ -78,7 +78,8 @@ LINKS = {
 SHARDINGS = REG.names("sharding")
 SCHEDULES = REG.names("schedule")
 PRICES = [n for n in REG.names("cost") if n != "egress"]
-PRESETS = sorted(model_presets())
+PRESET_TABLES = model_presets()
+PRESETS = sorted(PRESET_TABLES)
 
 REL = 1e-9
 # Report fields that are numbers; the ones that may be null and when.
@@ -108,6 +109,9 @@ def model_tables(draw) -> dict:
         m = {"preset": draw(st.sampled_from(PRESETS))}
         if draw(st.booleans()):
             m["layers"] = draw(st.integers(1, 8))  # a preset's shapes, shallow enough to fit somewhere
+            dense = PRESET_TABLES[m["preset"]].get("dense_layers", 0)
+            if dense:  # leading dense layers (DeepSeek-V3's 3) must stay fewer than the layers
+                m["dense_layers"] = min(dense, m["layers"] - 1)
         return m
     heads = draw(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 32, 64]))
     head_dim = draw(st.sampled_from([16, 32, 64, 128]))

@@ -15,7 +15,8 @@ from shardmeter.cli import main
 from shardmeter.errors import ShardMeterError
 from shardmeter.estimator import Estimator
 from shardmeter.explore.scaling import analyse, knee
-from shardmeter.explore.sweep import row_inputs, run_sweep
+from shardmeter.explore.sweep import run_sweep
+from shardmeter.explore.sweep_inputs import grid_columns, plan_grid
 from shardmeter.explore.values import parse_values, parse_vary
 from shardmeter.model.inputs import PartTable
 from shardmeter.scenario import load_scenario
@@ -105,15 +106,17 @@ def test_vectorised_inputs_equal_per_row_inputs(scenario, vary):
     rows = grid(vary)
     scs = [load_scenario(scenario, overrides=list(r.items()), registry=est.registry) for r in rows]
     table = PartTable()  # one table: a strategy has the same code in every row
-    vec = row_inputs(
+    plan = plan_grid(
         est,
+        vary,
+        np.arange(len(rows)),
         base,
-        scs,
-        rows,
         lambda ov: load_scenario(scenario, overrides=list(ov.items()), registry=est.registry),
         table,
     )
-    for sc, r in zip(scs, range(len(rows)), strict=True):
+    vec = grid_columns(plan, base)
+    for r, sc in enumerate(scs):
+        assert plan.scenario(r) == sc  # the row's scenario is the loaded one
         one = est.inputs(sc, table)[0].columns()
         for k, v in one.items():
             np.testing.assert_allclose(vec[k][r], np.asarray(v, dtype=float)[0], rtol=1e-12, err_msg=k)

@@ -75,7 +75,12 @@ def add_sweep_parser(sub) -> None:
         "sweep",
         help="evaluate a grid of scenario variants (--vary), with scaling analysis",
         description="Vary one or more keys over lists or ranges (a..bxk geometric, a..b+k "
-        "arithmetic); several --vary form a grid evaluated in one vectorised pass.",
+        "arithmetic, a..b step 1); several --vary form a grid. The scenario is parsed and resolved "
+        "once and the grid scored in vectorised batches; the table shows the first rows, --csv and "
+        "--json every row.",
+        epilog="example:\n  shardmeter sweep examples/studies/scale-nodes.toml "
+        "--vary 'training.global_batch=64..4096+64' --vary 'island[0].nodes=1..64' --csv out.csv",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(p)
     p.add_argument(
@@ -94,13 +99,45 @@ def add_sweep_parser(sub) -> None:
 
 
 def add_sensitivity_parser(sub) -> None:
-    p = sub.add_parser("sensitivity", help="rank resources by the throughput 10 %% more of each buys")
+    p = sub.add_parser(
+        "sensitivity",
+        help="rank inputs (GPU, memory, links, price) by the throughput a small change of each buys",
+        description="Change each input by --step on every island (GPU peak FLOP/s, memory bandwidth "
+        "and capacity, each tier's bandwidth and latency, the WAN link's, the price per GPU-hour; "
+        "latencies lower) in one batch of the model, and rank them by the throughput each buys, "
+        "with its cost elasticity and the memory left free.",
+        epilog="example:\n  shardmeter sensitivity examples/gpt3-175b-a100.toml --step 0.05",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _common(p, workers=False)
+    p.add_argument(
+        "--step",
+        type=_fraction,
+        default=None,
+        metavar="FRACTION",
+        help="relative change of each input, > 0 and < 1 (default 0.1: 10 %%)",
+    )
     p.set_defaults(func=cmd_sensitivity)
 
 
+def _fraction(text: str) -> float:
+    v = _positive_float(text)
+    if v >= 1:
+        raise argparse.ArgumentTypeError(f"expected a relative change > 0 and < 1 (0.1 is 10 %), got {text}")
+    return v
+
+
 def add_plan_parser(sub) -> None:
-    p = sub.add_parser("plan", help="search every layout for the fastest, cheapest or Pareto-best plans")
+    p = sub.add_parser(
+        "plan",
+        help="search every layout for the fastest, cheapest or Pareto-best plans",
+        description="Score every layout of the scenario's model and cluster (tp, pp, dp, cp, ep, "
+        "micro-batch, schedule, recompute, sharding; with several islands the nodes of each and the "
+        "sync) and return the fastest, the cheapest or the Pareto front of wall-clock against cost.",
+        epilog="example:\n  shardmeter plan examples/multi-island/three-islands.toml --layouts per-island "
+        "--objective pareto",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     _common(p)
     p.add_argument(
         "--objective",
@@ -127,4 +164,11 @@ def add_plan_parser(sub) -> None:
         "inner_steps, bits, island[i].nodes); KNOB alone keeps the scenario's value",
     )
     p.add_argument("--chunk", type=_positive_int, default=None, help="candidates per task (default 262144)")
+    p.add_argument(
+        "--layouts",
+        choices=("shared", "per-island"),
+        default="shared",
+        help="several islands: one layout on every island split by replicas (default), or each island "
+        "its own layout, node count and balanced batch share",
+    )
     p.set_defaults(func=_with_dask_timeout(cmd_plan))

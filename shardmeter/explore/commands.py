@@ -4,6 +4,7 @@ document with ``--json``."""
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from typing import Any
@@ -14,13 +15,13 @@ from ..io import check_output
 from ..table import fmt_time, render_table
 from .plan_table import plan_table
 from .plot import plot_sweep, require_matplotlib
-from .progress import Progress
+from .progress import Progress, sweep_progress
 from .scaling import analyse
 from .sweep_csv import read_resume, write_csv
 from .sweep_table import sweep_table
 from .values import parse_values, parse_vary
 
-__all__ = ["cmd_sweep", "cmd_plan", "cmd_sensitivity", "check_outputs", "OUTPUT_OPTIONS"]
+__all__ = ["cmd_sweep", "cmd_plan", "cmd_sensitivity", "sensitivity_table", "check_outputs", "OUTPUT_OPTIONS"]
 
 
 def _check_workers(args) -> None:
@@ -84,21 +85,26 @@ def cmd_sweep(args) -> int:
     existed = bool(args.csv) and os.path.lexists(args.csv)
     skip = read_resume(args.csv, keys) if args.resume else {}
     saved: list[int] = []  # rows in args.csv written by this run, after each save
+    total = math.prod(max(1, len(v)) for _, v in vary)
 
     def save(rows):
-        write_csv(args.csv, keys, rows, analyse(keys, rows), label="--csv")
-        saved.append(len(rows))
+        if len(rows) < total:  # the last chunk's rows are written once, after the sweep
+            write_csv(args.csv, keys, rows, analyse(keys, rows), label="--csv")
+            saved.append(len(rows))
 
+    bar = sweep_progress(enabled=not args.json and sys.stderr.isatty())
     try:
-        res = run_sweep(
-            args.file,
-            vary,
-            overrides=args.set or (),
-            skip=skip,
-            workers=args.workers,
-            dask=args.dask,
-            on_progress=save if args.csv else None,
-        )
+        with bar:
+            res = run_sweep(
+                args.file,
+                vary,
+                overrides=args.set or (),
+                skip=skip,
+                workers=args.workers,
+                dask=args.dask,
+                on_progress=save if args.csv else None,
+                progress=bar.update,
+            )
     except KeyboardInterrupt:
         if args.csv:
             print(_interrupted(args.csv, saved[-1] if saved else None, existed, len(skip)), file=sys.stderr)
@@ -120,43 +126,54 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_sensitivity(args) -> int:
-    """``shardmeter sensitivity``: rank resources by the throughput 10 % more of each buys."""
+    """``shardmeter sensitivity``: rank the inputs by the throughput ``--step`` more of each buys."""
     # deferred: it loads the model and reports (~20 ms), and every command line imports this
     # module to build its parser
-    from .sensitivity import sensitivity
+    from .sensitivity import STEP, sensitivity
 
     check_outputs(args)  # none today; any output option added later is checked the same way
-    doc = sensitivity(args.file, overrides=args.set or ())
+    doc = sensitivity(args.file, overrides=args.set or (), step=args.step if args.step is not None else STEP)
     if args.json:
         _dump(doc)
         return 0
+    print(sensitivity_table(doc))
+    print()
+    for r in doc["resources"][:3]:
+        print(r["summary"])
+    return 0
+
+
+def _signed(x, digits: int, unit: str = "") -> str:
+    return f"{x:+.{digits}f}{unit}" if x is not None else "-"
+
+
+def sensitivity_table(doc: dict[str, Any]) -> str:
+    """The text table of a ``sensitivity`` document (an infeasible scenario: its reasons first,
+    then which changes make it feasible)."""
+    head = []
     if not doc["feasible"]:
-        print("INFEASIBLE plan: nothing to rank")
-        for r in doc["reasons"]:
-            print(f"  - {r}")
-        return 0
+        head = ["INFEASIBLE plan:", *(f"  - {r}" for r in doc["reasons"]), ""]
+        title = "ShardMeter sensitivity: which change makes the plan feasible"
+    else:
+        title = (
+            f"ShardMeter sensitivity (step {fmt_time(doc['step_time_s'])}, {doc['regime']}, "
+            f"bottleneck {doc['bottleneck']}, change {doc['change_pct']:g} %)"
+        )
     rows = [
         (
             r["rank"],
             r["label"],
             r["change"],
-            f"{r['throughput_gain_pct']:+.2f} %" if r["throughput_gain_pct"] is not None else "-",
+            _signed(r["throughput_gain_pct"], 2, " %"),
             f"{r['elasticity']:.3f}" if r["elasticity"] is not None else "-",
+            f"{r['cost_elasticity']:.3f}" if r["cost_elasticity"] is not None else "-",
+            f"{r['memory_headroom_gb']:.1f} GB" if r["memory_headroom_gb"] is not None else "-",
+            "yes" if r["feasible"] else "no",
         )
         for r in doc["resources"]
     ]
-    print(
-        render_table(
-            ("rank", "resource", "change", "throughput", "elasticity"),
-            rows,
-            title=f"ShardMeter sensitivity (step {fmt_time(doc['step_time_s'])}, {doc['regime']}, "
-            f"bottleneck {doc['bottleneck']})",
-        )
-    )
-    print()
-    for r in doc["resources"][:3]:
-        print(r["summary"])
-    return 0
+    headers = ("rank", "input", "change", "throughput", "elasticity", "cost elast.", "mem free", "feasible")
+    return "\n".join([*head, render_table(headers, rows, title=title)])
 
 
 def _parse_only(items) -> dict[str, Any]:
@@ -202,6 +219,7 @@ def cmd_plan(args) -> int:
             workers=args.workers,
             dask=args.dask,
             progress=prog,
+            layouts=getattr(args, "layouts", "shared"),
         )
     finally:
         prog.close()

@@ -49,6 +49,14 @@ EVAL_BATCH = 1 << 14
 #: per-island array grows with the islands, so fewer candidates go into one ``evaluate`` call.
 EVAL_CELLS = 4 * EVAL_BATCH
 OBJECTIVES = ("time", "cost", "pareto")
+#: ``layouts``: each island its own layout and batch share (several islands), or one layout on
+#: every island split by replicas (the search before per-island layouts).
+LAYOUT_MODES = ("per-island", "shared")
+#: What ``infeasible`` counts: each candidate once, under its first failed check.
+INFEASIBLE_NOTE = (
+    "each infeasible candidate is counted once, under the first check it fails (layout, batch "
+    "split, schedule, memory); a candidate may fail several"
+)
 #: Most plans ``--top`` returns: each is a full report (~1.5 ms), and a top-K is held in memory.
 MAX_TOP = 10_000
 
@@ -203,6 +211,7 @@ def search(
     progress: Callable[[int, int], None] | None = None,
     chunk_fn: Callable = score_chunk,
     build_reports: bool = True,
+    layouts: str = "shared",
 ) -> dict[str, Any]:
     """Search a scenario's layouts. Returns the ``plan --json`` document
     (SCENARIO.md): ``evaluated``, ``feasible``, ``seconds``, ``plans`` (best
@@ -216,11 +225,15 @@ def search(
     from ..estimator import Estimator
 
     _check_search_args(objective, top, max_gpus)
+    if layouts not in LAYOUT_MODES:
+        raise ShardMeterError(f"--layouts must be one of {', '.join(LAYOUT_MODES)}, not {layouts!r}")
     est = estimator or Estimator()
     t0 = time.perf_counter()
     sc = est.load(source, overrides)
     check_islands(len(sc.islands))  # before resolving them
     obj = _objective(sc, est, objective, top, deadline_days, budget_usd)
+    if len(sc.islands) > 1 and layouts == "per-island":
+        return _search_per_island(sc, est, obj, objective, only, max_gpus, t0, build_reports)
     space = compile_space(sc, est, only=only, max_gpus=max_gpus, objective=obj)
     acc, interrupted = _score_space(space, obj, chunk_fn, chunk_size, workers, dask, progress)
     seconds = time.perf_counter() - t0
@@ -331,3 +344,66 @@ def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
             plan["cost_per_token_usd"] = float(_cost_per_step(o, obj)[0]) / tps
         out.append(plan)
     return out
+
+
+def _search_per_island(sc, est, obj, objective, only, max_gpus, t0, build_reports) -> dict[str, Any]:
+    """Several islands, each with its own layout and batch share (:mod:`.island_search`)."""
+    from ..scenario import load_scenario
+    from .island_search import describe, search_islands, select
+
+    res = search_islands(sc, est, obj, only, max_gpus)
+    chosen, counts = select(res["candidates"], obj)
+    seconds = time.perf_counter() - t0
+    raw = plan_raw(sc)
+    plans = []
+    tps = obj["tokens_per_step"]
+    for rank, c in enumerate(chosen if build_reports else []):
+        data, plan = describe(raw, sc, c, res["_describe"])
+        variant = est.resolve(load_scenario(data, registry=est.registry))
+        o = evaluate(*est.inputs(variant))
+        rep = build_report(variant, o).to_dict()
+        plan["report"] = rep
+        by_name = {i["name"]: i for i in rep.get("islands", [])}
+        for e in plan["islands"]:
+            r = by_name.get(e["name"])
+            if r is not None and not e.get("dropped"):
+                e.update({k: r.get(k) for k in ("step_time_s", "idle_s", "idle_fraction")})
+                e["batch_share"] = r.get("batch_per_step", e["batch_share"])
+        plan["rank"] = rank + 1
+        plan["predicted_step_s"] = c["step"]
+        plan["time_per_token_s"] = float(rep["step_time_s"]) / tps
+        if obj["price"] is not None:
+            plan["cost_per_token_usd"] = c["cost_step"] / tps
+        plans.append(plan)
+    seconds_all = time.perf_counter() - t0
+    unit = "usd" if obj["steps"] is not None else "usd_per_token"
+    steps = obj["steps"] or 1.0
+    doc = {
+        "evaluated": res["evaluated"],
+        "feasible": res["feasible"],
+        "seconds": seconds,
+        "plans": plans,
+        "objective": objective,
+        "layouts": "per-island",
+        "space_size": res["space_size"],
+        "candidates_per_s": res["evaluated"] / seconds if seconds > 0 else None,
+        "model_rows": res["model_rows"],
+        "classes": len(res["candidates"]),
+        "infeasible": _infeasible_by_key(res["reasons"]),
+        "infeasible_note": INFEASIBLE_NOTE,
+        "duplicates": 0,
+        "equivalent": counts["equivalent"],
+        "over_deadline": counts["over_deadline"],
+        "over_budget": counts["over_budget"],
+        "interrupted": False,
+        "space": res["space"],
+        "per_token": obj["steps"] is None,
+        "report_seconds": seconds_all - seconds,
+    }
+    if objective == "pareto":
+        per = 1.0 / tps if obj["steps"] is None else steps
+        doc["front"] = {
+            "time_s" if obj["steps"] is not None else "time_per_token_s": [c["step"] * per for c in chosen],
+            f"cost_{unit}": [c["cost_step"] * per for c in chosen],
+        }
+    return doc

@@ -77,20 +77,27 @@ def _summary_lines(doc) -> list[str]:
 def _plan_cells(p, best, objective: str, multi: bool, per_tok) -> list[Any]:
     """One plan's row."""
     par, tr, rep = p["parallelism"], p["training"], p["report"]
-    sched = par["schedule"] + (f"(v={par['virtual_stages']})" if par.get("virtual_stages", 1) > 1 else "")
-    dp = par["dp"] if not isinstance(par["dp"], list) else "/".join(str(d) for d in par["dp"])
+    if isinstance(par["schedule"], list) or isinstance(par.get("virtual_stages"), list):  # per island
+        vs = (
+            par["virtual_stages"] if isinstance(par["virtual_stages"], list) else [par["virtual_stages"]] * 99
+        )
+        sc = par["schedule"] if isinstance(par["schedule"], list) else [par["schedule"]] * len(vs)
+        sched = "/".join(s + (f"(v={v})" if v > 1 else "") for s, v in zip(sc, vs, strict=False))
+    else:
+        sched = par["schedule"] + (f"(v={par['virtual_stages']})" if par.get("virtual_stages", 1) > 1 else "")
+    sp = par["sequence_parallel"]
     cells = [
         p["rank"],
-        par["tp"],
-        par["pp"],
-        dp,
-        par["cp"],
-        par["ep"],
-        "y" if par["sequence_parallel"] else "n",
+        _per_island(par["tp"]),
+        _per_island(par["pp"]),
+        _per_island(par["dp"]),
+        _per_island(par["cp"]),
+        _per_island(par["ep"]),
+        "/".join("y" if x else "n" for x in sp) if isinstance(sp, list) else ("y" if sp else "n"),
         tr["micro_batch"],
         sched,
         tr["recompute"],
-        par["sharding"],
+        _per_island(par["sharding"]),
     ]
     if multi:
         s = p.get("sync", {})
@@ -114,6 +121,11 @@ def _plan_cells(p, best, objective: str, multi: bool, per_tok) -> list[Any]:
         _why(p, best, objective),
     ]
     return cells
+
+
+def _per_island(value) -> Any:
+    """A knob's cell: its value, or each island's joined by ``/`` (per-island layouts)."""
+    return "/".join(str(v) for v in value) if isinstance(value, list) else value
 
 
 def _why(plan, best, objective) -> str:

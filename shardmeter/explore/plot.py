@@ -8,9 +8,12 @@ import os
 
 from ..errors import ShardMeterError
 from ..io import atomic_write
-from .values import format_value
+from .values import fields_of, format_value
 
-__all__ = ["plot_sweep", "require_matplotlib", "REGIME_COLOURS"]
+__all__ = ["plot_sweep", "sweep_figure", "require_matplotlib", "REGIME_COLOURS", "MAX_SHADED"]
+
+#: Series whose regimes are shaded (each in its own strip of the axes).
+MAX_SHADED = 12
 
 REGIME_COLOURS = {
     "compute-bound": "#4c9f70",
@@ -41,10 +44,10 @@ def _num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None, label: str = "") -> None:
-    """Write a PNG of ``result`` (a :class:`~shardmeter.explore.sweep.SweepResult`) to ``path``,
-    atomically (:func:`~shardmeter.io.atomic_write`: a special file is refused, a symlink
-    followed); ``label`` (``"--plot"``) goes before ``path`` in error messages."""
+def sweep_figure(result, *, title: str | None = None):
+    """The matplotlib figure of ``result``: throughput (left axis) and scaling efficiency or MFU
+    (right) per series, each series' regimes shaded in its own strip (up to
+    :data:`MAX_SHADED` series), the knee marked, the legend below the axes."""
     plt = _matplotlib()
     from matplotlib.patches import Patch  # optional dependency (shardmeter[plot]), checked just above
 
@@ -59,11 +62,18 @@ def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None, lab
     fig, ax = plt.subplots(figsize=(9.5, 5.6), dpi=110)
     ax2 = ax.twinx()
     eff = an.get("scaling_efficiency")
+    if eff and all(e is None for e in eff):
+        eff = None  # the GPU count does not vary (analysis' scaling_note): plot MFU
     right_label = "scaling efficiency (tokens/s per GPU vs smallest)" if eff else "MFU"
 
-    # regime shading: bands around each point of the first series, coloured by its regime
-    first = series[next(iter(series))]
-    seen = _shade_regimes(ax, sorted((xaxis.pos(rows[i]), an["regime"][i]) for i in first), logx)
+    # regime shading: per series, a band around each of its points coloured by the point's
+    # regime; with several series each gets its own horizontal strip of the axes
+    seen: set[str] = set()
+    shaded = list(series.items())[:MAX_SHADED]
+    for n, (_, idx) in enumerate(shaded):
+        strip = (n / len(shaded), (n + 1) / len(shaded))
+        pts = sorted((xaxis.pos(rows[i]), an["regime"][i]) for i in idx)
+        seen |= _shade_regimes(ax, pts, logx, strip)
     _plot_series(ax, ax2, rows, series, xaxis, eff)
     k = an.get("knee")
     if k is not None and _num(k) and xaxis.numeric:
@@ -78,14 +88,30 @@ def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None, lab
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     regs = [Patch(color=REGIME_COLOURS[r], alpha=0.35, label=r) for r in REGIME_COLOURS if r in seen]
+    # the legend goes below the axes, never on the data
     ax.legend(
-        h1 + h2 + regs, l1 + l2 + [p.get_label() for p in regs], loc="lower right", fontsize=8, framealpha=0.9
+        h1 + h2 + regs,
+        l1 + l2 + [p.get_label() for p in regs],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncol=3,
+        fontsize=8,
+        framealpha=0.9,
     )
     ax.set_title(title or f"ShardMeter sweep over {x_key}")
     fig.tight_layout()
+    return fig
+
+
+def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None, label: str = "") -> None:
+    """Write a PNG of ``result`` (a :class:`~shardmeter.explore.sweep.SweepResult`) to ``path``,
+    atomically (:func:`~shardmeter.io.atomic_write`: a special file is refused, a symlink
+    followed); ``label`` (``"--plot"``) goes before ``path`` in error messages."""
+    plt = _matplotlib()
+    fig = sweep_figure(result, title=title)
     try:
         with atomic_write(path, "wb", label=label) as fh:
-            fig.savefig(fh, format="png")
+            fig.savefig(fh, format="png", bbox_inches="tight")
     finally:
         plt.close(fig)
 
@@ -118,9 +144,9 @@ def _series(rows, others) -> dict[str, list[int]]:
     return series
 
 
-def _shade_regimes(ax, pts, logx: bool) -> set[str]:
+def _shade_regimes(ax, pts, logx: bool, strip: tuple[float, float] = (0.0, 1.0)) -> set[str]:
     """Shade a band around each ``(x, regime)`` point (halfway to its neighbours, geometrically on
-    a log axis); returns the regimes shaded."""
+    a log axis) over the ``strip`` of the axes' height; returns the regimes shaded."""
     seen = set()
     for j, (xv, reg) in enumerate(pts):
         if reg is None:
@@ -135,7 +161,7 @@ def _shade_regimes(ax, pts, logx: bool) -> set[str]:
                 if j + 1 < len(pts)
                 else xv + 0.5 * ((xv - pts[j - 1][0]) if j else 1)
             )
-        ax.axvspan(lo, hi, color=REGIME_COLOURS.get(reg, "#cccccc"), alpha=0.16, lw=0)
+        ax.axvspan(lo, hi, *strip, color=REGIME_COLOURS.get(reg, "#cccccc"), alpha=0.16, lw=0)
         seen.add(reg)
     return seen
 
@@ -145,14 +171,14 @@ def _plot_series(ax, ax2, rows, series, xaxis: _XAxis, eff) -> None:
     and a red cross at 0 for each infeasible point."""
     for n, (label, idx) in enumerate(series.items()):
         pts = sorted((xaxis.pos(rows[i]), i) for i in idx)
-        fx = [p for p, i in pts if rows[i]["report"].get("feasible")]
-        ty = [rows[i]["report"]["tokens_per_s"] for p, i in pts if rows[i]["report"].get("feasible")]
+        fx = [p for p, i in pts if fields_of(rows[i]).get("feasible")]
+        ty = [fields_of(rows[i])["tokens_per_s"] for p, i in pts if fields_of(rows[i]).get("feasible")]
         colour = f"C{n % 10}"
         ax.plot(fx, ty, "o-", color=colour, lw=2, label=f"tokens/s {label}".strip())
         ey = [
-            (eff[i] if eff else rows[i]["report"].get("mfu"))
+            (eff[i] if eff else fields_of(rows[i]).get("mfu"))
             for p, i in pts
-            if rows[i]["report"].get("feasible")
+            if fields_of(rows[i]).get("feasible")
         ]
         ax2.plot(
             fx,
@@ -163,7 +189,7 @@ def _plot_series(ax, ax2, rows, series, xaxis: _XAxis, eff) -> None:
             lw=1.4,
             label=f"{'efficiency' if eff else 'MFU'} {label}".strip(),
         )
-        bad = [p for p, i in pts if not rows[i]["report"].get("feasible")]
+        bad = [p for p, i in pts if not fields_of(rows[i]).get("feasible")]
         if bad:
             ax.plot(
                 bad, [0] * len(bad), "x", color="red", ms=9, mew=2, label="infeasible" if n == 0 else None

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "SweepProgress", "sweep_progress"]
 
 
 class Progress:
@@ -60,3 +61,47 @@ def _si(x: float) -> str:
         if abs(x) >= div:
             return f"{x / div:.1f}{unit}"
     return f"{x:.0f}"
+
+
+class SweepProgress:
+    """A ``rich.progress`` bar of the sweep's rows on stderr (a context manager; ``update(done,
+    total)`` after each chunk). Disabled, it draws nothing: ``sweep`` enables it only when
+    stderr is a terminal and not with ``--json``."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> SweepProgress:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+            self._bar = Progress(
+                "sweep",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self._bar.__enter__()
+        return self
+
+    def update(self, done: int, total: int) -> None:
+        if self._bar is None:
+            return
+        if self._task is None:
+            self._task = self._bar.add_task("rows", total=total)
+        self._bar.update(self._task, completed=done)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+            self._bar = None
+
+
+def sweep_progress(*, enabled: bool) -> SweepProgress:
+    """The sweep's progress bar (:class:`SweepProgress`)."""
+    return SweepProgress(enabled)

@@ -10,7 +10,9 @@ from the report; infeasible rows are skipped):
 
 * **scaling efficiency** of a row = ``(T / G) / (T0 / G0)``, its tokens/s
   per GPU relative to the series' feasible row with the fewest GPUs
-  (1.0 there);
+  (1.0 there); ``None`` in a series whose GPU count does not change (``dp`` pinned, or a
+  node count the layout does not use): there is no scaling to measure, and the analysis
+  says so in ``scaling_note`` rather than claim 100 %;
 * **knee** = the x value of the first feasible row ``i-1`` such that, moving
   to the next feasible row ``i`` that uses more GPUs, the marginal throughput
   per added GPU ``(T_i - T_{i-1}) / (G_i - G_{i-1})`` is less than half the
@@ -31,7 +33,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-from .values import format_value, gpu_count_key
+from .values import fields_of, format_value, gpu_count_key
 
 __all__ = ["analyse", "knee", "KNEE_FRACTION"]
 
@@ -68,13 +70,16 @@ def analyse(keys: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str, An
     for i, r in enumerate(rows):
         series.setdefault(tuple(format_value(r["vary"].get(k)) for k in others), []).append(i)
 
+    reps = [fields_of(r) for r in rows]
+
     def rep(i):
-        return rows[i]["report"]
+        return reps[i]
 
     regime = [rep(i).get("regime") if rep(i).get("feasible") else None for i in range(len(rows))]
     gpus = [rep(i).get("gpus") for i in range(len(rows))]
     eff: list[float | None] = [None] * len(rows)
     transitions, knees = [], []
+    varied = False
     for idx in series.values():
         if all(_is_num(rows[i]["vary"].get(x)) for i in idx):
             idx = sorted(idx, key=lambda i: rows[i]["vary"][x])
@@ -91,7 +96,8 @@ def analyse(keys: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str, An
                         "to": regime[b],
                     }
                 )
-        if scaling and fz:
+        if scaling and fz and len({rep(i)["gpus"] for i in fz}) > 1:
+            varied = True
             g = [float(rep(i)["gpus"]) for i in fz]
             t = [float(rep(i)["tokens_per_s"]) for i in fz]
             j0 = min(range(len(fz)), key=lambda j: (g[j], j))
@@ -101,12 +107,19 @@ def analyse(keys: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str, An
             order = sorted(range(len(fz)), key=lambda j: (g[j], j))
             k = knee([rows[fz[j]]["vary"][x] for j in order], [t[j] for j in order], [g[j] for j in order])
             knees.append({**({"series": fixed} if others else {}), "knee": k})
+        elif scaling:
+            knees.append({**({"series": fixed} if others else {}), "knee": None})
     out: dict[str, Any] = {"x": x, "regime": regime, "transitions": transitions, "gpus": gpus}
     if scaling:
         out["scaling_efficiency"] = eff
         out["knee"] = knees[0]["knee"] if len(knees) == 1 else None
         if len(knees) > 1:
             out["knees"] = knees
+        if not varied:
+            out["scaling_note"] = (
+                f"the number of GPUs used does not change along {x} (is parallelism.dp pinned?): "
+                "scaling_efficiency is null, and no knee"
+            )
         out["knee_definition"] = (
             "first value past which the throughput bought per added GPU falls below "
             f"{KNEE_FRACTION:g} x the average throughput per GPU"

@@ -28,6 +28,7 @@ STRUCTURAL_INPUTS = frozenset(
         "training.micro_batch",
         "layout.pp",
         "training.global_batch",
+        "training.island_batch",
         "layout.virtual_stages",
         "layout.schedule",
         "model.layers",
@@ -75,7 +76,12 @@ def structural_bits(space: Space, cols: Mapping[str, np.ndarray], layout_bits: n
         return np.asarray(cols[k] if k in cols else space.base[k], dtype=float)
 
     dp, pp = g("layout.dp"), g("layout.pp")
-    _, m, m_int = batch_split(g("training.global_batch"), dp, g("training.micro_batch"))
+    island_batch = (
+        g("training.island_batch")
+        if "training.island_batch" in cols or ("training.island_batch" in space.base)
+        else 0.0
+    )
+    _, m, m_int = batch_split(g("training.global_batch"), dp, g("training.micro_batch"), island_batch)
     v = np.where(pp > 1, np.maximum(g("layout.virtual_stages"), 1.0), 1.0)
     bits = batch_reasons(m, pp, v, g("model.layers"))
     pipe = PipeInputs(

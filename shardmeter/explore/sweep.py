@@ -1,26 +1,32 @@
-"""``shardmeter sweep``: evaluate a grid of scenario variants in one vectorised pass.
+"""``shardmeter sweep``: evaluate a grid of scenario variants at the model's speed.
 
-Several ``--vary KEY=VALUES`` form a grid (the first key varies slowest).
-The whole grid is scored by one :func:`~shardmeter.model.evaluate.evaluate` call
-(or one per chunk of :data:`CHUNK_ROWS` rows, mapped over an executor):
+Public entry (``shardmeter.sweep`` and ``cmd_sweep`` call it)::
 
-* keys that map onto an input column of the model (:data:`ARRAY_KEYS`: node
-  counts, parallel degrees, batch sizes, WAN bandwidth and latency) replace
-  that column for every row; ``dp`` is recomputed where it fills the island;
-* any other key (a GPU name, a precision, a recompute mode, a link name, a
-  strategy's option such as ``sync.inner_steps``...) is resolved once per
-  distinct value (or combination of such values), and the rows gather those
-  inputs; every variant codes its strategies in one shared part table.
+    run_sweep(source, vary, *, estimator=None, overrides=(), skip=None, workers=None,
+              dask=None, chunk_rows=CHUNK_ROWS, on_progress=None, progress=None,
+              vectorised=True) -> SweepResult
 
-Each row is also loaded as a scenario (so an invalid value is an error naming
-the key) and turned into a full report by :func:`~shardmeter.report.build_report`.
+``vary`` is ``[(key, values), ...]``; several keys form a grid (the first varies slowest).
+The scenario is parsed and resolved once (:mod:`.sweep_inputs`): keys that only change a
+numeric input (batch sizes, node counts, parallel degrees, WAN bandwidth and latency) set
+that column for every row; other keys (a GPU or link name, a precision, a strategy or its
+options) group the rows, each group resolved once. The whole grid is scored by one
+:func:`~shardmeter.model.evaluate.evaluate` per chunk of :data:`CHUNK_ROWS` rows (mapped over
+an executor), and each row's scalar report fields come from the output arrays at once
+(:mod:`.sweep_rows`). A row's full report is built when it is read (``row["report"]``;
+``SweepResult.to_dict()`` reads them all, about 50 us a row): a caller that only needs the
+table, CSV or analysis fields should read :func:`~.sweep_rows.fields_of` (``row.fields``).
+
+``vectorised=False`` is the per-row reference path (each row loaded, resolved, built and
+reported on its own); the fast path gives the same rows, reports and errors
+(``tests/test_sweep_fast.py``), and falls back to it when its premise fails for a grid.
 """
 
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -34,24 +40,16 @@ from ..scenario import Scenario, load_scenario, scenario_tables
 from .allocator import keep_freed_memory
 from .executors import run_tasks
 from .scaling import analyse
+from .sweep_inputs import GridPlan, NotFast, grid_columns, plan_grid
+from .sweep_rows import SweepRow, row_fields
 from .values import format_value, gpu_count_key
 
-__all__ = ["SweepResult", "run_sweep", "grid", "ARRAY_KEYS", "gpu_count_key", "CHUNK_ROWS", "row_inputs"]
+__all__ = ["SweepResult", "run_sweep", "grid", "gpu_count_key", "CHUNK_ROWS"]
 
 #: Rows per evaluate call (and per executor task).
 CHUNK_ROWS = 1 << 14
-#: Most grid points a sweep takes (each row is also loaded as a scenario and reported: ~1 ms).
+#: Most grid points a sweep takes.
 MAX_GRID = 200_000
-
-_ISL = re.compile(r"^islands?\[(\d+)\]\.(.+)$")
-_PAR = {k: f"layout.{k}" for k in ("tp", "pp", "cp", "ep", "dp", "virtual_stages", "sequence_parallel")}
-#: Keys (besides ``island[i].nodes`` and ``parallelism.<degree>``) with an input-column mapping.
-ARRAY_KEYS = {
-    "training.micro_batch": "training.micro_batch",
-    "training.global_batch": "training.global_batch",
-    "network.link.bandwidth_gb_s": "network.wan_bytes_s",
-    "network.link.latency_us": "network.wan_latency_s",
-}
 
 
 def grid(vary: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
@@ -83,104 +81,6 @@ class SweepResult:
         }
 
 
-# ---------------------------------------------------------------------------------------------
-# inputs
-
-
-def _mapping(key: str, sc: Scenario):
-    """(input name, island indices, transform) for an array-mapped key, or None."""
-    n_isl = len(sc.islands)
-    m = _ISL.match(key)
-    if m:
-        i, rest = int(m.group(1)), m.group(2)
-        if i >= n_isl:
-            return None
-        if rest == "nodes":
-            return "topology.nodes", [i], float
-        if rest.startswith("parallelism.") and rest[12:] in _PAR and sc.islands[i].parallelism is not None:
-            return _PAR[rest[12:]], [i], float
-        return None
-    if key.startswith("parallelism.") and key[12:] in _PAR:
-        idx = [j for j, isl in enumerate(sc.islands) if isl.parallelism is None]
-        return (_PAR[key[12:]], idx, float) if idx else None
-    if key in ARRAY_KEYS:
-        name = ARRAY_KEYS[key]
-        if name.startswith("network.") and n_isl < 2:
-            return name, [], float  # no effect on one island
-        return name, list(range(n_isl)), float
-    return None
-
-
-def row_inputs(
-    est,
-    base_sc: Scenario,
-    row_scs: Sequence[Scenario],
-    rows: Sequence[Mapping[str, Any]],
-    loader: Callable[[Mapping[str, Any]], Scenario],
-    table: PartTable,
-) -> dict[str, np.ndarray]:
-    """Input columns (N rows, I islands) of the grid rows, built vectorised (see the module docstring)."""
-    keys = list(rows[0]) if rows else []
-    maps = {k: _mapping(k, base_sc) for k in keys}
-    base_res = est.resolve(base_sc)
-    # a mapped key whose effect needs resolution (a multi-node island without an inter-node link): unmapped
-    for k, mp in list(maps.items()):
-        if mp and mp[0] == "topology.nodes" and not base_res.islands[mp[1][0]].has_inter_node:
-            maps[k] = None
-    # WAN and sync columns depend on the link and strategy: mapped only if those stay the base's
-    for k, mp in list(maps.items()):
-        top = k.split(".")[0]
-        if (
-            mp
-            and top in ("network", "sync")
-            and any(maps[u] is None and u.split(".")[0] == top for u in keys)
-        ):
-            maps[k] = None
-    unmapped = [k for k in keys if maps[k] is None]
-    groups: dict[tuple, int] = {}
-    group_of = np.empty(len(rows), dtype=np.int64)
-    group_inputs = []
-    for r, row in enumerate(rows):
-        sig = tuple(format_value(row[k]) for k in unmapped)
-        if sig not in groups:
-            groups[sig] = len(groups)
-            sc = loader({k: row[k] for k in unmapped}) if unmapped else base_sc
-            group_inputs.append(est.inputs(sc, table)[0].columns())
-        group_of[r] = groups[sig]
-    inp = {
-        k: np.concatenate([np.asarray(g[k], dtype=float) for g in group_inputs], axis=0)[group_of]
-        for k in group_inputs[0]
-    }
-    net = base_res.network
-    for k, mp in maps.items():
-        if mp is None:
-            continue
-        name, idx, _ = mp
-        if not idx:
-            continue
-        vals = np.array([float(row[k]) for row in rows])
-        if name == "network.wan_bytes_s":
-            vals = vals * 1e9 * net.efficiency
-        elif name == "network.wan_latency_s":
-            vals = vals * 1e-6
-        inp[name] = inp[name].copy()
-        inp[name][:, idx] = vals[:, None]
-    # dp fills each island unless set: recompute where a degree, nodes or gpn changed
-    if any(mp and mp[0] in ("topology.nodes", "layout.tp", "layout.pp", "layout.cp") for mp in maps.values()):
-        dp_set_by_vary = {j for k, mp in maps.items() if mp and mp[0] == "layout.dp" for j in mp[1]}
-        for j, isl in enumerate(base_sc.islands):
-            par = isl.parallelism or base_sc.parallelism
-            if par.dp is None and j not in dp_set_by_vary:
-                fill = np.floor(
-                    inp["topology.nodes"][:, j]
-                    * inp["topology.gpus_per_node"][:, j]
-                    / (inp["layout.tp"][:, j] * inp["layout.pp"][:, j] * inp["layout.cp"][:, j])
-                )
-                inp["layout.dp"] = inp["layout.dp"].copy()
-                inp["layout.dp"][:, j] = np.maximum(1.0, fill)
-    return inp
-
-
 def _eval_rows(
     payload: tuple[Mapping[str, np.ndarray], PartTable], bounds: tuple[int, int]
 ) -> dict[str, Any]:
@@ -191,8 +91,15 @@ def _eval_rows(
         return evaluate(ModelInputs.from_columns({k: v[a:b] for k, v in inputs.items()}), table)
 
 
-# ---------------------------------------------------------------------------------------------
-# the sweep
+def _lazy_report(est, plan: GridPlan, out: dict[str, Any], r: int, row: int) -> dict[str, Any]:
+    """Grid row ``r``'s full report (row ``row`` of chunk output ``out``)."""
+    return build_report(est.resolve(plan.scenario(r)), out, row=row).to_dict()
+
+
+def _per_row_inputs(est, row_scs: Sequence[Scenario], table: PartTable) -> dict[str, np.ndarray]:
+    """The reference path's input columns: each row resolved and built on its own."""
+    per = [est.inputs(sc, table)[0].columns() for sc in row_scs]
+    return {k: np.concatenate([np.asarray(p[k], dtype=float) for p in per], axis=0) for k in per[0]}
 
 
 def run_sweep(
@@ -205,15 +112,20 @@ def run_sweep(
     workers: int | None = None,
     dask: Any = None,
     chunk_rows: int = CHUNK_ROWS,
-    on_progress: Callable[[list[dict]], None] | None = None,
+    on_progress: Callable[[list], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
     vectorised: bool = True,
 ) -> SweepResult:
-    """Evaluate the grid of ``vary`` over scenario ``source``.
+    """Evaluate the grid of ``vary`` over scenario ``source`` (a path, a dict of tables or a
+    loaded :class:`Scenario`, with ``overrides``).
 
     :param skip: rows already known (``--resume``): formatted vary tuple -> row dict
         (``{"vary", "report", "resumed": True}``); they are not evaluated again.
     :param on_progress: called with the rows known so far (grid order) after each chunk.
-    :param vectorised: ``False`` builds every row's inputs with ``Estimator.inputs`` (a check).
+    :param progress: called with ``(rows done, rows to do)`` after each chunk (a progress bar).
+    :param vectorised: ``False``: the per-row reference path.
+    :raises ScenarioError: the first row (in grid order) that does not load, then the first
+        that does not resolve, naming the key and the row.
     """
     est = estimator or Estimator()
     src_file = None
@@ -237,30 +149,44 @@ def run_sweep(
             vals = ", ".join(f"{k}={format_value(v)}" for k, v in row.items())
             raise ScenarioError(f"{exc} (sweep row {vals})") from None
 
-    sigs = [tuple(format_value(r[k]) for k in keys) for r in rows_all]
-    todo = [i for i, s in enumerate(sigs) if s not in skip]
-    row_scs = {i: loader(rows_all[i]) for i in todo}
-    todo_rows = [rows_all[i] for i in todo]
+    sigs = [tuple(format_value(r[k]) for k in keys) for r in rows_all] if skip else None
+    todo = [i for i, s in enumerate(sigs) if s not in skip] if sigs else list(range(len(rows_all)))
     table = PartTable()
-    if todo:
-        if vectorised:
-            inputs = row_inputs(est, base_sc, [row_scs[i] for i in todo], todo_rows, loader, table)
-        else:
-            per = [est.inputs(row_scs[i], table)[0].columns() for i in todo]
-            inputs = {k: np.concatenate([np.asarray(p[k], dtype=float) for p in per], axis=0) for k in per[0]}
-    results: list[dict[str, Any] | None] = [None] * len(rows_all)
-    for i, s in enumerate(sigs):
-        if s in skip:
-            results[i] = skip[s]
+    plan: GridPlan | None = None
+    inputs: dict[str, np.ndarray] = {}
+    row_scs: list[Scenario] = []
+    if todo and vectorised:
+        try:
+            plan = plan_grid(est, vary, np.asarray(todo, dtype=np.int64), base_sc, loader, table)
+            inputs = grid_columns(plan, base_sc)
+        except NotFast:
+            plan = None
+    if todo and plan is None:
+        row_scs = [loader(rows_all[i]) for i in todo]
+        inputs = _per_row_inputs(est, row_scs, table)
+    results: list[Any] = [None] * len(rows_all)
+    if sigs:
+        for i, s in enumerate(sigs):
+            if s in skip:
+                results[i] = skip[s]
     tasks = [(a, min(a + chunk_rows, len(todo))) for a in range(0, len(todo), chunk_rows)]
     gen = run_tasks(_eval_rows, (inputs, table), tasks, workers=workers, dask=dask) if todo else iter(())
+    done = 0
     try:
         for (a, b), out in gen:
-            for r in range(a, b):
-                i = todo[r]
-                sc = row_scs[i]
-                rep = build_report(est.resolve(sc), out, row=r - a)
-                results[i] = {"vary": rows_all[i], "report": rep.to_dict()}
+            if plan is not None:
+                chunk = {k: v[a:b] for k, v in inputs.items()}
+                flds = row_fields(out, chunk, plan.group[a:b], plan.resolved)
+                for r in range(a, b):
+                    build = partial(_lazy_report, est, plan, out, r, r - a)
+                    results[todo[r]] = SweepRow(rows_all[todo[r]], flds[r - a], build)
+            else:
+                for r in range(a, b):
+                    rep = build_report(est.resolve(row_scs[r]), out, row=r - a)
+                    results[todo[r]] = {"vary": rows_all[todo[r]], "report": rep.to_dict()}
+            done += b - a
+            if progress is not None:
+                progress(done, len(todo))
             if on_progress is not None:
                 on_progress([x for x in results if x is not None])
     finally:

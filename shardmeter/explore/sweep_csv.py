@@ -11,12 +11,13 @@ import json
 import math
 import os
 import re
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from ..errors import ShardMeterError
 from ..io import atomic_write, resolve_output
 from ..model.evaluate import BREAKDOWN_TERMS
-from .values import format_value, parse_values
+from .values import fields_of, format_value, parse_values
 
 __all__ = ["CSV_FIELDS", "write_csv", "read_resume"]
 
@@ -47,7 +48,7 @@ _NOT_UTF8 = re.compile("[\udc80-\udcff]")
 _NOT_TEXT = re.compile("[\udc80-\udcff\x00]")
 
 
-def _flat(report: dict[str, Any]) -> dict[str, Any]:
+def _flat(report: Mapping[str, Any]) -> dict[str, Any]:
     row = {}
     for f in CSV_FIELDS:
         v = report.get(f)
@@ -77,16 +78,18 @@ def write_csv(path, keys, rows, analysis, *, label: str = "") -> None:
     followed); ``label`` (``"--csv"``) goes before ``path`` in error messages."""
     header = _csv_header(keys)
     eff = analysis.get("scaling_efficiency") if analysis else None
+    body = header[len(keys) : -1]
     with atomic_write(path, label=label) as fh:
         w = csv.writer(fh, lineterminator="\n")
         w.writerow(header)
         for i, r in enumerate(rows):
-            flat = r.get("_csv") or _flat(r["report"])
+            resumed = r.get("_csv") if isinstance(r, dict) else None  # cells as read, kept as they are
             cells: list[Any] = [format_value(r["vary"][k]) for k in keys]
-            cells += [
-                flat.get(h) if isinstance(flat.get(h), str) and r.get("_csv") else _cell(flat.get(h))
-                for h in header[len(keys) : -1]
-            ]
+            if resumed:
+                cells += [v if isinstance(v, str) else _cell(v) for v in (resumed.get(h) for h in body)]
+            else:
+                flat = _flat(fields_of(r))
+                cells += [_cell(flat.get(h)) for h in body]
             cells.append(_cell(eff[i]) if eff and i < len(eff) else "")
             w.writerow(cells)
 

@@ -4,22 +4,31 @@ below the table."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..table import fmt_num, fmt_time, fmt_usd, render_table
-from .values import format_value
+from .values import fields_of, format_value
 
-__all__ = ["sweep_table"]
+__all__ = ["sweep_table", "TABLE_ROWS", "TABLE_LINES"]
+
+#: Rows the table prints (a larger grid prints its first rows and says how many more there
+#: are: ``--csv`` and ``--json`` have every row).
+TABLE_ROWS = 50
+#: Knee and transition lines printed below the table (then how many more).
+TABLE_LINES = 20
 
 
 def sweep_table(res) -> str:
     """The table of sweep result ``res`` (a :class:`~shardmeter.explore.sweep.SweepResult`)."""
     an = res.analysis
     eff = an.get("scaling_efficiency")
+    if eff and all(e is None for e in eff):
+        eff = None  # the GPU count does not vary: no efficiency to claim (see the note)
     x = an.get("x")
     knees = an.get("knees") or ([{"knee": an.get("knee")}] if "knee" in an else [])
-    marks = _marks(res.rows, x, an.get("transitions", []), knees)
-    priced = any(r["report"].get("cost_usd") is not None for r in res.rows)
+    marks = _marks(res.rows[:TABLE_ROWS], x, an.get("transitions", []), knees)
+    priced = any(fields_of(r).get("cost_usd") is not None for r in res.rows)
     headers = [*res.keys, "GPUs", "step", "tokens/s", "tok/s/GPU", "MFU", "util", "mem GB", "regime"]
     if priced:
         headers += ["wall-clock", "cost"]
@@ -28,41 +37,59 @@ def sweep_table(res) -> str:
     if marks:
         headers.append("")
     rows = []
-    for i, r in enumerate(res.rows):
-        cells = [format_value(r["vary"][k]) for k in res.keys] + _report_cells(r["report"], priced)
+    for i, r in enumerate(res.rows[:TABLE_ROWS]):
+        cells = [format_value(r["vary"][k]) for k in res.keys] + _report_cells(fields_of(r), priced)
         if eff:
             cells.append(f"{eff[i]:.1%}" if eff[i] is not None else "-")
         if marks:
             cells.append("  ".join(marks.get(i, [])))
         rows.append(cells)
     out = [render_table(headers, rows, title=f"ShardMeter sweep ({len(res.rows)} points)")]
-    if "knee" in an:
-        out += _knee_lines(knees, x)
-    out += _transition_lines(an.get("transitions", []), x)
+    if len(res.rows) > TABLE_ROWS:
+        out.append(
+            f"... {len(res.rows) - TABLE_ROWS} more points not shown (the first {TABLE_ROWS} above): "
+            "--csv OUT or --json has every row"
+        )
+    if an.get("scaling_note"):
+        out.append(f"note: {an['scaling_note']}")
+    if "knee" in an and not an.get("scaling_note"):
+        out += _first(_knee_lines(knees, x), "knee lines")
+    out += _first(_transition_lines(an.get("transitions", []), x), "transitions")
     return "\n".join(out)
+
+
+def _first(lines: list[str], what: str) -> list[str]:
+    """At most :data:`TABLE_LINES` of ``lines``, then how many more there are."""
+    if len(lines) <= TABLE_LINES:
+        return lines
+    return [*lines[:TABLE_LINES], f"... {len(lines) - TABLE_LINES} more {what} (--json lists every one)"]
 
 
 def _marks(rows, x, transitions, knees) -> dict[int, list[str]]:
     """Row index -> the transitions (``<- a -> b``) and knees (``<- knee``) at that row."""
+    at: dict[tuple, list[int]] = {}
+    for i, r in enumerate(rows):
+        at.setdefault(_point(x, r["vary"].get(x), {k: v for k, v in r["vary"].items() if k != x}), []).append(
+            i
+        )
     marks: dict[int, list[str]] = {}
     for t in transitions:
-        for i, r in enumerate(rows):
-            if r["vary"].get(x) == t["at"] and all(
-                r["vary"].get(k) == v for k, v in t.get("series", {}).items()
-            ):
-                marks.setdefault(i, []).append(f"<- {t['from']} -> {t['to']}")
+        for i in at.get(_point(x, t["at"], t.get("series", {})), []):
+            marks.setdefault(i, []).append(f"<- {t['from']} -> {t['to']}")
     for kn in knees:
         if kn["knee"] is None:
             continue
-        for i, r in enumerate(rows):
-            if r["vary"].get(x) == kn["knee"] and all(
-                r["vary"].get(k) == v for k, v in kn.get("series", {}).items()
-            ):
-                marks.setdefault(i, []).append("<- knee")
+        for i in at.get(_point(x, kn["knee"], kn.get("series", {})), []):
+            marks.setdefault(i, []).append("<- knee")
     return marks
 
 
-def _report_cells(rep: dict[str, Any], priced: bool) -> list[Any]:
+def _point(x, value, series) -> tuple:
+    """A grid point as a lookup key: its ``x`` value and the other keys' values, formatted."""
+    return (format_value(value), tuple(sorted((k, format_value(v)) for k, v in series.items())))
+
+
+def _report_cells(rep: Mapping[str, Any], priced: bool) -> list[Any]:
     """The cells of one grid point's report, from ``GPUs`` to ``regime`` (and the price)."""
     if rep.get("feasible"):
         cells = [

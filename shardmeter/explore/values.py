@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ShardMeterError
 from ..scenario import parse_override
 
-__all__ = ["parse_vary", "parse_values", "format_value", "MAX_RANGE", "gpu_count_key"]
+__all__ = ["parse_vary", "parse_values", "format_value", "MAX_RANGE", "gpu_count_key", "fields_of"]
 
 #: A range longer than this is an error (a typo like ``1..1e9+1``).
 MAX_RANGE = 100_000
@@ -121,3 +122,11 @@ _GPU_KEY = re.compile(
 def gpu_count_key(key: str) -> bool:
     """Does ``key`` set how many GPUs are used (nodes, GPUs per node, dp)?"""
     return bool(_GPU_KEY.match(key))
+
+
+def fields_of(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The scalar report fields of a sweep row: a fast row's ``fields`` (known without building
+    its report, :class:`~shardmeter.explore.sweep_rows.SweepRow`), else its ``report`` (a
+    plain or ``--resume``'d row)."""
+    f = getattr(row, "fields", None)
+    return f if f is not None else row["report"]

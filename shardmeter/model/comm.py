@@ -76,7 +76,10 @@ def layer_comm(
     cap = ops.where(sh.moe, ops.maximum(ms.capacity_factor, 1e-9), 1.0)
     a2a_msg = cap * T * ms.experts_per_token * ms.hidden * ACT_BYTES
     t_a2a = collective_time("all_to_all", a2a_msg, ep, tp * cp, topo)
-    ep_exposed = ops.where(sh.moe & (ep > 1), Ls * (4.0 + ops.where(recompute == 2, 2.0, 0.0)) * t_a2a, 0.0)
+    moe_layers = Ls - sh.dense_layers_local  # the stage's dense layers route no tokens
+    ep_exposed = ops.where(
+        sh.moe & (ep > 1), moe_layers * (4.0 + ops.where(recompute == 2, 2.0, 0.0)) * t_a2a, 0.0
+    )
     return LayerComm(
         tp_exposed=tp_total - tp_hidden,
         tp_hidden=tp_hidden,

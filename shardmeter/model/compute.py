@@ -43,8 +43,10 @@ ATTENTION_RAMP_KEYS = 730.0
 class Shapes:
     """Per-GPU shapes: ``seq_local`` (s / cp), ``tokens`` of one micro-batch, ``layers_per_stage``
     (the largest stage), tensor-parallel slices ``q_local``, ``kv_local`` (KV heads replicate
-    past ``kv_heads``), ``ffn_local``, ``mlp_up`` (2 x ffn_local for SwiGLU), ``moe`` (bool),
-    ``experts_per_token_eff`` (1 for dense)."""
+    past ``kv_heads``), ``ffn_local`` (an expert's slice in a MoE layer), ``mlp_up`` (2 x
+    ffn_local for SwiGLU), ``moe`` (bool), ``dense_layers_local``: the stage's dense layers of a
+    MoE model (its leading ``dense_layers`` sit on the first stages, so the largest stage holds
+    only those that do not fit before it)."""
 
     seq_local: Array
     tokens: Array
@@ -55,22 +57,28 @@ class Shapes:
     mlp_up: Array
     moe: Array
     virtual_stages: Array
+    dense_layers_local: Array = 0.0
 
 
 def local_shapes(ms: ModelShape, tr: Training, tp, pp, cp, v) -> Shapes:
     """The shapes one GPU computes on (``v`` already 1 where ``pp = 1``)."""
     s_loc = ms.seq_len / cp
-    ffn_t = ms.ffn_hidden / tp
+    moe = ms.experts > 1
+    ffn_t = ops.where(moe, ms.moe_ffn_hidden, ms.ffn_hidden) / tp
+    ls = ops.ceil(ms.layers / (pp * v)) * v  # unequal splits allowed
     return Shapes(
         seq_local=s_loc,
         tokens=tr.micro_batch * s_loc,
-        layers_per_stage=ops.ceil(ms.layers / (pp * v)) * v,  # unequal splits allowed
+        layers_per_stage=ls,
         q_local=ms.q_dim / tp,
         kv_local=ops.maximum(ms.kv_dim / tp, ms.kv_dim / ops.maximum(ms.kv_heads, 1.0)),
         ffn_local=ffn_t,
         mlp_up=ops.where(ms.swiglu, 2.0, 1.0) * ffn_t,
-        moe=ms.experts > 1,
+        moe=moe,
         virtual_stages=v,
+        dense_layers_local=ops.where(
+            moe, ops.minimum(ops.maximum(ms.dense_layers - (ms.layers - ls), 0.0), ls), 0.0
+        ),
     )
 
 
@@ -104,12 +112,19 @@ def micro_batch_compute(
     rec = tr.recompute
     moe = sh.moe
     q_t, kv_t, ffn_t = sh.q_local, sh.kv_local, sh.ffn_local
-    # Dense GEMMs (fp8 where the precision says so; attention stays 16-bit).
-    qkv_n = q_t + 2.0 * kv_t
+    # Dense GEMMs (fp8 where the precision says so; attention stays 16-bit). V and the output
+    # projection's input are ``v_dim`` and ``o_dim`` wide (narrower than K and Q under MLA).
+    v_t = kv_t + (ms.v_dim - ms.kv_dim) / tp
+    o_t = q_t + (ms.o_dim - ms.q_dim) / tp
+    qkv_n = q_t + 2.0 * kv_t + (v_t - kv_t)
     fp8 = ops.as_float(tr.fp8) > 0
     el = ops.where(fp8, 1.0, 2.0)  # bytes per GEMM input element
-    t_qkv = gemm_time(T, qkv_n, h, peak, eff, hbm, sms, el)
-    t_proj = gemm_time(T, h, q_t, peak, eff, hbm, sms, el)
+    t_qkv = ops.where(
+        ms.kv_rank > 0,
+        _mla_projections(ms, T, q_t, kv_t + v_t, peak, eff, hbm, sms, el),
+        gemm_time(T, qkv_n, h, peak, eff, hbm, sms, el),
+    )
+    t_proj = gemm_time(T, h, o_t, peak, eff, hbm, sms, el)
     e_loc = ops.where(moe, ms.experts / ep, 1.0)  # experts on this GPU
     # Tokens per local expert: top-k routing spreads T k tokens of each EP rank over E experts; a
     # capacity factor c pads every expert's buffer to c x the even share (Fedus et al. 2022, Switch
@@ -120,11 +135,27 @@ def micro_batch_compute(
         m_exp, h, ffn_t, peak, eff, hbm, sms, el, count=e_loc
     )
     t_router = ops.where(moe, gemm_time(T, ms.experts, h, peak16, eff, hbm, sms), 0.0)
-    t_dense_f = t_qkv + t_proj + t_mlp + t_router
+    # Shared experts (DeepSeekMoE): one MLP of shared x the expert width over every token.
+    shared_t = ms.shared_experts * ffn_t
+    t_shared = ops.where(
+        moe & (ms.shared_experts > 0),
+        gemm_time(T, ops.where(ms.swiglu, 2.0, 1.0) * shared_t, h, peak, eff, hbm, sms, el)
+        + gemm_time(T, h, shared_t, peak, eff, hbm, sms, el),
+        0.0,
+    )
+    t_dense_f = t_qkv + t_proj + t_mlp + t_router + t_shared
+    # A dense layer of a MoE model: its MLP (``ffn_hidden`` wide) in place of the experts.
+    dffn_t = ms.ffn_hidden / tp
+    t_dense_mlp = gemm_time(
+        T, ops.where(ms.swiglu, 2.0, 1.0) * dffn_t, h, peak, eff, hbm, sms, el
+    ) + gemm_time(T, h, dffn_t, peak, eff, hbm, sms, el)
+    Ld = sh.dense_layers_local
+    d_dense = ops.where(Ld > 0, t_qkv + t_proj + t_dense_mlp - t_dense_f, 0.0)  # dense minus MoE layer
     # Attention core: flash (causal blocks skipped) or materialised scores.
     heads_t = ms.heads / tp
     s = ms.seq_len
-    att_flops = 4.0 * T * s * q_t  # full count; keys span the whole sequence (ring attention for cp > 1)
+    # full count (QK^T and AV); keys span the whole sequence (ring attention for cp > 1)
+    att_flops = 4.0 * T * s * q_t + 2.0 * T * s * (o_t - q_t)
     causal_frac = ops.where(ms.causal, 0.5, 1.0)
     # Keys one query row meets per kernel call: the whole local sequence, half of it when causal
     # (ring attention calls the kernel once per K/V chunk of s / cp).
@@ -146,8 +177,11 @@ def micro_batch_compute(
     # Memory-bound elementwise ops (LayerNorms, bias-dropout-add, activation), bytes per token:
     # 2 LN (4h each), 2 dropout+residual (7h each), activation (4 ffn GELU / 6 ffn SwiGLU).
     repl_bytes = 22.0 * h * ops.where(sp, 1.0 / tp, 1.0)
-    act_bytes = ops.where(ms.swiglu, 6.0, 4.0) * ffn_t * ops.where(moe, ms.experts_per_token, 1.0)
+    act_bytes = (
+        ops.where(ms.swiglu, 6.0, 4.0) * ffn_t * ops.where(moe, ms.experts_per_token + ms.shared_experts, 1.0)
+    )
     t_elem_f = T * (repl_bytes + act_bytes) / hbm + 6 * KERNEL_OVERHEAD_S
+    d_elem = ops.where(Ld > 0, T * ops.where(ms.swiglu, 6.0, 4.0) * dffn_t / hbm - T * act_bytes / hbm, 0.0)
     # FP8 GEMMs need their 16-bit inputs cast (and, on Hopper, transposed) first: Transformer Engine
     # reads 2 bytes and writes 1 + 1 per element of every GEMM input, in forward and for the output
     # gradients in backward (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; TE docs).
@@ -158,10 +192,10 @@ def micro_batch_compute(
     t_head = 3.0 * t_head_f  # forward + backward
 
     Ls = sh.layers_per_stage
-    comp_f = Ls * (t_dense_f + t_att_f)
-    comp_b = Ls * (2.0 * t_dense_f + t_att_b)
+    comp_f = Ls * (t_dense_f + t_att_f) + Ld * d_dense
+    comp_b = Ls * (2.0 * t_dense_f + t_att_b) + Ld * 2.0 * d_dense
     recomp = ops.where(rec == 2, comp_f, ops.where(rec == 1, Ls * t_att_f, 0.0))
-    elem_f = Ls * t_elem_f
+    elem_f = Ls * t_elem_f + Ld * d_elem
     elem = (
         3.0 * elem_f
         + ops.where(rec == 2, elem_f, 0.0)
@@ -178,3 +212,17 @@ def micro_batch_compute(
         attention_forward=t_att_f,
         attention_backward=t_att_b,
     )
+
+
+def _mla_projections(ms: ModelShape, T, q_t, kv_t, peak, eff, hbm, sms, el) -> Array:
+    """Q, K and V projections of multi-head latent attention (DeepSeek-V2, arXiv 2405.04434,
+    Sec. 2.1): the down-projections to the query and KV latents (``h -> r_q + r_kv``, replicated
+    on every tensor-parallel rank as in Megatron-LM's MLA), then the up-projections of this
+    rank's heads (``r_q -> q``, ``r_kv -> k + v``); a query of full rank (``r_q = 0``) is one
+    ``h -> q`` GEMM. ``kv_t`` is this rank's K and V width together."""
+    h = ms.hidden
+    q_low = ms.q_rank > 0
+    down = gemm_time(T, ms.q_rank + ms.kv_rank, h, peak, eff, hbm, sms, el)
+    q_up = gemm_time(T, q_t, ops.where(q_low, ms.q_rank, h), peak, eff, hbm, sms, el)
+    kv_up = gemm_time(T, kv_t, ops.maximum(ms.kv_rank, 1.0), peak, eff, hbm, sms, el)
+    return down + q_up + kv_up

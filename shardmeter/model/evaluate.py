@@ -28,14 +28,14 @@ from .dispatch import by_code
 from .feasibility import Reason, batch_reasons, batch_split, layout_reasons
 from .formulas import (
     KERNEL_OVERHEAD_S,
-    layer_flops_per_token,
+    layers_forward_flops,
     model_flops_per_token,
     model_params,
     params_per_layer,
 )
 from .inputs import ModelInputs, PartTable, Topology
 from .islands import IslandSteps, combine_islands
-from .memory import activation_memory, total_memory
+from .memory import activation_memory, memory_parts, total_memory
 from .tiers import span_link
 
 __all__ = ["evaluate", "evaluate_columns", "BREAKDOWN_TERMS", "ADAM_BYTES_PER_PARAM"]
@@ -163,7 +163,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
     shape = () if ops.is_scalar(tp) else batch_shape(inp)
 
     # ---- batch split and structural feasibility ------------------------------------------------
-    b_isl, m, m_int = batch_split(_f(tr.global_batch), dp, _f(tr.micro_batch))
+    b_isl, m, m_int = batch_split(_f(tr.global_batch), dp, _f(tr.micro_batch), _f(tr.island_batch))
     peak, peak16 = _f(hw.peak_flops), _f(hw.peak16_flops)
     reasons = layout_reasons(ms.heads, ms.seq_len, _f(ms.experts), tp, pp, cp, dp, ep, nodes * gpn)
     reasons = reasons | batch_reasons(m, pp, v, ms.layers) | ops.where(peak <= 0, int(Reason.PRECISION), 0)
@@ -236,7 +236,23 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
         hardware_flops_per_token=hw_tok,
         gpus=tp * pp * cp * dp,
     )
-    return combine_islands(parts, inp, shape, steps, detail)
+    out = combine_islands(parts, inp, shape, steps, detail)
+    if detail:
+        out.update(_layout_outputs(sd, act_mem, extra_state, p_gpu, Ls, np.shape(out["reasons"])))
+    return out
+
+
+def _layout_outputs(sd, act_mem, extra_state, p_gpu, Ls, full) -> dict[str, Any]:
+    """Per island, for the report: the busiest GPU's memory by part (GB, adding up to
+    ``island_memory_gb``), its parameters before and after the sharding strategy divides
+    them, and the layers of its largest pipeline stage."""
+    mem = memory_parts(sd["weights"], sd["gradients"], sd["optimizer"] + extra_state, sd["extra"], act_mem)
+    return {
+        "island_memory_parts_gb": {k: ops.broadcast(_f(v) / 1e9, full) for k, v in mem.items()},
+        "island_params_per_gpu": ops.broadcast(_f(p_gpu), full),
+        "island_params_per_gpu_sharded": ops.broadcast(_f(p_gpu / sd["param_shards"]), full),
+        "island_layers_per_stage": ops.broadcast(_f(Ls), full),
+    }
 
 
 def _sharding_exposed(parts: PartTable, shard: ShardInputs, topo: Topology, lay, ct, mb_comm):
@@ -278,16 +294,25 @@ def _pipeline(parts: PartTable, lay, topo: Topology, pp, m_int, v, t_mb, ct, Ls,
 def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb) -> ShardInputs:
     """What the sharding strategy sees: this GPU's parameters (its stage's layers, its
     tensor-parallel slice, its local experts; the embedding, and the untied output head with
-    one stage) and the bytes per element of weights, gradients and the optimizer."""
-    mlp = ops.where(ms.swiglu, 3.0, 2.0) * ms.hidden * ms.ffn_hidden
+    one stage) and the bytes per element of weights, gradients and the optimizer. A MoE layer's
+    shared experts are tensor-parallel like a dense MLP, not spread over ``ep``; the stage's dense
+    layers (``dense_layers_local``) hold one ``ffn_hidden`` MLP each."""
+    mats = ops.where(ms.swiglu, 3.0, 2.0)
+    ffn = sh.ffn_local * tp  # an expert's width in a MoE layer
+    mlp = mats * ms.hidden * ffn
+    attn = _attn(ms)
     p_layer = (
-        params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0)
+        params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ffn, ms.swiglu, 1.0, **attn)
         - mlp
-        + mlp * ops.where(sh.moe, ms.experts / ep, 1.0)
+        + mlp * ops.where(sh.moe, ms.experts / ep + ms.shared_experts, 1.0)
     ) / tp
+    p_dense = params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0, **attn) / tp
+    Ld = sh.dense_layers_local
     emb = ms.vocab * ms.hidden / tp
-    p_gpu = sh.layers_per_stage * p_layer + emb * (
-        1.0 + ops.where((pp == 1) & ops.logical_not(ops.as_bool(ms.tied)), 1.0, 0.0)
+    p_gpu = (
+        sh.layers_per_stage * p_layer
+        + ops.where(Ld > 0, Ld * (p_dense - p_layer), 0.0)
+        + emb * (1.0 + ops.where((pp == 1) & ops.logical_not(ops.as_bool(ms.tied)), 1.0, 0.0))
     )
     return ShardInputs(
         params_per_gpu=p_gpu,
@@ -303,14 +328,25 @@ def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb) -> ShardInputs:
     )
 
 
+def _attn(ms) -> dict[str, Any]:
+    """The attention projections' shape keywords of the formulas (MLA's low ranks, V width)."""
+    return {"v_dim": ms.v_dim, "o_dim": ms.o_dim, "q_rank": ms.q_rank, "kv_rank": ms.kv_rank}
+
+
 def _flops(ms, rec):
     """``(model FLOPs per token, hardware FLOPs per token with recompute, parameters)``."""
     E, ktop = _f(ms.experts), _f(ms.experts_per_token)
     args = (ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu)
-    mf_tok = model_flops_per_token(ms.layers, *args, ms.vocab, ms.seq_len, ktop, E)
-    dense_l, att_l = layer_flops_per_token(*args, ms.seq_len, ktop, E)
-    hw_tok = mf_tok + ms.layers * ops.where(rec == 2, dense_l + att_l, ops.where(rec == 1, att_l, 0.0))
-    return mf_tok, hw_tok, model_params(ms.layers, *args, ms.vocab, ops.as_bool(ms.tied), E)
+    shape = {
+        "moe_ffn": ms.moe_ffn_hidden,
+        "shared_experts": ms.shared_experts,
+        "dense_layers": ms.dense_layers,
+        **_attn(ms),
+    }
+    mf_tok = model_flops_per_token(ms.layers, *args, ms.vocab, ms.seq_len, ktop, E, **shape)
+    dense_all, att_all = layers_forward_flops(ms.layers, *args, ms.seq_len, ktop, E, **shape)
+    hw_tok = mf_tok + ops.where(rec == 2, dense_all + att_all, ops.where(rec == 1, att_all, 0.0))
+    return mf_tok, hw_tok, model_params(ms.layers, *args, ms.vocab, ops.as_bool(ms.tied), E, **shape)
 
 
 def _outer_state_bytes(parts: PartTable, inp: ModelInputs) -> Any:

@@ -85,16 +85,17 @@ def layout_reasons(heads, seq_len, experts, tp, pp, cp, dp, ep, gpus) -> Array:
     return _bits(bits)
 
 
-def batch_split(global_batch, dp, micro_batch):
+def batch_split(global_batch, dp, micro_batch, island_batch=0.0):
     """``(sequences per step on each island, micro-batches, whole micro-batches)``: each island's
-    share of the global batch is proportional to its data-parallel replicas."""
+    share of the global batch is proportional to its data-parallel replicas, unless
+    ``island_batch`` (> 0) gives it (``[sync] batch_split = "balanced"``, the planner)."""
     if ops.is_scalar(dp):  # one island
         dp_total = dp
     else:
         n_isl = np.broadcast_shapes(np.shape(dp), np.shape(global_batch), (1, 1))[-1]
         full = np.broadcast_shapes(np.shape(dp), np.shape(global_batch), (1, n_isl))
         dp_total = over_islands(np.add, np.broadcast_to(dp, full))
-    b_isl = global_batch * dp / dp_total
+    b_isl = ops.where(island_batch > 0, island_batch, global_batch * dp / dp_total)
     m = b_isl / (dp * micro_batch)
     return b_isl, m, ops.maximum(ops.floor(m + 1e-9), 1.0)
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 from . import ops
 
 __all__ = [
+    "attention_params",
     "layer_flops_per_token",
+    "layers_forward_flops",
     "model_flops_per_token",
     "params_per_layer",
     "model_params",
+    "active_params",
     "activation_bytes_per_layer",
     "gemm_time",
     "ring_collective_time",
@@ -26,53 +29,158 @@ __all__ = [
 KERNEL_OVERHEAD_S = 5e-6
 
 
-def layer_flops_per_token(h, q_dim, kv_dim, ffn, swiglu, seq, experts_per_token=1, experts=1):
+def attention_params(h, q_dim, kv_dim, v_dim=None, o_dim=None, q_rank=0, kv_rank=0):
+    """Parameters of one layer's attention projections: Q ``h q`` (``h r_q + r_q q`` through a
+    rank-``r_q`` bottleneck), K and V ``h (k + v)`` (``h r_kv + r_kv (k + v)`` from a rank-``r_kv``
+    latent) and the output projection ``o h``; ``v_dim`` defaults to ``kv_dim``, ``o_dim`` (heads x
+    the value head width) to ``q_dim``.
+
+    The low ranks are DeepSeek-V2's multi-head latent attention (MLA; arXiv 2405.04434, Sec. 2.1:
+    ``W^DQ, W^UQ, W^DKV, W^UK, W^UV``), approximated: the decoupled RoPE key (``h d_rope``,
+    shared by the heads) is counted as part of every head's key, and the latent's RMSNorms are
+    left out. Without them this is ``h (q + 2 kv) + q h``, Megatron-LM's count.
+    """
+    v_dim = kv_dim if v_dim is None else v_dim
+    o_dim = q_dim if o_dim is None else o_dim
+    q_proj = ops.where(q_rank > 0, q_rank * (h + q_dim), h * q_dim)
+    kv_proj = ops.where(kv_rank > 0, kv_rank * (h + kv_dim + v_dim), h * (kv_dim + v_dim))
+    return q_proj + kv_proj + o_dim * h
+
+
+def layer_flops_per_token(
+    h, q_dim, kv_dim, ffn, swiglu, seq, experts_per_token=1, experts=1, *, shared_experts=0, **attn
+):
     """Forward FLOPs of one transformer layer per token, split in parts.
 
     Returns ``(dense, attention)``: the dense matrix multiplies (QKV,
     attention output projection, MLP, router) and the attention score terms
-    (QK^T and attention-over-values, full non-causal count ``4 s q_dim``).
+    (QK^T and attention-over-values, full non-causal count ``2 s q_dim + 2 s o_dim``,
+    ``4 s q_dim`` when the value heads are as wide as the query heads).
 
     Narayanan et al. 2021 (arXiv 2104.04473), Appendix / Eq. 3: per layer and
     token the forward pass costs ``24 h^2 + 4 s h`` for MHA with a 4h GELU MLP;
-    here generalised to GQA (``kv_dim < q_dim``), SwiGLU (three MLP matrices)
-    and top-k MoE routing, as in Megatron-LM's ``num_floating_point_operations``.
+    here generalised to GQA (``kv_dim < q_dim``), SwiGLU (three MLP matrices),
+    top-k MoE routing with ``shared_experts`` always-active experts of the same width
+    (DeepSeekMoE, arXiv 2401.06066), and the projections of :func:`attention_params`
+    (``attn``: ``v_dim``, ``o_dim``, ``q_rank``, ``kv_rank``), as in Megatron-LM's
+    ``num_floating_point_operations``: 2 FLOPs per weight per token.
     """
     mlp_mats = ops.where(swiglu, 3.0, 2.0)
-    qkv = 2.0 * h * (q_dim + 2.0 * kv_dim)
-    proj = 2.0 * q_dim * h
-    mlp = 2.0 * h * ffn * mlp_mats * experts_per_token
+    o_dim = attn.get("o_dim")
+    o_dim = q_dim if o_dim is None else o_dim
+    proj = 2.0 * attention_params(h, q_dim, kv_dim, **attn)
+    mlp = 2.0 * h * ffn * mlp_mats * (experts_per_token + shared_experts)
     router = ops.where(experts > 1, 2.0 * h * experts, 0.0)
-    att = 4.0 * seq * q_dim
-    return qkv + proj + mlp + router, att
+    att = 2.0 * seq * (q_dim + o_dim)
+    return proj + mlp + router, att
 
 
-def model_flops_per_token(layers, h, q_dim, kv_dim, ffn, swiglu, vocab, seq, experts_per_token=1, experts=1):
+def layers_forward_flops(
+    layers,
+    h,
+    q_dim,
+    kv_dim,
+    ffn,
+    swiglu,
+    seq,
+    experts_per_token=1,
+    experts=1,
+    *,
+    moe_ffn=None,
+    shared_experts=0,
+    dense_layers=0,
+    **attn,
+):
+    """``(dense, attention)`` forward FLOPs per token of all layers: ``dense_layers`` leading
+    dense layers (MLP width ``ffn``; DeepSeek-V3's ``first_k_dense_replace``) and the rest MoE
+    layers (experts ``moe_ffn`` wide, default ``ffn``) when ``experts > 1``."""
+    moe_ffn = ffn if moe_ffn is None else moe_ffn
+    d_moe, att = layer_flops_per_token(
+        h,
+        q_dim,
+        kv_dim,
+        moe_ffn,
+        swiglu,
+        seq,
+        experts_per_token,
+        experts,
+        shared_experts=shared_experts,
+        **attn,
+    )
+    d_dense, _ = layer_flops_per_token(h, q_dim, kv_dim, ffn, swiglu, seq, **attn)
+    n_dense = ops.where(experts > 1, dense_layers, 0.0)
+    return layers * d_moe + n_dense * (d_dense - d_moe), layers * att
+
+
+def model_flops_per_token(
+    layers, h, q_dim, kv_dim, ffn, swiglu, vocab, seq, experts_per_token=1, experts=1, **shape
+):
     """Model FLOPs per trained token (forward + backward = 3 x forward, no recompute).
 
     ``3 * (L * (dense + 4 s q_dim) + 2 h V)``; for MHA with a 4h MLP this is
     Narayanan et al. 2021's ``72 l h^2 (1 + s/(6h) + V/(12 l h))`` per token
     and equals the PaLM (Chowdhery et al. 2022, App. B) ``6N + 12 L H Q T``
     convention (attention scores counted in full, not halved for causality).
+    ``shape``: the MoE and attention keywords of :func:`layers_forward_flops`.
     """
-    dense, att = layer_flops_per_token(h, q_dim, kv_dim, ffn, swiglu, seq, experts_per_token, experts)
-    return 3.0 * (layers * (dense + att) + 2.0 * h * vocab)
+    dense, att = layers_forward_flops(
+        layers, h, q_dim, kv_dim, ffn, swiglu, seq, experts_per_token, experts, **shape
+    )
+    return 3.0 * (dense + att + 2.0 * h * vocab)
 
 
-def params_per_layer(h, q_dim, kv_dim, ffn, swiglu, experts=1):
-    """Parameters of one layer: attention ``h(q + 2kv) + q h``, MLP ``(2 or 3) h ffn`` per
-    expert, two LayerNorms ``4h`` (scale and bias), router ``h E`` when MoE."""
+def params_per_layer(h, q_dim, kv_dim, ffn, swiglu, experts=1, *, shared_experts=0, **attn):
+    """Parameters of one layer: attention (:func:`attention_params`; ``h(q + 2kv) + q h`` for
+    standard attention), MLP ``(2 or 3) h ffn`` per expert and per shared expert, two
+    LayerNorms ``4h`` (scale and bias), router ``h E`` when MoE."""
     mlp_mats = ops.where(swiglu, 3.0, 2.0)
-    att = h * (q_dim + 2.0 * kv_dim) + q_dim * h
-    mlp = mlp_mats * h * ffn * experts
+    att = attention_params(h, q_dim, kv_dim, **attn)
+    mlp = mlp_mats * h * ffn * (experts + shared_experts)
     router = ops.where(experts > 1, h * experts, 0.0)
     return att + mlp + router + 4.0 * h
 
 
-def model_params(layers, h, q_dim, kv_dim, ffn, swiglu, vocab, tied, experts=1):
-    """All parameters: layers + input embedding ``V h`` + output head ``V h`` unless tied."""
+def model_params(
+    layers,
+    h,
+    q_dim,
+    kv_dim,
+    ffn,
+    swiglu,
+    vocab,
+    tied,
+    experts=1,
+    *,
+    moe_ffn=None,
+    shared_experts=0,
+    dense_layers=0,
+    **attn,
+):
+    """All parameters: layers + input embedding ``V h`` + output head ``V h`` unless tied (+ the
+    final norm ``2h``). With ``experts > 1`` the first ``dense_layers`` layers are dense (MLP
+    ``ffn`` wide) and the others MoE (``experts`` + ``shared_experts`` experts ``moe_ffn`` wide,
+    default ``ffn``)."""
+    moe_ffn = ffn if moe_ffn is None else moe_ffn
     emb = vocab * h * ops.where(tied, 1.0, 2.0)
-    return layers * params_per_layer(h, q_dim, kv_dim, ffn, swiglu, experts) + emb + 2.0 * h
+    p_moe = params_per_layer(
+        h, q_dim, kv_dim, moe_ffn, swiglu, experts, shared_experts=shared_experts, **attn
+    )
+    p_dense = params_per_layer(h, q_dim, kv_dim, ffn, swiglu, **attn)
+    n_dense = ops.where(experts > 1, dense_layers, 0.0)
+    return layers * p_moe + n_dense * (p_dense - p_moe) + emb + 2.0 * h
+
+
+def active_params(
+    layers, h, q_dim, kv_dim, ffn, swiglu, vocab, tied, experts=1, experts_per_token=1, **shape
+):
+    """Parameters one token passes through: :func:`model_params` less the ``experts -
+    experts_per_token`` routed experts each MoE layer does not use (the "activated parameters"
+    of Mixtral and DeepSeek-V3; embedding and output head included)."""
+    moe_ffn = shape.get("moe_ffn")
+    moe_ffn = ffn if moe_ffn is None else moe_ffn
+    n_moe = ops.where(experts > 1, layers - shape.get("dense_layers", 0), 0.0)
+    unused = ops.where(swiglu, 3.0, 2.0) * h * moe_ffn * (experts - experts_per_token)
+    return model_params(layers, h, q_dim, kv_dim, ffn, swiglu, vocab, tied, experts, **shape) - n_moe * unused
 
 
 def activation_bytes_per_layer(

@@ -40,7 +40,11 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 class ModelShape:
     """The transformer: ``layers``, ``hidden``, ``heads``, ``kv_heads``, ``q_dim`` (heads x
     head_dim), ``kv_dim``, ``ffn_hidden``, ``swiglu`` (bool), ``vocab``, ``seq_len``, ``tied``
-    embeddings, ``experts``, ``experts_per_token``, ``capacity_factor``, ``causal``, ``dropout``."""
+    embeddings, ``experts``, ``experts_per_token``, ``capacity_factor``, ``causal``, ``dropout``;
+    the optional MoE and attention shapes: ``moe_ffn_hidden`` (expert width, default
+    ``ffn_hidden``), ``shared_experts`` and ``dense_layers`` (default 0), ``q_rank`` / ``kv_rank``
+    (MLA's low ranks, 0 = full projections), ``v_dim`` (kv_heads x value head width, default
+    ``kv_dim``) and ``o_dim`` (heads x value head width, default ``q_dim``)."""
 
     layers: Array
     hidden: Array
@@ -58,6 +62,13 @@ class ModelShape:
     capacity_factor: Array
     causal: Array
     dropout: Array
+    moe_ffn_hidden: Array = attrs.field(default=attrs.Factory(lambda s: s.ffn_hidden, takes_self=True))
+    shared_experts: Array = 0.0
+    dense_layers: Array = 0.0
+    q_rank: Array = 0.0
+    kv_rank: Array = 0.0
+    v_dim: Array = attrs.field(default=attrs.Factory(lambda s: s.kv_dim, takes_self=True))
+    o_dim: Array = attrs.field(default=attrs.Factory(lambda s: s.q_dim, takes_self=True))
 
 
 @attrs.frozen(kw_only=True)
@@ -67,6 +78,8 @@ class Training:
 
     global_batch: Array
     micro_batch: Array
+    #: sequences per step on each island; 0 = its share of ``global_batch`` by replicas (``dp``)
+    island_batch: Array = 0.0
     recompute: Array
     materialized: Array
     weight_bytes: Array

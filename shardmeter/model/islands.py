@@ -23,10 +23,30 @@ from .dispatch import by_code
 from .inputs import ModelInputs, PartTable
 from .reduce import over_islands
 
-__all__ = ["combine_islands", "cross_island", "IslandSteps", "SEARCH_OUTPUTS"]
+__all__ = [
+    "combine_islands",
+    "cross_island",
+    "IslandSteps",
+    "SEARCH_OUTPUTS",
+    "island_finish",
+    "min_max_shares",
+    "fold_min_max",
+    "unfold_min_max",
+]
 
-#: The outputs :func:`combine_islands` gives without ``detail``: what a search ranks plans by.
-SEARCH_OUTPUTS = ("feasible", "reasons", "step_time_s", "egress_bytes_per_step", "island_gpus")
+#: The outputs :func:`combine_islands` gives without ``detail``: what a search ranks plans by
+#: (with each island's own step, its all-reduce window and gradient bytes, for per-island search).
+SEARCH_OUTPUTS = (
+    "feasible",
+    "reasons",
+    "step_time_s",
+    "egress_bytes_per_step",
+    "island_gpus",
+    "island_step_s",
+    "island_ar_window_s",
+    "island_grad_bytes",
+    "params",
+)
 
 
 def cross_island(
@@ -129,9 +149,14 @@ def combine_islands(
         "step_time_s": ops.col0(step),
         "egress_bytes_per_step": wan["egress_bytes"],
         "island_gpus": isl_gpus_full,
+        "island_ar_window_s": ops.broadcast(st.ar_window, full),
+        "island_grad_bytes": ops.broadcast(st.grad_bytes, full),
+        "params": ops.col0(ops.broadcast(_first(st.params, full), np.shape(slow))),
     }
     if detail:
         out.update(_details(inp, st, full, slow, step, island_step, wan))
+    else:
+        out["island_step_s"] = island_step
         out["feasible_island"] = feasible_isl
     return out
 
@@ -194,3 +219,90 @@ def _details(inp: ModelInputs, st: IslandSteps, full, slow, step, island_step, w
         "micro_batches": ops.broadcast(st.micro_batches, full),
         "_mem_cap_gb": ops.broadcast(inp.hardware.memory_bytes, full) / 1e9,
     }
+
+
+def island_finish(parts: PartTable, sync_code: int, n_used: int, step, window, params, grad_bytes, net):
+    """Each candidate island's finish time in a ring of ``n_used`` islands: its own step plus the
+    exposed sync the sync part gives when that island is the slowest (arrays of one shape).
+
+    For both bundled parts the step of a set of islands is the largest of its islands' finish
+    times (allreduce: ``max_i(step_i + exposed_i)``; DiLoCo: ``T + exposed(T)``, non-decreasing
+    in the slowest step ``T``), so a per-island search can combine islands by a min-max
+    (:func:`min_max_shares`). ``net``: ``(uplink bytes/s, latency s)``. Returns ``(finish,
+    egress bytes per step)``."""
+    step = np.asarray(step, dtype=float)
+    if n_used < 2:
+        return step, np.zeros_like(step)
+    shape = step.shape
+    col = (int(np.prod(shape)), 1)
+
+    def c(x):
+        return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(col)
+
+    wan = WanInputs(
+        islands=n_used,
+        slowest_step_s=c(step),
+        island_step_s=c(step),
+        params=c(params),
+        grad_bytes=c(grad_bytes),
+        uplink_bytes_s=np.asarray(net[0], dtype=float),
+        latency_s=np.asarray(net[1], dtype=float),
+        overlap_window_s=c(window),
+    )
+    part, opts = parts.get("sync", sync_code)
+    t = part.exchange(wan, opts)
+    exposed = np.broadcast_to(np.asarray(t.exposed_s, dtype=float), col).reshape(shape)
+    egress = np.broadcast_to(np.asarray(t.egress_bytes, dtype=float).reshape(-1, 1), col).reshape(shape)
+    return step + exposed, egress
+
+
+def fold_min_max(h: np.ndarray, f: np.ndarray, total: int, last: bool = False):
+    """``out[s] = min_b max(h[s - b], f[b])`` for ``s <= total`` (only ``s = total`` with
+    ``last``) and the ``b`` that attains it (ties: the smallest ``b``); ``inf`` (and ``-1``)
+    where no split exists. Only the finite entries of ``f`` are tried."""
+    bf = np.flatnonzero(np.isfinite(f[: total + 1]))
+    s = np.array([total]) if last else np.arange(total + 1)
+    out = np.full(s.size, np.inf)
+    arg = np.full(s.size, -1, dtype=np.int64)
+    if bf.size:
+        idx = s[:, None] - bf[None, :]
+        hv = np.where(idx >= 0, h[np.clip(idx, 0, total)], np.inf)
+        v = np.maximum(hv, f[bf][None, :])
+        j = np.argmin(v, axis=1)
+        out = v[np.arange(s.size), j]
+        arg = np.where(np.isfinite(out), bf[j], -1)
+    return out, arg
+
+
+def min_max_shares(curves, total: int) -> tuple[float, list[int] | None]:
+    """Split ``total`` sequences between islands to minimise the largest finish time.
+
+    ``curves[j][b]``: island ``j``'s finish time with share ``b`` (``0 .. total``; ``inf`` where
+    it cannot take ``b``, so ``curves[j][0] = inf`` keeps the island in). Exact: the min-max is
+    folded island by island (``h_j[s] = min_b max(h_{j-1}[s - b], curves[j][b])``) over every
+    finite share, then unfolded. Returns ``(finish, shares)``, ``(inf, None)`` if no split sums
+    to ``total``."""
+    h = np.asarray(curves[0], dtype=float)[: total + 1]
+    args = []
+    for cur in curves[1:-1]:
+        h, arg = fold_min_max(h, np.asarray(cur, dtype=float), total)
+        args.append(arg)
+    return unfold_min_max(h, args, curves[-1] if len(curves) > 1 else None, total)
+
+
+def unfold_min_max(h: np.ndarray, args: list, f_last, total: int) -> tuple[float, list[int] | None]:
+    """Finish :func:`min_max_shares` from the fold ``h`` of all islands but the last (``args``:
+    each fold's choices) and the last island's curve ``f_last`` (``None``: one island)."""
+    if f_last is None:
+        return (float(h[total]), [total]) if np.isfinite(h[total]) else (float("inf"), None)
+    best, b_last = fold_min_max(h, np.asarray(f_last, dtype=float), total, last=True)
+    if not np.isfinite(best[0]):
+        return float("inf"), None
+    shares = [int(b_last[0])]
+    s = total - shares[0]
+    for arg in reversed(args):
+        b = int(arg[s])
+        shares.append(b)
+        s -= b
+    shares.append(s)
+    return float(best[0]), shares[::-1]

@@ -1,4 +1,4 @@
-"""Bundled strategies: ZeRO/FSDP sharding, pipeline schedules, island sync.
+"""Bundled strategies: ZeRO/FSDP sharding, pipeline schedules, island sync, a convergence model.
 
 Registered through the ``shardmeter`` entry-point group like any third-party plugin. Each is a
 behaviour part: it computes its own memory and communication terms (:mod:`.zero`,
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shardmeter
 
+from .convergence import DiLoCoFits
 from .schedules import ClassicSchedule
 from .sync import DiLoCo, GlobalAllReduce
 from .zero import ZeroSharding
@@ -115,4 +116,21 @@ def shardmeter_sync_strategies():
         "overlap_steps defaults to 0 with fragments = 1 (blocking, as INTELLECT-1 measured) and 1 otherwise.",
         source="Douillard et al. 2023 (arXiv 2311.08105); Streaming DiLoCo, Douillard et al. 2025 "
         "(arXiv 2501.18512); INTELLECT-1, Jaghouar et al. 2024 (arXiv 2412.01152)",
+    )
+
+
+@shardmeter.hookimpl
+def shardmeter_convergence_models():
+    # The model and every constant's citation live in shardmeter/strategies/convergence.py;
+    # docs/convergence.md shows what it does to DiLoCo's best inner_steps.
+    yield DiLoCoFits(
+        name="diloco-fits",
+        description="Tokens a DiLoCo-family strategy needs to reach the data-parallel loss: the DiLoCo/DP "
+        "loss ratio from the joint power law in parameters N and replicas M (at H = 30), log-linear in the "
+        "inner steps H (H = 1 is data-parallel; +2.9 % perplexity from H = 50 to 1000 at 150M), turned into "
+        "tokens with Chinchilla's data term; compression to 4 bits, fragments and overlap under 5 steps are "
+        "free. Valid for N 35M-10B, M 1-8, H 1-1000, 4-32 bits, overlap 0-4 steps.",
+        source="Charles et al. 2025 (arXiv 2503.09799), Tables 7 and 10; Douillard et al. 2023 (arXiv "
+        "2311.08105), H sweep; Hoffmann et al. 2022 (arXiv 2203.15556), Eq. 10; Streaming DiLoCo, Douillard "
+        "et al. 2025 (arXiv 2501.18512), Table 1; OpenDiLoCo (arXiv 2407.07852); INTELLECT-1 (arXiv 2412.01152)",
     )

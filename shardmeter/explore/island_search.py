@@ -1,0 +1,650 @@
+"""Per-island layouts for ``shardmeter plan`` over several islands, searched by decomposition.
+
+Each island gets its own replica shape (``tp``, ``pp``, ``cp``, ``ep``, ``sp``), data-parallel
+size (the nodes it uses, ``0`` = dropped), schedule and sharding, and its own share of the
+global batch; micro-batch size, recompute and the sync strategy are common to all islands (the
+scenario has no per-island key for the first two).
+
+1. **Per island** (:func:`_island_candidates`): every island layout x option is scored by the
+   full model in one batch whose rows hold one candidate for *every* island (row ``k`` gives
+   island ``j`` its ``k``-th node count), so the cost is that of scoring each island alone. A
+   layout's step is affine in its micro-batches per replica ``m`` for the bundled schedules
+   (Narayanan et al. 2021: ``m (t_f + t_b) + bubble + dp + optimizer``) and its memory does not
+   fall with ``m``: it is evaluated at ``m = d, 2d`` and at the largest ``m`` the batch allows
+   (``d`` is 1, or ``pp`` where the schedule needs multiples of ``pp``), the largest feasible
+   ``m`` is found by bisection, and a layout whose third point is off the line is kept only at
+   the points evaluated (a bound, never a wrong claim).
+2. **Curves**: for each island, node count, micro-batch, recompute, sync option and number of
+   islands used, the shortest finish time (:func:`~shardmeter.model.islands.island_finish`) at
+   every share ``b`` of the global batch.
+3. **Combination**: for every *class* (node count per island, micro-batch, recompute, sync
+   option) the shares are split by an exact min-max (:func:`~shardmeter.model.islands.min_max_shares`).
+   Within a class the cost is ``step x sum of the rented GPUs' prices + egress``, increasing in
+   the step, so the class's fastest plan is also its cheapest: the fastest plan, the cheapest
+   and the Pareto front over all classes are exact over this space. No product of layouts is
+   ever formed; the classes are the product of node counts only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShardMeterError
+from ..model.dispatch import by_code
+from ..model.evaluate import evaluate
+from ..model.feasibility import REASONS, Reason, batch_reasons
+from ..model.inputs import ModelInputs, PartTable
+from ..model.islands import fold_min_max, island_finish, unfold_min_max
+from ..parts import PipeInputs
+from ..pricing import egress_usd, egress_usd_per_gb, gpu_hour_usd, gpu_time_usd
+from ..scenario import load_scenario
+from .axes import Axis, plan_axes
+from .knobs import check_only, normalise_only, pick
+from .layouts import _replica_shapes, check_islands
+from .space import Space, plan_raw
+
+__all__ = ["search_islands", "MAX_CLASSES"]
+
+#: Most classes (node count per island x micro-batch x recompute x sync option) combined.
+MAX_CLASSES = 2_000_000
+#: Model input cells (candidates x islands) per ``evaluate`` call.
+EVAL_CELLS = 1 << 16
+
+
+def _node_options(sc, only) -> list[list[int]]:
+    """Each island's node counts tried: 0 (dropped), powers of two and all of its nodes; an
+    ``--only island[i].nodes`` keeps its values (and then no 0)."""
+    opts = []
+    for j, isl in enumerate(sc.islands):
+        key = f"island[{j}].nodes"
+        default = [0, *sorted({2**k for k in range(int(math.log2(isl.nodes)) + 1)} | {int(isl.nodes)})]
+        opts.append([int(v) for v in pick(only, key, default, int(isl.nodes))])
+    return opts
+
+
+def _layout(sc, islands, only, max_gpus) -> tuple[dict[str, np.ndarray], list[list[int]]]:
+    """Rows = replica shape x node index ``k``; island ``j`` uses its ``k``-th positive node count
+    (the last one past its list). ``valid`` (rows, I): the island holds at least one replica."""
+    gpn = np.array([isl.gpus_per_node for isl in islands], dtype=np.int64)
+    opts = _node_options(sc, only)
+    pos = [[n for n in o if n > 0] or [0] for o in opts]
+    g_max = int(max(n * g for o, g in zip(pos, gpn, strict=True) for n in o))
+    if max_gpus is not None:
+        g_max = min(g_max, int(max_gpus))
+    shapes = _replica_shapes(sc, only, max(g_max, 1))
+    rep = shapes["tp"] * shapes["pp"] * shapes["cp"]
+    K = max(len(p) for p in pos)
+    nodes_k = np.array([[p[min(k, len(p) - 1)] for p in pos] for k in range(K)], dtype=np.int64)  # (K, I)
+    si, ki = (a.ravel() for a in np.meshgrid(np.arange(len(rep)), np.arange(K), indexing="ij"))
+    nodes = nodes_k[ki]
+    dp = (nodes * gpn[None, :]) // rep[si][:, None]
+    valid = dp >= 1
+    if max_gpus is not None:
+        valid &= dp * rep[si][:, None] <= max_gpus
+    keep = valid.any(axis=1)
+    layout = {k: v[si[keep]] for k, v in shapes.items()}
+    layout["dp"] = np.maximum(dp[keep], 1)
+    layout["nodes"] = nodes[keep]
+    layout["_k"] = ki[keep]
+    layout["_valid"] = valid[keep]
+    if len(layout["tp"]) == 0:
+        raise ShardMeterError("plan: no layout fits (check --max-gpus and --only)")
+    return layout, opts
+
+
+def _check_classes(node_opts, option_counts, n_sync: int) -> None:
+    """Refuse, before any scoring, more classes than :data:`MAX_CLASSES` (a Python integer:
+    the product of many islands' node counts overflows int64)."""
+    combos = math.prod(len(o) for o in node_opts)
+    n = combos * math.prod(option_counts) * n_sync
+    if n > MAX_CLASSES:
+        many = f"{n:,}" if n < 10**15 else f"about 10^{len(str(n)) - 1}"
+        raise ShardMeterError(
+            f"plan: {many} node combinations x options of {len(node_opts)} islands is too many "
+            f"(limit {MAX_CLASSES:,}); restrict with --only island[i].nodes=... (island[i].nodes alone "
+            "keeps that island's nodes), --only mbs=..., --only recompute=..."
+        )
+
+
+def _reduced_sync(axis: Axis) -> tuple[Axis, list[int]]:
+    """The sync axis with one option per strategy (an island's step and memory depend on the
+    strategy, not on ``inner_steps`` or bits), and each full option's reduced index."""
+    first: dict[str, int] = {}
+    group = []
+    for i, ov in enumerate(axis.overrides):
+        name = ov["sync.strategy"]
+        first.setdefault(name, i)
+        group.append(list(first).index(name))
+    idx = list(first.values())
+    cols = {k: v[idx] for k, v in axis.cols.items()}
+    return Axis("sync", [axis.overrides[i] for i in idx], cols), group
+
+
+class _Ctx:
+    """What the per-island scoring needs: the space (layout x axes), the island count, the
+    global batch and per-prefix arrays."""
+
+    def __init__(self, space: Space, gb: int):
+        self.space, self.gb = space, gb
+        li, codes = space._prefix_codes(np.arange(space.n_prefixes, dtype=np.int64))
+        self.li, self.codes = li, codes
+        cols = space._gather(li, space.axes[: space.n_struct], codes)
+        self.cols = cols
+        n = space.n_islands
+
+        def g(k):
+            return np.broadcast_to(
+                np.asarray(cols[k] if k in cols else space.base[k], dtype=float), (len(li), n)
+            )
+
+        self.g = g
+        self.q = (g("layout.dp") * g("training.micro_batch")).astype(np.int64)  # sequences per m
+
+
+def _struct_bits(ctx: _Ctx, m: np.ndarray) -> np.ndarray:
+    """Per prefix and island, the structural reason bits at ``m`` micro-batches per replica."""
+    g = ctx.g
+    pp = g("layout.pp")
+    v = np.where(pp > 1, np.maximum(g("layout.virtual_stages"), 1.0), 1.0)
+    m = m.astype(float)
+    bits = batch_reasons(m, pp, v, g("model.layers"))
+    pipe = PipeInputs(
+        pp=pp,
+        micro_batches=m,
+        virtual_stages=v,
+        stage_s=np.zeros(()),
+        forward_s=np.zeros(()),
+        weight_grad_s=np.zeros(()),
+    )
+
+    def run(code: int) -> dict[str, Any]:
+        part, opts = ctx.space.table.get("schedule", code)
+        return {"bad": np.asarray(part.infeasible(pipe, opts), dtype=float)}
+
+    bad = np.broadcast_to(by_code(g("layout.schedule"), run)["bad"], bits.shape)
+    return np.asarray(bits, dtype=np.int64) | np.where(bad > 0, int(Reason.SCHEDULE), 0)
+
+
+def _evaluate(ctx: _Ctx, prefixes: np.ndarray, m: np.ndarray) -> dict[str, np.ndarray]:
+    """The model at ``m`` micro-batches per replica (``(P, I)`` or ``(P, R_in, I)``) for
+    ``prefixes``: per island step, feasibility, window, gradient bytes; ``(P, R_in, I)``."""
+    sp = ctx.space
+    R, n = sp.R_in, sp.n_islands
+    per = max(1, EVAL_CELLS // max(1, R * n))
+    res: dict[str, list] = {k: [] for k in ("t", "ok", "bits", "win", "gb", "params")}
+    inner = sp.inner_columns()
+    for lo in range(0, len(prefixes), per):
+        pb = prefixes[lo : lo + per]
+        mb = m[lo : lo + per]
+        mb = mb[:, None, :] if mb.ndim == 2 else mb
+        inp = dict(sp.base)
+        inp.update(sp.prefix_columns(pb))
+        inp.update(inner)
+        inp["training.island_batch"] = (mb * ctx.q[pb][:, None, :]).astype(float)
+        with np.errstate(all="ignore"):
+            out = evaluate(ModelInputs.from_columns(inp), sp.table, detail=False)
+        shape = (len(pb), R, n)
+        bits = np.broadcast_to(out["reasons"], shape)
+        res["t"].append(np.broadcast_to(out["island_step_s"], shape))
+        res["bits"].append(bits)
+        res["ok"].append(bits == 0)
+        res["win"].append(np.broadcast_to(out["island_ar_window_s"], shape))
+        res["gb"].append(np.broadcast_to(out["island_grad_bytes"], shape))
+        res["params"].append(np.broadcast_to(out["params"], shape[:2])[..., None])
+    return {k: np.concatenate(v, axis=0) for k, v in res.items()}
+
+
+def _island_candidates(ctx: _Ctx) -> dict[str, Any]:
+    """Score every island layout x option (see the module docstring, step 1)."""
+    sp, gb = ctx.space, ctx.gb
+    P, n = sp.n_prefixes, sp.n_islands
+    valid = sp.layout["_valid"][ctx.li]
+    pp = ctx.g("layout.pp").astype(np.int64)
+    one = np.ones((P, n), dtype=np.int64)
+    ok1 = _struct_bits(ctx, one) == 0
+    ok2 = _struct_bits(ctx, 2 * one) == 0
+    okp = (_struct_bits(ctx, pp) == 0) & (_struct_bits(ctx, 2 * pp) == 0)
+    d = np.where(ok1 & ok2, 1, np.where(okp, pp, 0))
+    M = gb // np.maximum(ctx.q, 1)
+    K = np.where(d > 0, M // np.maximum(d, 1), 0)
+    base_bits = np.where(valid, 0, int(Reason.TOO_MANY_GPUS)) | np.where(K < 1, _struct_bits(ctx, one), 0)
+    base_bits = np.where((K < 1) & (base_bits == 0), int(Reason.BATCH_SPLIT), base_bits)
+    alive = (K >= 1) & valid
+    live = np.flatnonzero(alive.any(axis=1))
+    R = sp.R_in
+    cand = {"prefix": live, "K": K[live], "d": d[live]}
+    reasons = np.zeros((P, n), dtype=np.int64)
+    reasons[:] = base_bits
+    counts = {"rows": 0}
+    if live.size == 0:
+        return {"live": cand, "reasons": reasons, "model_rows": 0, "R": R}
+    Kl, dl = K[live], np.maximum(d[live], 1)
+    e1 = _evaluate(ctx, live, dl)
+    e2 = _evaluate(ctx, live, 2 * dl)
+    eK = _evaluate(ctx, live, Kl * dl)
+    counts["rows"] = 3 * live.size * R
+    al = alive[live][:, None, :]
+    f1 = e1["ok"] & al
+    f2 = e2["ok"] & f1 & (Kl[:, None, :] >= 2)
+    fK = eK["ok"] & f1
+    kmem = np.where(fK, Kl[:, None, :], np.where(f2, 2, np.where(f1, 1, 0)))
+    # bisection for the largest feasible m between the last feasible and K (memory grows with m)
+    lo = kmem.copy()
+    hi = np.where(fK | ~f1, lo, Kl[:, None, :])
+    while True:
+        todo = (hi - lo) > 1
+        rows = np.flatnonzero(todo.any(axis=(1, 2)))
+        if rows.size == 0:
+            break
+        mid = np.where(todo, (lo + hi) // 2, lo)[rows]
+        em = _evaluate(ctx, live[rows], np.maximum(mid, 1) * dl[rows][:, None, :])
+        counts["rows"] += rows.size * R
+        good = em["ok"]
+        t = todo[rows]
+        lo[rows] = np.where(t & good, mid, lo[rows])
+        hi[rows] = np.where(t & ~good, mid, hi[rows])
+    kmem = lo
+    t1 = e1["t"]
+    slope = np.where(f2, e2["t"] - t1, 0.0)
+    # the line through m = d and 2d must meet the model at the largest m; otherwise keep the points
+    pred = t1 + (Kl[:, None, :] - 1) * slope
+    off = fK & (Kl[:, None, :] > 2) & (np.abs(eK["t"] - pred) > 1e-9 * np.abs(eK["t"]))
+    kmem = np.where(off, np.minimum(kmem, 2), kmem)
+    r_bits = np.where(f1, 0, e1["bits"] | np.where(al, 0, int(Reason.TOO_MANY_GPUS)))
+    cand.update(
+        t1=t1,
+        slope=slope,
+        kmem=kmem,
+        win=e1["win"],
+        gbytes=e1["gb"],
+        params=e1["params"],
+        rbits=r_bits,
+    )
+    return {"live": cand, "reasons": reasons, "model_rows": counts["rows"], "R": R}
+
+
+def _primary_counts(bits: np.ndarray, weight: np.ndarray) -> dict[int, int]:
+    """Infeasible candidates per primary reason (the lowest bit: checks run in that order)."""
+    out: dict[int, int] = {}
+    low = bits & (-bits)
+    for b in REASONS:
+        sel = low == b
+        if np.any(sel):
+            out[b] = int(np.sum(np.broadcast_to(weight, bits.shape)[sel]))
+    return out
+
+
+def search_islands(sc, est, obj: dict[str, Any], only, max_gpus) -> dict[str, Any]:
+    """The decomposed search (module docstring). Returns counts and the chosen plans, each with
+    its overrides (islands kept, per-island layout, shares) and its predicted step and cost."""
+    check_islands(len(sc.islands))
+    only = normalise_only(only)
+    check_only(only, sc, est.registry)
+    raw = plan_raw(sc)
+    resolved = est.resolve(load_scenario(raw, registry=est.registry))
+    islands = resolved.islands
+    n = len(islands)
+    table = PartTable()
+    base = est.inputs(resolved, table)[0].columns()
+    layout, node_opts = _layout(sc, islands, only, max_gpus)
+    axes = plan_axes(est, raw, sc, only, base, table, n)
+    sync_full = next(a for a in axes if a.name == "sync")
+    sync_red, sync_group = _reduced_sync(sync_full)
+    axes = [sync_red if a.name == "sync" else a for a in axes]
+    layout["_bits"] = np.zeros(len(layout["tp"]), dtype=np.int64)
+    _check_classes(
+        node_opts, [len(a) for a in axes if a.name in ("micro_batch", "recompute")], len(sync_full)
+    )
+    space = Space(
+        base,
+        {k: v for k, v in layout.items() if k != "_valid" and k != "_k"}
+        | {"_valid": layout["_valid"], "_k": layout["_k"]},
+        axes,
+        n,
+        obj,
+        [int(i.nodes) for i in islands],
+        table,
+    )
+    gb = int(sc.training.global_batch)
+    ctx = _Ctx(space, gb)
+    sc_res = _island_candidates(ctx)
+    cand = sc_res["live"]
+    R = space.R_in
+    # per-island structural rejections (whole shares) + model rejections at m = d
+    K_all = np.maximum(gb // np.maximum(ctx.q, 1), 1)
+    reasons = _primary_counts(sc_res["reasons"], K_all * R)
+    evaluated = int(np.sum(K_all)) * R
+    feasible = 0
+    if "t1" in cand:
+        w = np.broadcast_to(cand["K"][:, None, :], cand["rbits"].shape)
+        for b, c in _primary_counts(cand["rbits"], w).items():
+            reasons[b] = reasons.get(b, 0) + c
+        feasible = int(np.sum(cand["kmem"]))
+    plans = (
+        _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_group, obj)
+        if "t1" in cand
+        else []
+    )
+    return {
+        "evaluated": evaluated,
+        "feasible": feasible,
+        "reasons": reasons,
+        "model_rows": sc_res["model_rows"],
+        "candidates": plans,
+        "space": {a.name: len(a) for a in space.axes} | {"layouts": space.n_layouts, "sync": len(sync_full)},
+        "space_size": evaluated,
+        "_describe": (space, ctx, sync_full),
+    }
+
+
+def _curves(ctx: _Ctx, cand, j: int, table: PartTable, sync_code: int, grp: int, n_used: int, net):
+    """Island ``j``'s shortest finish time at every share, per (node index, micro-batch code,
+    recompute code): ``{key: (finish (gb+1,), pair index (gb+1,))}`` and the pair arrays."""
+    sp = ctx.space
+    kmem = cand["kmem"][:, :, j]  # (L, R)
+    inner_codes = _inner_codes(sp)
+    grp_of_r = inner_codes["sync"]
+    sel_r = grp_of_r == grp
+    kmem = np.where(sel_r[None, :], kmem, 0)
+    Lidx, Ridx = np.nonzero(kmem > 0)
+    if Lidx.size == 0:
+        return {}, None
+    p0 = cand["prefix"][Lidx]
+    t1 = cand["t1"][Lidx, Ridx, j]
+    sl = cand["slope"][Lidx, Ridx, j]
+    km = kmem[Lidx, Ridx]
+    a, _ = island_finish(
+        table,
+        sync_code,
+        n_used,
+        t1,
+        cand["win"][Lidx, Ridx, j],
+        cand["params"][Lidx, 0, 0],
+        cand["gbytes"][Lidx, Ridx, j],
+        net,
+    )
+    nk0 = sp.layout["_k"][ctx.li[p0]]
+    mb0 = ctx.codes[0][p0] if sp.axes[0].name == "micro_batch" else np.zeros_like(p0)
+    key0 = (nk0 * 64 + mb0) * 64 + inner_codes["recompute"][Ridx]
+    quantum = cand["d"][Lidx, j] * ctx.q[p0, j]
+    # lines of equal share grid (class key, quantum, largest m): a line no lower and no flatter
+    # than another never gives the shortest finish, so only each group's 2-D front is expanded
+    order = np.lexsort((sl, a, km, quantum, key0))
+    g_id = np.stack([key0, quantum, km])[:, order]
+    new_g = np.ones(order.size, dtype=bool)
+    new_g[1:] = np.any(g_id[:, 1:] != g_id[:, :-1], axis=0)
+    s_sorted = sl[order]
+    gidx = np.cumsum(new_g) - 1
+    run = _segmented_running_min(s_sorted, new_g)
+    prev = np.concatenate([[np.inf], run[:-1]])
+    prev[new_g] = np.inf
+    keep = order[s_sorted < prev]
+    del gidx
+    Lidx, Ridx = Lidx[keep], Ridx[keep]
+    reps = kmem[Lidx, Ridx]
+    pl = np.repeat(Lidx, reps)
+    pr = np.repeat(Ridx, reps)
+    starts = np.cumsum(reps) - reps
+    k = np.arange(pl.size) - np.repeat(starts, reps) + 1
+    p = cand["prefix"][pl]
+    d = cand["d"][pl, j]
+    share = k * d * ctx.q[p, j]
+    t = cand["t1"][pl, pr, j] + (k - 1) * cand["slope"][pl, pr, j]
+    fin, egress = island_finish(
+        table,
+        sync_code,
+        n_used,
+        t,
+        cand["win"][pl, pr, j],
+        cand["params"][pl, 0, 0],
+        cand["gbytes"][pl, pr, j],
+        net,
+    )
+    nk = sp.layout["_k"][ctx.li[p]]
+    mbs_c = ctx.codes[0][p] if sp.axes[0].name == "micro_batch" else np.zeros_like(p)
+    rec_c = inner_codes["recompute"][pr]
+    key = (nk * 64 + mbs_c) * 64 + rec_c
+    order = np.lexsort((np.arange(pl.size), fin, share, key))
+    key_s, share_s, fin_s = key[order], share[order], fin[order]
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = (key_s[1:] != key_s[:-1]) | (share_s[1:] != share_s[:-1])
+    ukeys, kidx = np.unique(key_s[first], return_inverse=True)
+    f2 = np.full((len(ukeys), ctx.gb + 1), np.inf)
+    a2 = np.full((len(ukeys), ctx.gb + 1), -1, dtype=np.int64)
+    f2[kidx, share_s[first]] = fin_s[first]
+    a2[kidx, share_s[first]] = order[first]
+    out = {int(kk): (f2[i], a2[i]) for i, kk in enumerate(ukeys)}
+    pairs = {"pl": pl, "pr": pr, "k": k, "t": t, "share": share, "egress": egress, "fin": fin}
+    return out, pairs
+
+
+def _segmented_running_min(x: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Running minimum of ``x`` restarting where ``new`` is true."""
+    seg = np.cumsum(new) - 1
+    big = float(np.nanmax(np.abs(x[np.isfinite(x)]))) * 4 + 1.0 if np.any(np.isfinite(x)) else 1.0
+    shifted = np.where(np.isfinite(x), x, big) - seg * (2 * big + 1.0)  # later segments lower
+    return np.minimum.accumulate(shifted) + seg * (2 * big + 1.0)
+
+
+def _inner_codes(sp: Space) -> dict[str, np.ndarray]:
+    """Each inner option's code on each inner axis (``recompute``, ``sharding``, ``sync``)."""
+    r = np.arange(sp.R_in, dtype=np.int64)
+    out = {"recompute": np.zeros(sp.R_in, np.int64), "sync": np.zeros(sp.R_in, np.int64)}
+    for axis, s, m in zip(
+        sp.axes[sp.n_struct :], sp.strides[sp.n_struct :], sp.radix[sp.n_struct :], strict=True
+    ):
+        out[axis.name] = (r // s) % m
+    return out
+
+
+def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_group, obj):
+    """Every class's exact min-max split (module docstring, step 3) -> candidate plans."""
+    n = space.n_islands
+    islands = resolved.islands
+    table = space.table
+    net = (
+        float(np.max(space.base["network.wan_bytes_s"])),
+        float(np.max(space.base["network.wan_latency_s"])),
+    )
+    sync_codes = [
+        int(np.asarray(sync_full.cols["network.sync"][i]).ravel()[0])
+        if "network.sync" in sync_full.cols
+        else int(np.asarray(space.base["network.sync"]).ravel()[0])
+        for i in range(len(sync_full))
+    ]
+    pos = [[v for v in o if v > 0] for o in node_opts]
+    price = np.array([gpu_hour_usd(isl) for isl in islands], dtype=float)
+    e_price = np.array([egress_usd_per_gb(isl, resolved.network) for isl in islands], dtype=float)
+    gpn = np.array([isl.gpus_per_node for isl in islands], dtype=float)
+    mbs_n = len(space.axes[0]) if space.axes[0].name == "micro_batch" else 1
+    rec_axis = next((a for a in space.axes if a.name == "recompute"), None)
+    rec_n = len(rec_axis) if rec_axis is not None else 1
+    choices = [[-1 if v == 0 else pos[j].index(v) for v in node_opts[j]] for j in range(n)]
+    cache: dict[tuple, Any] = {}
+    folds: dict[tuple, Any] = {}
+
+    def curves(j, o, n_used):
+        key = (j, sync_group[o], sync_codes[o] if n_used > 1 else -1, n_used)
+        if key not in cache:
+            cache[key] = _curves(ctx, cand, j, table, sync_codes[o], sync_group[o], n_used, net)
+        return cache[key]
+
+    out = []
+    for o in range(len(sync_full)):
+        for combo in itertools.product(*choices):
+            used = [j for j in range(n) if combo[j] >= 0]
+            if not used:
+                continue
+            n_used = len(used)
+            per = [curves(j, o, n_used) for j in used]
+            if any(c[1] is None for c in per):
+                continue
+            for mc in range(mbs_n):
+                for rc in range(rec_n):
+                    ck = [(combo[j] * 64 + mc) * 64 + rc for j in used]
+                    if any(k not in c[0] for k, c in zip(ck, per, strict=True)):
+                        continue
+                    cs = [c[0][k][0] for k, c in zip(ck, per, strict=True)]
+                    fk = (o, n_used, tuple(zip(used[:-1], ck[:-1], strict=True)))
+                    if fk not in folds:
+                        h, args = cs[0], []
+                        for cur in cs[1:-1]:
+                            h, arg = fold_min_max(h, cur, ctx.gb)
+                            args.append(arg)
+                        folds[fk] = (h, args)
+                    h, args = folds[fk]
+                    fin, shares = unfold_min_max(h, args, cs[-1] if n_used > 1 else None, ctx.gb)
+                    if shares is None:
+                        continue
+                    picks: list[dict[str, Any]] = []
+                    for k, c, b in zip(ck, per, shares, strict=True):
+                        idx = int(c[0][k][1][b])
+                        pr = c[1]
+                        picks.append(
+                            {
+                                "prefix": int(cand["prefix"][pr["pl"][idx]]),
+                                "inner": int(pr["pr"][idx]),
+                                "m": int(pr["k"][idx] * cand["d"][pr["pl"][idx], used[len(picks)]]),
+                                "share": int(b),
+                                "step": float(pr["t"][idx]),
+                                "egress": float(pr["egress"][idx]),
+                            }
+                        )
+                    billed = np.array([pos[j][combo[j]] * gpn[j] for j in used])
+                    gpu = float(np.sum(gpu_time_usd(billed, price[used], fin)))
+                    egress = (
+                        float(egress_usd(picks[0]["egress"], float(np.sum(e_price[used]))))
+                        if n_used > 1
+                        else 0.0
+                    )
+                    out.append(
+                        {
+                            "step": fin,
+                            "cost_step": gpu + egress,
+                            "sync": o,
+                            "mbs": mc,
+                            "recompute": rc,
+                            "islands": dict(zip(used, picks, strict=True)),
+                            "nodes": {j: pos[j][combo[j]] for j in used},
+                        }
+                    )
+    return out
+
+
+def select(cands: list[dict[str, Any]], obj: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The plans to report from the classes' optima: deadline and budget applied, plans of equal
+    time and cost collapsed into one, then the top-K by time or cost, or the Pareto front."""
+    steps = obj.get("steps") or 1.0
+    counts = {"over_deadline": 0, "over_budget": 0, "equivalent": 0}
+    keep = []
+    for c in cands:
+        if obj.get("deadline_s") is not None and c["step"] * steps > obj["deadline_s"]:
+            counts["over_deadline"] += 1
+            continue
+        if obj.get("budget_usd") is not None and c["cost_step"] * steps > obj["budget_usd"]:
+            counts["over_budget"] += 1
+            continue
+        keep.append(c)
+    cost_of = (lambda c: c["cost_step"]) if obj.get("price") is not None else (lambda c: 0.0)
+    kind = obj["kind"]
+    rank = (lambda c: (c["step"], cost_of(c))) if kind != "cost" else (lambda c: (cost_of(c), c["step"]))
+    keep.sort(key=rank)
+    out: list[dict[str, Any]] = []
+    for c in keep:
+        if out and all(
+            math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0) for a, b in zip(rank(c), rank(out[-1]), strict=True)
+        ):
+            counts["equivalent"] += 1
+            continue
+        out.append(c)
+    if kind == "pareto":
+        front, best = [], math.inf
+        for c in sorted(out, key=lambda c: (c["step"], cost_of(c))):
+            if cost_of(c) < best:
+                front.append(c)
+                best = cost_of(c)
+        return front, counts
+    return out[: obj["k"]], counts
+
+
+def describe(raw: dict[str, Any], sc, c: dict[str, Any], ctx_data) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The scenario ``estimate`` takes for plan ``c`` (islands kept, each with its nodes and its
+    own ``parallelism`` table, ``batch_split = "balanced"``) and the plan's readable dict."""
+    import copy
+
+    space, ctx, sync_full = ctx_data
+    data = copy.deepcopy(raw)
+    isl_raw = data["island"]
+    mbs_ov = space.axes[0].overrides[c["mbs"]] if space.axes[0].name == "micro_batch" else {}
+    inner = _inner_codes(space)
+    axes = {a.name: a for a in space.axes}
+    kept, entries, pars = [], [], []
+    for j, isl in enumerate(sc.islands):
+        if j not in c["islands"]:
+            entries.append({"name": isl.name, "nodes": 0, "nodes_available": int(isl.nodes), "dropped": True})
+            continue
+        pk = c["islands"][j]
+        p, r = pk["prefix"], pk["inner"]
+        li = int(ctx.li[p])
+        lay = space.layout
+        ov: dict[str, Any] = {}
+        ov.update(axes["schedule"].overrides[int(ctx.codes[1][p])] if "schedule" in axes else {})
+        if "sharding" in axes:
+            ov.update(axes["sharding"].overrides[int(inner["sharding"][r])])
+        par = {
+            "tp": int(lay["tp"][li]),
+            "pp": int(lay["pp"][li]),
+            "dp": int(lay["dp"][li, j]),
+            "cp": int(lay["cp"][li]),
+            "ep": int(lay["ep"][li]),
+            "sequence_parallel": bool(lay["sp"][li]),
+            "sharding": ov.get("parallelism.sharding", sc.parallelism.sharding),
+            "schedule": ov.get("parallelism.schedule", sc.parallelism.schedule),
+            "virtual_stages": int(ov.get("parallelism.virtual_stages", 1)),
+        }
+        pars.append(par)
+        d = dict(isl_raw[j])
+        d["nodes"] = int(c["nodes"][j])
+        d["parallelism"] = dict(par)
+        kept.append(d)
+        entries.append(
+            {
+                "name": isl.name,
+                "nodes": int(c["nodes"][j]),
+                "nodes_available": int(isl.nodes),
+                "dp": par["dp"],
+                "gpus": par["dp"] * par["tp"] * par["pp"] * par["cp"],
+                "batch_share": pk["share"],
+                "micro_batches": pk["m"],
+                "parallelism": par,
+            }
+        )
+    data["island"] = kept
+    tr = data.setdefault("training", {})
+    tr.update({k.split(".", 1)[1]: v for k, v in mbs_ov.items()})
+    if "recompute" in axes:
+        tr.update({k.split(".", 1)[1]: v for k, v in axes["recompute"].overrides[c["recompute"]].items()})
+    sync_ov = sync_full.overrides[c["sync"]]
+    if len(kept) > 1:
+        sy = data.setdefault("sync", {})
+        sy.update({k.split(".", 1)[1]: v for k, v in sync_ov.items()})
+        sy["batch_split"] = "balanced"
+    else:
+        data.pop("sync", None)
+        data.pop("network", None)
+    common = {
+        k: (pars[0][k] if all(q[k] == pars[0][k] for q in pars) else [q[k] for q in pars]) for k in pars[0]
+    }
+    plan = {
+        "parallelism": common,
+        "training": {"micro_batch": tr.get("micro_batch"), "recompute": tr.get("recompute")},
+        "islands": entries,
+        "scenario": data,
+    }
+    if len(kept) > 1:
+        plan["sync"] = {k[5:]: v for k, v in sync_ov.items()} | {"batch_split": "balanced"}
+    return data, plan

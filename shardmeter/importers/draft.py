@@ -1,0 +1,64 @@
+"""A scenario being written from a configuration: keys with their origin, and comments."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+__all__ = ["Draft", "TABLES"]
+
+#: The tables of a written scenario, in the order they are written.
+TABLES = ("model", "training", "island", "parallelism", "source")
+
+
+@attrs.define
+class Draft:
+    """What an importer made of a configuration.
+
+    :ivar kind: the format (``"torchtitan"``), named in the header.
+    :ivar file: the file it was read from, as the user gave it.
+    :ivar tables: ``table -> key -> value``, only keys this version accepts.
+    :ivar why: ``"table.key" -> `` the setting the value came from (an end-of-line comment).
+    :ivar notes: ``table -> `` comment lines written under it (unmapped and planned settings).
+    :ivar header: comment lines written at the top.
+    :ivar world: the GPUs it runs on; ``world_why`` says where that number came from.
+    """
+
+    kind: str
+    file: str
+    tables: dict[str, dict[str, Any]] = attrs.field(factory=lambda: {t: {} for t in TABLES})
+    why: dict[str, str] = attrs.field(factory=dict)
+    notes: dict[str, list[str]] = attrs.field(factory=lambda: {t: [] for t in TABLES})
+    header: list[str] = attrs.field(factory=list)
+    #: GPUs the configuration runs on (``--gpus``, or the importer's assumption, ``world_why``).
+    world: int = 0
+    world_why: str = ""
+    #: Its data-parallel degree on those GPUs.
+    dp: int = 1
+
+    def set(self, key: str, value: Any, why: str = "") -> None:
+        """Write ``table.key = value``, with ``why`` as its comment."""
+        table, name = key.split(".", 1)
+        self.tables[table][name] = value
+        if why:
+            self.why[key] = why
+        else:
+            self.why.pop(key, None)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        table, name = key.split(".", 1)
+        return self.tables[table].get(name, default)
+
+    def note(self, table: str, line: str) -> None:
+        """A comment line under ``[table]``."""
+        self.notes[table].append(line)
+
+    def unmapped(self, table: str, setting: str, why: str = "") -> None:
+        """A setting of the configuration with no scenario key (``why``: what it would change)."""
+        self.note(table, f"not mapped: {setting}" + (f" ({why})" if why else ""))
+
+    def planned(self, key: str, value: str, why: str = "") -> None:
+        """A setting whose scenario key is planned but not accepted yet (``value``: TOML text)."""
+        table = key.split(".", 1)[0]
+        self.note(table, f"planned: {key} = {value}" + (f"  ({why})" if why else ""))

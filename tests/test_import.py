@@ -1,0 +1,299 @@
+"""``shardmeter import``: torchtitan job files, Megatron-LM arguments and Hugging Face configs
+as scenarios (fixtures: the frameworks' own published configurations, tests/fixtures/)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import pytest
+from cli_helpers import one_line_error, run
+
+import shardmeter
+from shardmeter.importers.cli import import_config
+from shardmeter.importers.megatron import padded_vocab, parse_args_text
+from shardmeter.importers.torchtitan import ffn_hidden, llama3_model, stage_layers
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+FIX = pathlib.Path(__file__).parent / "fixtures"
+TT_8B = FIX / "torchtitan" / "llama3_8b.toml"
+TT_405B = FIX / "torchtitan" / "llama3_405b.toml"
+TT_DEBUG = FIX / "torchtitan" / "debug_model.toml"
+MG_GPT3 = FIX / "megatron" / "gpt3_175b_args.sh"
+MG_LLAMA = FIX / "megatron" / "llama3_8b_fp8_args.sh"
+
+#: Keys docs/scenario.md lists as planned: an import writes them as comments only.
+PLANNED = {
+    ("training", "framework"),
+    ("training", "compile"),
+    ("training", "recompute_layers"),
+    ("training", "fp8_recipe"),
+    ("training", "fp8_params"),
+    ("training", "offload_layers"),
+    ("parallelism", "async_tp"),
+    ("parallelism", "first_stage_layers"),
+    ("parallelism", "last_stage_layers"),
+}
+
+
+def _tables(text: str) -> dict:
+    data = tomllib.loads(text)
+    for table, key in PLANNED:
+        assert key not in data.get(table, {}), (table, key)
+    return data
+
+
+# -- torchtitan -------------------------------------------------------------------------------------
+
+
+def test_torchtitan_feedforward_widths_are_the_published_llama3_ones():
+    # intermediate_size of Meta's Llama 3 8B / 70B / 405B config.json
+    assert ffn_hidden(4096, 1024, 1.3) == 14336
+    assert ffn_hidden(8192, 4096, 1.3) == 28672
+    assert ffn_hidden(16384, 4096, 1.2) == 53248
+    assert llama3_model("debugmodel")["ffn_hidden"] == 768  # 2/3 x 1024 = 682 -> a multiple of 256
+    assert llama3_model("8B_flex") == llama3_model("8B") and llama3_model("9B") is None
+
+
+def test_torchtitan_pipeline_split_matches_its_generator():
+    # generate_llm_fqn_per_model_part(4, 32): 34 effective layers, 9+9+8+8, embedding and output count 1
+    assert stage_layers(4, 32, 1, 1) == [8, 9, 8, 7]
+    assert sum(stage_layers(16, 126, 1, 1)) == 126
+
+
+def test_the_torchtitan_8b_job_imports_to_a_scenario_that_estimates_once_gpus_are_given():
+    text = import_config("torchtitan", str(TT_8B), gpu="h100-sxm", gpus=64)
+    data = _tables(text)
+    assert (
+        data["model"]["layers"] == 32 and data["model"]["kv_heads"] == 8 and data["model"]["seq_len"] == 8192
+    )
+    assert data["parallelism"]["sharding"] == "fsdp" and "dp" not in data["parallelism"]
+    assert data["training"]["global_batch"] == 64 and data["training"]["micro_batch"] == 1
+    assert data["training"]["tokens"] == 1000 * 64 * 8192
+    assert data["island"] == [{"gpu": "h100-sxm", "nodes": 8, "gpus_per_node": 8}]
+    report = shardmeter.estimate(data)
+    assert report.feasible, report.reasons
+    assert report.params == pytest.approx(8.03e9, rel=0.01)
+    assert report.gpus == 64
+
+
+def test_the_torchtitan_import_comments_every_setting_it_does_not_map():
+    text = import_config("torchtitan", str(TT_8B))
+    for line in (
+        '# planned: training.recompute = "op"',
+        "# planned: training.compile = false",
+        "# not mapped: [optimizer] lr = 0.0003",
+        "# not mapped: [training] max_norm = 1.0",
+        "# not modelled [checkpoint]: enable = false",
+        '# not modelled [metrics]: log_freq = 10, enable_tensorboard = true, save_tb_folder = "tb"',
+        "give --gpu NAME --gpus N",
+    ):
+        assert line in text, line
+
+
+def test_without_gpu_the_island_is_a_placeholder_that_estimate_rejects_naming_it(tmp_path, capsys):
+    out = tmp_path / "run.toml"
+    assert run(capsys, "import", "torchtitan", TT_8B, "-o", out)[0] == 0
+    code, _, err = run(capsys, "estimate", out)
+    assert code == 2 and "$.island[0].gpu: unknown hardware 'GPU-NAME'" in one_line_error(err)
+
+
+def test_the_torchtitan_405b_job_maps_tp_fp8_and_full_recompute():
+    text = import_config("torchtitan", str(TT_405B), gpu="h100-sxm", gpus=512)
+    data = _tables(text)
+    assert data["parallelism"]["tp"] == 8 and data["parallelism"]["sequence_parallel"] is True
+    assert data["training"]["precision"] == "fp8" and data["training"]["recompute"] == "full"
+    assert data["training"]["global_batch"] == 2 * 64 and data["training"]["micro_batch"] == 2
+    for line in (
+        "# planned: parallelism.async_tp = true",
+        "# planned: training.compile = true",
+        "# planned: training.fp8_params = true",
+    ):
+        assert line in text, line
+    assert shardmeter.estimate(data).params == pytest.approx(405.9e9, rel=0.01)
+
+
+def test_the_torchtitan_debug_model_ignores_the_schedule_without_pp():
+    text = import_config("torchtitan", str(TT_DEBUG), gpu="a100-sxm-80gb", gpus=8)
+    data = _tables(text)
+    assert data["model"]["vocab"] == 2048 and data["model"]["hidden"] == 256
+    assert "schedule" not in data["parallelism"]
+    assert '# ignored: pipeline_parallel_schedule = "Interleaved1F1B"' in text
+    assert data["training"]["recompute"] == "full" and "# planned: training.recompute_layers" in text
+    assert shardmeter.estimate(data).feasible
+
+
+def test_torchtitan_hsdp_pipeline_and_interleaving(tmp_path):
+    cfg = tmp_path / "job.toml"
+    cfg.write_text(
+        '[model]\nname = "llama3"\nflavor = "70B"\n[training]\nlocal_batch_size = 8\nglobal_batch_size = 256\n'
+        "seq_len = 8192\n[parallelism]\ndata_parallel_replicate_degree = 2\ndata_parallel_shard_degree = -1\n"
+        'tensor_parallel_degree = 8\npipeline_parallel_degree = 4\npipeline_parallel_schedule = "Interleaved1F1B"\n'
+        "pipeline_parallel_microbatch_size = 2\n",
+        encoding="utf-8",
+    )
+    data = _tables(import_config("torchtitan", str(cfg), gpu="h100-sxm", gpus=256))
+    p = data["parallelism"]
+    assert (p["sharding"], p["tp"], p["pp"], p["schedule"], p["virtual_stages"]) == (
+        "hsdp",
+        8,
+        4,
+        "interleaved",
+        2,
+    )
+    assert data["training"]["micro_batch"] == 2 and data["training"]["global_batch"] == 256
+
+
+@pytest.mark.parametrize(
+    ("gpus", "message"),
+    [
+        (12, "--gpus 12: not a multiple of replicate x tp x pp x cp = 8"),
+        (None, None),
+    ],
+)
+def test_torchtitan_world_size_errors_name_gpus(gpus, message, capsys):
+    argv = ["import", "torchtitan", TT_405B, "--gpu", "h100-sxm"] + (["--gpus", str(gpus)] if gpus else [])
+    code, out, err = run(capsys, *argv)
+    if message is None:
+        assert code == 0 and "nodes = 1" in out
+    else:
+        assert code == 2 and message in one_line_error(err)
+
+
+# -- Megatron-LM ------------------------------------------------------------------------------------
+
+
+def test_megatron_argument_lines_are_parsed_as_its_scripts_write_them():
+    found, bad = parse_args_text(
+        "ARGS=(\n    --num-layers 96 \\\n    --attention-backend auto # comment\n)\n"
+        '    "--fp8-format hybrid"\n--data-path $DATA_PATH\ntorchrun ${A[@]} pretrain_gpt.py \\\n'
+    )
+    assert [(f, v) for f, v, _ in found] == [
+        ("num-layers", ["96"]),
+        ("attention-backend", ["auto"]),
+        ("fp8-format", ["hybrid"]),
+        ("data-path", ["$DATA_PATH"]),
+    ]
+    assert bad == []
+
+
+def test_megatron_pads_the_vocabulary_as_vocab_utils_does():
+    assert padded_vocab(50257, 128, 8) == 51200 and padded_vocab(50257, 128, 1) == 50304
+    assert padded_vocab(128256, 128, 1) == 128256
+
+
+def test_the_megatron_gpt3_175b_example_imports_and_estimates():
+    text = import_config("megatron", str(MG_GPT3), gpu="a100-sxm-80gb", gpus=1024)
+    data = _tables(text)
+    m, t, p = data["model"], data["training"], data["parallelism"]
+    assert (m["layers"], m["hidden"], m["heads"], m["seq_len"], m["vocab"]) == (96, 12288, 96, 2048, 51200)
+    assert m["ffn_hidden"] == 4 * 12288 and m["tied_embeddings"] is True and m["ffn"] == "gelu"
+    assert (t["global_batch"], t["micro_batch"], t["precision"]) == (1536, 1, "fp16")
+    assert (p["tp"], p["pp"], p["sharding"]) == (8, 16, "none")
+    assert "# not mapped: --data-path $DATA_PATH\n" in text
+    assert "# not mapped: --lr 6.0e-5" in text
+    report = shardmeter.estimate(data)
+    assert report.feasible, report.reasons
+    assert report.params == pytest.approx(175e9, rel=0.01)
+
+
+def test_the_megatron_llama3_8b_example_maps_gqa_fp8_and_the_distributed_optimizer():
+    text = import_config("megatron", str(MG_LLAMA), gpu="h100-sxm", gpus=8)
+    data = _tables(text)
+    m, t, p = data["model"], data["training"], data["parallelism"]
+    assert (m["kv_heads"], m["ffn_hidden"], m["vocab"], m["tied_embeddings"], m["dropout"]) == (
+        8,
+        14336,
+        128256,
+        False,
+        False,
+    )
+    assert (t["precision"], t["global_batch"], p["sharding"], p["sequence_parallel"]) == (
+        "fp8",
+        128,
+        "zero1",
+        True,
+    )
+    assert (
+        '# planned: training.fp8_recipe = "delayed"' in text
+        and "# planned: training.fp8_params = true" in text
+    )
+    assert t["tokens"] == 1953125000 * 8192
+    assert shardmeter.estimate(data).params == pytest.approx(8.03e9, rel=0.01)
+
+
+def test_megatron_defaults_and_shell_variables(tmp_path):
+    args = tmp_path / "args.sh"
+    args.write_text(
+        "--num-layers $LAYERS \\\n--hidden-size 2048 \\\n--num-attention-heads 16 \\\n--swiglu \\\n"
+        "--seq-length 4096 --micro-batch-size 2 \\\n--tensor-model-parallel-size 2 --bf16\n"
+        "--recompute-granularity full --recompute-method block --recompute-num-layers 4\n",
+        encoding="utf-8",
+    )
+    text = import_config("megatron", str(args), gpu="h100-sxm", gpus=16)
+    data = _tables(text)
+    assert "layers" not in data["model"]
+    assert "# not mapped: --num-layers $LAYERS (a shell variable" in text
+    assert data["model"]["ffn_hidden"] == int((4 * 2048 * 2 / 3) / 64) * 64 == 5440
+    assert data["training"]["global_batch"] == 2 * 8  # micro-batch x dp = 16 / tp 2
+    assert data["training"]["recompute"] == "full" and "# planned: training.recompute_layers = 4" in text
+    assert "vocab: not in the arguments (it comes from the tokenizer)" in text
+
+
+# -- Hugging Face -----------------------------------------------------------------------------------
+
+#: meta-llama/Meta-Llama-3-8B config.json (the fields the mapping reads).
+LLAMA3_8B_HF = {
+    "model_type": "llama",
+    "hidden_act": "silu",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": False,
+}
+
+
+def test_a_hugging_face_config_imports_with_a_layout_that_fits(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(LLAMA3_8B_HF), encoding="utf-8")
+    text = import_config("hf", str(cfg), gpu="h100-sxm", gpus=16)
+    data = _tables(text)
+    assert data["model"]["ffn_hidden"] == 14336 and data["training"]["global_batch"] == 512
+    report = shardmeter.estimate(data)
+    assert report.feasible and report.params == pytest.approx(8.03e9, rel=0.01)
+    assert "max_position_embeddings" in text
+
+
+# -- the command ------------------------------------------------------------------------------------
+
+
+def test_import_refuses_to_overwrite_its_input(tmp_path, capsys):
+    cfg = tmp_path / "job.toml"
+    cfg.write_bytes(TT_8B.read_bytes())
+    code, _, err = run(capsys, "import", "torchtitan", cfg, "-o", cfg)
+    assert code == 2 and "refusing to overwrite an input" in one_line_error(err)
+    assert cfg.read_bytes() == TT_8B.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["torchtitan", "missing.toml"], "missing.toml: no such file"),
+        (["megatron", str(TT_8B)], "no Megatron-LM arguments (--flag value) found"),
+        (["hf", str(TT_8B)], "not valid JSON"),
+        (["torchtitan", str(TT_8B), "--gpu", "h100-sxn"], "--gpu: unknown hardware 'h100-sxn'"),
+        (["caffe", str(TT_8B)], "invalid choice: 'caffe'"),
+    ],
+)
+def test_import_errors_are_one_line(argv, message, capsys):
+    code, out, err = run(capsys, "import", *argv)
+    assert code == 2 and not out and message in one_line_error(err)
