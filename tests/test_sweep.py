@@ -353,3 +353,19 @@ def test_a_huge_grid_is_refused():
         run_sweep(
             SMALL, [("island[0].nodes", list(range(1, 1001))), ("training.micro_batch", list(range(1, 1001)))]
         )
+
+
+def test_util_column_only_where_islands_sync():
+    """Compute utilization is 1 by definition on one island: the column is left out there and kept
+    between islands, where DiLoCo's outer exchange shows in the step."""
+    from shardmeter.explore.sweep import run_sweep
+    from shardmeter.explore.sweep_table import sweep_table
+
+    one = sweep_table(
+        run_sweep(os.path.join(ROOT, "examples/studies/scale-nodes.toml"), [("island[0].nodes", [1, 2])])
+    )
+    two = sweep_table(
+        run_sweep(os.path.join(ROOT, "examples/studies/diloco.toml"), [("sync.inner_steps", [10, 100])])
+    )
+    assert " util " not in one.splitlines()[1] and " mem GB " in one.splitlines()[1]
+    assert " util " in two.splitlines()[1]

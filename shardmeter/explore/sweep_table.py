@@ -29,7 +29,11 @@ def sweep_table(res) -> str:
     knees = an.get("knees") or ([{"knee": an.get("knee")}] if "knee" in an else [])
     marks = _marks(res.rows[:TABLE_ROWS], x, an.get("transitions", []), knees)
     priced = any(fields_of(r).get("cost_usd") is not None for r in res.rows)
-    headers = [*res.keys, "GPUs", "step", "tokens/s", "tok/s/GPU", "MFU", "util", "mem GB", "regime"]
+    # compute utilization is the share of wall time spent computing between islands' syncs: on one
+    # island (and wherever no sync shows) it is 1 by definition, and a column of 100 % says nothing
+    util = any(fields_of(r).get("compute_utilization") not in (None, 1.0) for r in res.rows)
+    headers = [*res.keys, "GPUs", "step", "tokens/s", "tok/s/GPU", "MFU"]
+    headers += ["util", "mem GB", "regime"] if util else ["mem GB", "regime"]
     if priced:
         headers += ["wall-clock", "cost"]
     if eff:
@@ -38,7 +42,7 @@ def sweep_table(res) -> str:
         headers.append("")
     rows = []
     for i, r in enumerate(res.rows[:TABLE_ROWS]):
-        cells = [format_value(r["vary"][k]) for k in res.keys] + _report_cells(fields_of(r), priced)
+        cells = [format_value(r["vary"][k]) for k in res.keys] + _report_cells(fields_of(r), priced, util)
         if eff:
             cells.append(f"{eff[i]:.1%}" if eff[i] is not None else "-")
         if marks:
@@ -89,7 +93,7 @@ def _point(x, value, series) -> tuple:
     return (format_value(value), tuple(sorted((k, format_value(v)) for k, v in series.items())))
 
 
-def _report_cells(rep: Mapping[str, Any], priced: bool) -> list[Any]:
+def _report_cells(rep: Mapping[str, Any], priced: bool, util: bool = True) -> list[Any]:
     """The cells of one grid point's report, from ``GPUs`` to ``regime`` (and the price)."""
     if rep.get("feasible"):
         cells = [
@@ -102,6 +106,8 @@ def _report_cells(rep: Mapping[str, Any], priced: bool) -> list[Any]:
             f"{rep['memory_per_gpu_gb']:.1f}" if rep.get("memory_per_gpu_gb") is not None else "-",
             rep.get("regime") or "-",
         ]
+        if not util:
+            del cells[5]
     else:
         why = ", ".join(sorted({x.split(":")[0] for x in rep.get("reasons") or []})) or "?"
         cells = [
@@ -114,6 +120,8 @@ def _report_cells(rep: Mapping[str, Any], priced: bool) -> list[Any]:
             f"{rep['memory_per_gpu_gb']:.1f}" if rep.get("memory_per_gpu_gb") is not None else "-",
             f"infeasible ({why})",
         ]
+        if not util:
+            del cells[5]
     if priced:
         cells += [
             fmt_time(rep.get("wall_clock_s")) if rep.get("wall_clock_s") else "-",
