@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from .errors import ScenarioError
 from .model.inputs import (
     RECOMPUTE_CODES,
     Hardware,
@@ -20,6 +21,7 @@ from .model.inputs import (
     Topology,
     Training,
 )
+from .records import Interconnect
 from .resolve import Resolved, ResolvedIsland
 
 __all__ = ["build_inputs", "tier_arrays", "balanced_shares"]
@@ -77,21 +79,28 @@ def build_inputs(
         network=_network(res, row, sync if scalar else np.asarray([[sync]])),
     )
     if len(res.islands) > 1 and res.scenario.sync.batch_split == "balanced":
-        shares = balanced_shares(inp, table)
+        shares = balanced_shares(inp, table, res.scenario.file)
         if shares is not None:
             inp = attrs.evolve(inp, training=attrs.evolve(inp.training, island_batch=shares))
     return inp, table
 
 
-def balanced_shares(inp: ModelInputs, table: PartTable) -> np.ndarray | None:
+#: Largest ``micro-batches per replica x (global_batch + 1)`` that ``batch_split = "balanced"``
+#: splits exactly (its min-max tables are that size; 2^24 float64 cells = 128 MiB).
+BALANCED_MAX_CELLS = 2**24
+
+
+def balanced_shares(inp: ModelInputs, table: PartTable, res_file: str | None = None) -> np.ndarray | None:
     """``[sync] batch_split = "balanced"``: each island's share of ``global_batch`` (sequences,
     ``(1, I)``), a whole number of micro-batches per replica, chosen so that the step (the
     largest island finish time, :func:`~shardmeter.model.islands.island_finish`) is the
     shortest. The model is evaluated once on a batch whose row ``r`` gives every island ``r``
     micro-batches per replica; :func:`~shardmeter.model.islands.min_max_shares` splits exactly.
-    ``None`` (keep the split by replicas) when no balanced split is feasible."""
+    ``None`` (keep the split by replicas) when no balanced split is feasible; a
+    :class:`~shardmeter.errors.ScenarioError` naming ``sync.batch_split`` past
+    :data:`BALANCED_MAX_CELLS`."""
     from .model.evaluate import evaluate
-    from .model.islands import island_finish, min_max_shares
+    from .model.islands import island_finish, min_max_shares, ring_pace
 
     cols = inp.columns()
     n = int(np.shape(cols["layout.dp"])[-1])
@@ -102,12 +111,19 @@ def balanced_shares(inp: ModelInputs, table: PartTable) -> np.ndarray | None:
     q = q.astype(np.int64)
     m_max = gb // np.maximum(q, 1)
     rows = int(max(1, m_max.max()))
+    if rows * (gb + 1) > BALANCED_MAX_CELLS:  # the exact min-max holds shares x micro-batch counts
+        raise ScenarioError(
+            f'"balanced" splits at most {BALANCED_MAX_CELLS:,} (micro-batches per replica x '
+            f'(global_batch + 1)) combinations, here {rows:,} x {gb + 1:,}; use "replicas"',
+            path="sync.batch_split",
+            file=res_file,
+        )
     r = np.arange(1, rows + 1, dtype=np.int64)[:, None]
     cols["training.island_batch"] = (np.minimum(r, np.maximum(m_max, 1)[None, :]) * q[None, :]).astype(float)
     with np.errstate(all="ignore"):
         out = evaluate(ModelInputs.from_columns(cols), table, detail=False)
     ok = (np.asarray(out["reasons"]) == 0) & (r <= m_max[None, :])
-    net = (np.asarray(cols["network.wan_bytes_s"]).max(), np.asarray(cols["network.wan_latency_s"]).max())
+    net = ring_pace(cols["network.wan_bytes_s"], cols["network.wan_latency_s"])
     code = int(np.asarray(cols["network.sync"]).ravel()[0])
     finish, _ = island_finish(
         table,
@@ -228,10 +244,13 @@ def _layout(res: Resolved, row, table: PartTable) -> Layout:
 
 
 def _network(res: Resolved, row, sync) -> Network:
-    """The WAN link between islands (unused with one island) and the sync strategy's code."""
-    net, n = res.network, len(res.islands)
+    """Each island's uplink (its own, else the ``network`` link; unused with one island) and the
+    sync strategy's code."""
+    links: list[Interconnect | None] = [None] * len(res.islands)
+    if res.network is not None:
+        links = [isl.uplink or res.network for isl in res.islands]
     return Network(
-        wan_bytes_s=row([net.bandwidth_gb_s * 1e9 * net.efficiency if net is not None else 1.0] * n),
-        wan_latency_s=row([net.latency_us * 1e-6 if net is not None else 0.0] * n),
+        wan_bytes_s=row([ln.bandwidth_gb_s * 1e9 * ln.efficiency if ln is not None else 1.0 for ln in links]),
+        wan_latency_s=row([ln.latency_us * 1e-6 if ln is not None else 0.0 for ln in links]),
         sync=sync,
     )

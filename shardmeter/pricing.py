@@ -5,7 +5,8 @@ planner alike.
   (``nan`` when unknown); every GPU the island has (``nodes x gpus_per_node``) is billed for
   the whole run, used or not.
 * Egress: the bytes an island sends to other islands, at its cost source's price (the party
-  that bills the island), or the network link's when the island has no cost source.
+  that bills the island; an offer's own price, :mod:`shardmeter.offers`), or its uplink's (its
+  own, else the network link) when the island has no cost source.
 
 :func:`cost_breakdown` lays a run's cost out as ``rate x GPU-hours + egress`` with each price's
 source and date, so a reader can redo the sum.
@@ -55,7 +56,13 @@ def egress_usd_per_gb(isl: ResolvedIsland, network: Interconnect | None) -> floa
     """US dollars per GB this island sends to other islands."""
     if isl.cost is not None:
         return isl.cost.egress_usd_per_gb
-    return network.egress_usd_per_gb if network is not None else 0.0
+    link = _uplink(isl, network)
+    return link.egress_usd_per_gb if link is not None else 0.0
+
+
+def _uplink(isl: ResolvedIsland, network: Interconnect | None) -> Interconnect | None:
+    """The island's uplink with two islands or more: its own, else the network link."""
+    return (isl.uplink or network) if network is not None else None
 
 
 def island_cost_usd(
@@ -98,7 +105,8 @@ def cost_breakdown(res: Resolved, wall_clock_s: float, egress_gb: float) -> dict
         known = math.isfinite(rate)
         per_gb = egress_usd_per_gb(isl, res.network)
         hours = gpu_hours(isl.gpus, wall_clock_s)
-        egress_source = isl.cost.name if isl.cost is not None else (res.network.name if res.network else None)
+        link = _uplink(isl, res.network)
+        egress_source = isl.cost.name if isl.cost is not None else (link.name if link is not None else None)
         rows.append(
             {
                 "name": isl.name,

@@ -60,6 +60,8 @@ class ResolvedIsland:
     #: a link between nodes is known (given, or the GPU's default); without one the island must
     #: stay one node
     has_inter_node: bool = True
+    #: the island's own uplink to the other islands; None: the scenario's ``network`` link
+    uplink: Interconnect | None = None
 
     @property
     def gpus(self) -> int:
@@ -162,8 +164,11 @@ def resolve_scenario(
         base = os.path.dirname(os.path.abspath(file)) if file else None
         reg, overlays = apply_overlays(reg, sc.catalog, base=base, scenario_file=file)
     islands = []
+    offered = {o.name: k for k, o in enumerate(sc.offers)}
+    fixed = len(sc.islands) - len(sc.offers)
     for i, isl in enumerate(sc.islands):
-        where = f"island[{i}]"
+        # an offer's island is named after the offer: its errors name the offer's keys
+        where = f"offer[{offered[isl.name]}]" if i >= fixed and isl.name in offered else f"island[{i}]"
         gpu = resolve_part(reg, "hardware", isl.gpu, f"{where}.gpu", file)
         gpn = isl.gpus_per_node or gpu.gpus_per_node
         tiers = _tiers(reg, isl, gpu, gpn, levels, where, file)
@@ -173,8 +178,13 @@ def resolve_scenario(
             cost = cost_ref
         elif cost_ref == "cloud-on-demand" and "cloud-on-demand" not in reg.names("cost"):
             cost = None
+        elif isinstance(cost_ref, Mapping) and "name" not in cost_ref:
+            cost = _own_cost(cost_ref, isl.name or f"island-{i}", where, file)
         else:
             cost = resolve_part(reg, "cost", cost_ref, f"{where}.price", file)
+        uplink = None
+        if isl.uplink is not None and "network" not in levels:  # with_level("network") re-prices every uplink
+            uplink = resolve_part(reg, "interconnect", _link_ref(isl.uplink), f"{where}.uplink", file)
         par = isl.parallelism or sc.parallelism
         ppath = f"{where}.parallelism" if isl.parallelism else "parallelism"
         sharding = reg.get("sharding", par.sharding, path=f"{ppath}.sharding", file=file)
@@ -198,6 +208,7 @@ def resolve_scenario(
                 own_parallelism=isl.parallelism is not None,
                 has_inter_node=bool(isl.tiers)
                 or bool(levels.get("inter_node", isl.inter_node or gpu.inter_node)),
+                uplink=uplink,
             )
         )
     sync = reg.get("sync", sc.sync.strategy, path="sync.strategy", file=file)
@@ -224,6 +235,20 @@ def resolve_scenario(
     )
 
 
+def _link_ref(ref: Any) -> Any:
+    """An uplink table without a ``name`` overrides the default ``internet`` link, as
+    ``[network] link`` does."""
+    return {"name": "internet", **ref} if isinstance(ref, Mapping) and "name" not in ref else ref
+
+
+def _own_cost(table: Mapping[str, Any], island: str, where: str, file: str | None) -> CostSource:
+    """A ``price`` table without a ``name``: a whole cost source of this island alone (an offer's
+    price, :func:`shardmeter.offers.offer_price`), named by its ``source`` (else
+    ``<island> price``)."""
+    name = table.get("source") or f"{island} price"
+    return structure_record({"name": name, **table}, CostSource, path=f"{where}.price", file=file)
+
+
 def _overlay_notes(overlays, islands, network) -> list[str]:
     """The report's notes on the overlays: which record each entry replaced, and its provenance."""
     from .calibrate.overlay import overlay_notes
@@ -234,6 +259,8 @@ def _overlay_notes(overlays, islands, network) -> list[str]:
         used["interconnect"].update(t.link.name for t in isl.tiers)
         if isl.cost is not None:
             used["cost"].add(isl.cost.name)
+        if isl.uplink is not None:
+            used["interconnect"].add(isl.uplink.name)
     if network is not None:
         used["interconnect"].add(network.name)
     return overlay_notes(overlays, used)

@@ -23,6 +23,7 @@ import attrs
 
 from .convert import FLOAT_MAX, key_path, structure_record
 from .errors import ScenarioError
+from .offers import OFFERS_NOTE, offer_island
 from .overrides import apply_override, parse_override
 from .parts import option_defaults
 from .scenario_files import MAX_DEPTH, check_depth, model_presets, read_scenario_file
@@ -31,6 +32,7 @@ from .scenario_specs import (
     IslandSpec,
     ModelSpec,
     NetworkSpec,
+    OfferSpec,
     ParallelismSpec,
     Scenario,
     SyncSpec,
@@ -44,6 +46,7 @@ __all__ = [
     "TrainingSpec",
     "IslandSpec",
     "NetworkSpec",
+    "OfferSpec",
     "ParallelismSpec",
     "SyncSpec",
     "load_scenario",
@@ -55,7 +58,18 @@ __all__ = [
 
 _PAR_FIELDS = {f.name for f in attrs.fields(ParallelismSpec)} - {"options"}
 _SYNC_FIELDS = {f.name for f in attrs.fields(SyncSpec)} - {"options"}
-_TOP = {"model", "training", "island", "network", "parallelism", "sync", "measured", "source", "catalog"}
+_TOP = {
+    "model",
+    "training",
+    "island",
+    "offer",
+    "network",
+    "parallelism",
+    "sync",
+    "measured",
+    "source",
+    "catalog",
+}
 
 
 def load_scenario(
@@ -120,6 +134,7 @@ def scenario_tables(sc: Scenario) -> dict[str, Any]:
 
 _NONE = object()
 _SINGLE_ISLAND_NOTE = "[sync] and [network] apply only with two islands or more: ignored"
+_SINGLE_UPLINK_NOTE = "an island's uplink applies only with two islands or more: ignored"
 
 
 def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
@@ -136,12 +151,19 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     training_rec = structure_record(training, TrainingSpec, path="training", file=file)
     parse_par = _parallelism_parser(reg, file, notes)
     par_rec = parse_par(data.get("parallelism", {}), "parallelism")
-    isl_recs = _island_records(data, parse_par, file)
+    offer_recs = _offer_records(data.get("offer"), file)
+    isl_recs = _island_records(data, parse_par, file, required=not offer_recs)
+    isl_recs += [offer_island(o) for o in offer_recs]
+    _check_unique_names(isl_recs, file)
     network = data.get("network")
     net_rec = _network_record(network, file)
     sync_rec = _sync_record(data.get("sync", {}), reg, file, notes)
     if len(isl_recs) < 2 and (data.get("sync") or network is not None):
         notes.append(_SINGLE_ISLAND_NOTE)
+    if len(isl_recs) < 2 and isl_recs[0].uplink is not None:
+        notes.append(_SINGLE_UPLINK_NOTE)
+    if offer_recs:
+        notes.append(OFFERS_NOTE)
     measured = _measured(data.get("measured", {}), file)
     source = data.get("source", {})
     if not isinstance(source, dict):
@@ -150,6 +172,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         model=model_rec,
         training=training_rec,
         islands=tuple(isl_recs),
+        offers=offer_recs,
         parallelism=par_rec,
         network=net_rec,
         sync=sync_rec,
@@ -285,11 +308,16 @@ def _parallelism_parser(reg, file: str | None, notes: list[str]) -> Callable[[An
     return parse
 
 
-def _island_records(data: Mapping[str, Any], parse_par, file: str | None) -> list[IslandSpec]:
-    """``[[island]]`` (or ``[[islands]]``): at least one, each named, no name used twice."""
+def _island_records(
+    data: Mapping[str, Any], parse_par, file: str | None, required: bool = True
+) -> list[IslandSpec]:
+    """``[[island]]`` (or ``[[islands]]``): at least one (unless the scenario has ``[[offer]]``),
+    each named."""
     islands = data.get("island", data.get("islands"))
+    if islands is None and not required:
+        return []
     if islands is None:
-        raise ScenarioError("at least one [[island]] is required", path="island", file=file)
+        raise ScenarioError("at least one [[island]] (or [[offer]]) is required", path="island", file=file)
     if not isinstance(islands, list) or not islands:
         raise ScenarioError("expected an array of tables [[island]] (at least one)", path="island", file=file)
     isl_recs = []
@@ -298,11 +326,24 @@ def _island_records(data: Mapping[str, Any], parse_par, file: str | None) -> lis
         if rec.name is None:
             rec = attrs.evolve(rec, name=f"island-{i}" if len(islands) > 1 else "cluster")
         isl_recs.append(rec)
+    return isl_recs
+
+
+def _check_unique_names(isl_recs: list[IslandSpec], file: str | None) -> None:
+    """No name used twice by islands and offers together (an offer becomes an island)."""
     names = [str(r.name) for r in isl_recs]  # every island is named by now
     dup = {n for n in names if names.count(n) > 1}
     if dup:
         raise ScenarioError(f"island name {sorted(dup)[0]!r} is used twice", path="island", file=file)
-    return isl_recs
+
+
+def _offer_records(offers: Any, file: str | None) -> tuple[OfferSpec, ...]:
+    """``[[offer]]``: candidate islands (:mod:`shardmeter.offers`), each named."""
+    if offers is None:
+        return ()
+    if not isinstance(offers, list) or not offers:
+        raise ScenarioError("expected an array of tables [[offer]] (at least one)", path="offer", file=file)
+    return tuple(structure_record(o, OfferSpec, path=f"offer[{k}]", file=file) for k, o in enumerate(offers))
 
 
 def _island_record(isl: Any, where: str, top_par: Any, parse_par, file: str | None) -> IslandSpec:

@@ -1,6 +1,6 @@
 """The records of a scenario: one frozen attrs class per table (``[model]``,
 ``[training]``, ``[parallelism]``, ``[sync]``, ``[[island]]`` and its ``tiers``,
-``[network]``) and the validators of their fields (see SCENARIO.md).
+``[[offer]]``, ``[network]``) and the validators of their fields (see SCENARIO.md).
 
 :mod:`shardmeter.scenario` structures raw tables into these records with the strict
 converter; a validator's ``ValueError`` starts with the field name, so the message
@@ -25,6 +25,7 @@ __all__ = [
     "SyncSpec",
     "TierSpec",
     "IslandSpec",
+    "OfferSpec",
     "NetworkSpec",
     "MAX_COUNT",
 ]
@@ -105,6 +106,17 @@ def _dense_layers(inst, attribute, value):
 def _non_negative(inst, attribute, value):
     if value < 0:
         raise ValueError(f"{attribute.name}: expected an integer >= 0, got {value!r}")
+
+
+def _price(inst, attribute, value):
+    """A price in US dollars: finite and >= 0 (0: free, such as an owned site's uplink)."""
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{attribute.name}: expected a finite number >= 0, got {value!r}")
+
+
+def _label(inst, attribute, value):
+    if not value.strip():
+        raise ValueError(f"{attribute.name}: expected a non-empty string, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -266,6 +278,31 @@ class IslandSpec:
     price: Any = None
     tiers: tuple[TierSpec, ...] | None = None
     parallelism: ParallelismSpec | None = None
+    #: this island's own uplink to the other islands (a link name or table); None: ``[network] link``
+    uplink: Any = None
+
+
+@attrs.frozen(kw_only=True)
+class OfferSpec:
+    """``[[offer]]``: a candidate island to rent (a cloud region, a provider): up to
+    ``max_nodes`` nodes of ``gpu`` at ``price_usd_per_gpu_hour`` (billed per GPU the island
+    has), ``egress_usd_per_gb`` for the bytes it sends to other islands (default 0), its own
+    ``uplink`` (default ``[network] link``) and the island's links (``gpus_per_node``,
+    ``intra_node``, ``inter_node``, ``nics_per_node``; defaults from the GPU, as for an island).
+    ``price_date`` says when the price was read. ``shardmeter.offers`` turns offers into
+    islands."""
+
+    name: str = attrs.field(validator=_label)
+    gpu: Any
+    max_nodes: int = attrs.field(validator=[_count, _bounded])
+    gpus_per_node: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    intra_node: Any = None
+    inter_node: Any = None
+    nics_per_node: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    price_usd_per_gpu_hour: float = attrs.field(validator=_price)
+    egress_usd_per_gb: float = attrs.field(default=0.0, validator=_price)
+    uplink: Any = None
+    price_date: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -277,11 +314,14 @@ class NetworkSpec:
 
 @attrs.frozen(kw_only=True)
 class Scenario:
-    """A whole scenario. ``notes`` collects accepted-but-unused keys."""
+    """A whole scenario. ``notes`` collects accepted-but-unused keys. ``islands`` ends with one
+    island per ``offers`` entry (at its ``max_nodes``, named as the offer), which
+    :meth:`to_dict` writes back as ``[[offer]]`` only."""
 
     model: ModelSpec
     training: TrainingSpec
     islands: tuple[IslandSpec, ...]
+    offers: tuple[OfferSpec, ...] = ()
     parallelism: ParallelismSpec = attrs.field(factory=ParallelismSpec)
     network: NetworkSpec | None = None
     sync: SyncSpec = attrs.field(factory=SyncSpec)
@@ -297,8 +337,14 @@ class Scenario:
         d = CONVERTER.unstructure(self)
         d.pop("notes", None)
         d.pop("file", None)
-        d["island"] = d.pop("islands")
-        for isl in d["island"]:
+        offered = {o.name for o in self.offers}
+        d["island"] = [isl for isl in d.pop("islands") if isl.get("name") not in offered]
+        if not d["island"]:
+            del d["island"]
+        offers = d.pop("offers")
+        if offers:
+            d["offer"] = offers
+        for isl in d.get("island", ()):
             if isl.get("parallelism") is not None:
                 isl["parallelism"].update(isl["parallelism"].pop("options", {}))
         d["parallelism"].update(d["parallelism"].pop("options", {}))

@@ -143,8 +143,9 @@ class Layout:
 
 @attrs.frozen(kw_only=True)
 class Network:
-    """Between islands: each island's achieved uplink ``wan_bytes_s``, ``wan_latency_s`` per ring
-    step, and the ``sync`` strategy's code (one per row)."""
+    """Between islands: each island's achieved uplink ``wan_bytes_s`` (its own ``uplink``, else
+    the ``[network]`` link), ``wan_latency_s`` per ring step, and the ``sync`` strategy's code
+    (one per row)."""
 
     wan_bytes_s: Array
     wan_latency_s: Array

@@ -26,6 +26,7 @@ from .reduce import over_islands
 __all__ = [
     "combine_islands",
     "cross_island",
+    "ring_pace",
     "IslandSteps",
     "SEARCH_OUTPUTS",
     "island_finish",
@@ -53,7 +54,12 @@ def cross_island(
     parts: PartTable, inp: ModelInputs, n_isl: int, slow, island_step, params, grad_bytes, ar_window, full
 ) -> dict[str, Any]:
     """The sync strategy's terms (zeros with one island): ``exposed_s``, ``wan_s``, ``round_s``
-    (rows..., 1) and ``egress_bytes`` (rows...)."""
+    (rows..., 1) and ``egress_bytes`` (rows...).
+
+    The part gets every island's own uplink (``network.wan_bytes_s`` and ``wan_latency_s``,
+    rows x islands; the ``[network]`` link on every island unless an island gives its own) and
+    prices each island's transfer with it; the bundled parts take the largest over islands, so
+    the slowest uplink paces the ring (:func:`ring_pace`)."""
     if not full:  # the scalar path: one island
         return {"exposed_s": 0.0, "wan_s": 0.0, "round_s": 0.0, "egress_bytes": 0.0}
     col = (*full[:-1], 1)
@@ -86,6 +92,20 @@ def cross_island(
     res = {k: np.broadcast_to(v, col) for k, v in out.items()}
     res["egress_bytes"] = res["egress_bytes"][..., 0]
     return res
+
+
+def ring_pace(uplink_bytes_s, latency_s) -> tuple[float, float]:
+    """One ``(bytes/s, latency s)`` pair for a ring over islands with uplinks of their own: the
+    slowest bandwidth and the largest latency. A ring step moves ``S / I`` bytes through every
+    uplink at once and ends with its slowest transfer, so a ring all-reduce takes ``2 (I-1)
+    max_i(S / (I B_i) + alpha_i)`` (Thakur, Rabenseifner and Gropp 2005; Patarasuk and Yuan
+    2009); :func:`cross_island` prices exactly that (each sync part takes the largest island
+    term). This pair bounds it from above and equals it when one uplink is the slowest on both
+    counts (always with one link for all, as ``[network] link``); :func:`island_finish` takes it
+    to choose batch shares and per-island layouts before the islands are known."""
+    return float(np.min(np.asarray(uplink_bytes_s, dtype=float))), float(
+        np.max(np.asarray(latency_s, dtype=float))
+    )
 
 
 def _first(x, shape):
