@@ -16,6 +16,15 @@ x DP 12, global batch 1536), which the best plan must match or beat.
 
     python benchmarks/plan_speed.py                 # serial, then --workers = CPU count
     python benchmarks/plan_speed.py --workers 2 --json
+    python benchmarks/plan_speed.py --islands       # the per-island planner's two cases
+
+``--islands`` times the per-island planner (``plan`` with several islands) on the three-island
+example and on ``benchmarks/scenarios/two-islands-2x1024-h100.toml``, and prints both ways of
+counting its work: *island candidates* (island layout x inner option x node count x batch
+share, each scored: what ``evaluated`` counts) and *combined plans* (a feasible island
+candidate per island used, shares summing to the global batch: what scoring every
+combination would score, which the exact min-max fold covers without forming it), with the
+full-model rows behind them.
 """
 
 from __future__ import annotations
@@ -31,6 +40,38 @@ import tracemalloc
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIO = os.path.join(HERE, os.pardir, "examples", "gpt3-175b-1536-a100.toml")
 TARGET = 6_000_000  # candidates per second, serial (issue 10; issue 4 asked 1,000,000)
+ISLAND_CASES = (
+    # (scenario, target island candidates/s or None, target seconds or None)
+    (os.path.join(HERE, os.pardir, "examples", "multi-island", "three-islands.toml"), 3_000_000, None),
+    (os.path.join(HERE, "scenarios", "two-islands-2x1024-h100.toml"), None, 5.0),
+)
+
+
+def run_islands() -> list[dict]:
+    """The per-island planner on :data:`ISLAND_CASES` (time objective, no reports)."""
+    from shardmeter.explore.plan import search
+
+    out = []
+    for path, rate, seconds in ISLAND_CASES:
+        doc = search(path, top=1, build_reports=False)
+        s = doc["seconds"]
+        row = {
+            "scenario": os.path.relpath(path, os.path.join(HERE, os.pardir)),
+            "seconds": s,
+            "island_candidates": doc["evaluated"],
+            "island_candidates_per_s": doc["evaluated"] / s,
+            "combined_plans": doc["combined_plans"],
+            "combined_plans_per_s": doc["combined_plans"] / s,
+            "model_rows": doc["model_rows"],
+            "model_rows_per_s": doc["model_rows"] / s,
+            "classes": doc["classes"],
+        }
+        row["meets_target"] = (rate is None or row["island_candidates_per_s"] >= rate) and (
+            seconds is None or s <= seconds
+        )
+        row["target"] = f">= {rate:,} island candidates/s" if rate else f"<= {seconds} s"
+        out.append(row)
+    return out
 
 
 def _rss_mb(who) -> float:
@@ -76,12 +117,26 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--cp", action="store_true", help="also search context parallelism (1..16)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--islands", action="store_true", help="time the per-island planner's two cases instead")
     ap.add_argument(
         "--tracemalloc",
         action="store_true",
         help="also trace Python allocations in the serial run (slows it 2-3x; timing then not comparable)",
     )
     args = ap.parse_args(argv)
+    if args.islands:
+        rows = run_islands()
+        if args.json:
+            print(json.dumps({"cpus": os.cpu_count(), "islands": rows}, indent=2))
+        for r in rows if not args.json else []:
+            print(
+                f"{r['scenario']}: {r['seconds']:.2f} s; {r['island_candidates']:,} island candidates "
+                f"({r['island_candidates_per_s'] / 1e6:.1f} M/s), {r['combined_plans']:.3g} combined plans "
+                f"({r['combined_plans_per_s']:.3g}/s), {r['model_rows']:,} model rows "
+                f"({r['model_rows_per_s'] / 1e6:.2f} M/s), {r['classes']:,} classes; target {r['target']}: "
+                f"{'met' if r['meets_target'] else 'NOT met'}"
+            )
+        return 0 if all(r["meets_target"] for r in rows) else 1
 
     from shardmeter.estimator import Estimator
 

@@ -163,7 +163,7 @@ def test_search_memory_does_not_grow_with_the_islands():
     for n in (2, 32):
         tracemalloc.start()
         try:
-            search(many_islands(n, nodes=lambda j: 1), top=3, build_reports=False)
+            search(many_islands(n, nodes=lambda j: 1), top=3, build_reports=False, layouts="shared")
             peaks[n] = tracemalloc.get_traced_memory()[1] / 1e6
         finally:
             tracemalloc.stop()
@@ -175,7 +175,12 @@ def test_layout_table_of_many_islands_has_a_smaller_row_limit(monkeypatch):
     monkeypatch.setattr(layouts, "MAX_LAYOUTS", 1000)
     scenario = many_islands(4, nodes=lambda j: 8)  # 4**4 = 256 node combinations
     with pytest.raises(ShardMeterError, match=r"256 node combinations of 4 islands .* \(limit 500\)"):
-        search(scenario, only={"tp": [1, 2], "pp": [1], "cp": [1], "sp": [False]}, build_reports=False)
+        search(
+            scenario,
+            only={"tp": [1, 2], "pp": [1], "cp": [1], "sp": [False]},
+            build_reports=False,
+            layouts="shared",
+        )
 
 
 def test_top_is_bounded_with_the_flag_named(capsys, tmp_path):
@@ -369,7 +374,6 @@ BAD_ONLY = [
     (HEADS_32, ["pp=99"], ["--only pp=99", "model.layers (8)"]),
     (HEADS_32, ["tp=8,32"], ["--only tp=32", "fits in no layout", "at most 16 GPUs"]),
     (HEADS_32, ["dp=4,100"], ["--only dp=100", "fits in no layout"]),
-    (TWO, ["island[0].nodes=1", "tp=16"], ["fits in no layout", "every island holds a whole replica"]),
     (HEADS_32, ["cp=3"], ["--only cp=3", "model.seq_len"]),
     (HEADS_32, ["ep=2"], ["--only ep=2", "no experts"]),
     (HEADS_32, ["dp=abc"], ["--only dp=abc"]),
@@ -402,6 +406,20 @@ def test_an_only_the_plan_cannot_use_is_an_error_naming_it(scenario, items, expe
     args = [a for it in items for a in ("--only", it)]
     code, out, err = run_cli(capsys, "plan", path, "--top", "1", *args)
     check_error(code, out, err, *expect, where=" ".join(items))
+
+
+def test_one_shared_layout_that_fits_no_island_is_an_error_per_island_an_infeasible_result(capsys, tmp_path):
+    """``--layouts shared`` puts one layout on every island: a replica larger than an island is
+    bad input. Per island (the default with several islands) the island holds no layout and
+    the result says so, with the reasons."""
+    path = tmp_path / "s.toml"
+    path.write_text(to_toml(TWO))
+    only = ["--only", "island[0].nodes=1", "--only", "tp=16"]
+    code, out, err = run_cli(capsys, "plan", path, "--top", "1", "--layouts", "shared", *only)
+    check_error(code, out, err, "fits in no layout", "every island holds a whole replica")
+    doc = search(TWO, only={"island[0].nodes": [1], "tp": [16]}, top=1, build_reports=False)
+    assert doc["layouts"] == "per-island" and doc["classes"] == 0
+    assert doc["plans"] == [] and doc["infeasible"]["parallelism"] > 0  # layouts larger than island 0
 
 
 @pytest.mark.parametrize(

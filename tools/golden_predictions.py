@@ -85,7 +85,9 @@ def plan_of(case: dict) -> dict:
     if isinstance(src, str):
         src = str(ROOT / src)
     doc = search(src, only=case["only"], top=case["top"], objective=case["objective"])
-    doc = {k: v for k, v in doc.items() if k not in ("seconds", "candidates_per_s", "workers")}
+    doc = {
+        k: v for k, v in doc.items() if k not in ("seconds", "candidates_per_s", "workers", "report_seconds")
+    }
     return json.loads(json.dumps(doc, default=str))
 
 

@@ -127,6 +127,11 @@ def _fraction(text: str) -> float:
     return v
 
 
+#: ``plan --objective`` (the planner's ``OBJECTIVES``, spelled here so that building the parser
+#: does not import the planner; a test keeps the two equal).
+PLAN_OBJECTIVES = ("time", "cost", "pareto", "time-to-quality", "cost-to-quality")
+
+
 def add_plan_parser(sub) -> None:
     p = sub.add_parser(
         "plan",
@@ -141,9 +146,10 @@ def add_plan_parser(sub) -> None:
     _common(p)
     p.add_argument(
         "--objective",
-        choices=("time", "cost", "pareto"),
+        choices=PLAN_OBJECTIVES,
         default="time",
-        help="rank by wall-clock time, by dollar cost, or return the time/cost Pareto front",
+        help="rank by wall-clock time or by dollar cost, return the time/cost Pareto front, or rank "
+        "by time or cost to data-parallel quality (the convergence model's tokens factor)",
     )
     p.add_argument("--top", type=_positive_int, default=10, metavar="K", help="plans to return (default 10)")
     p.add_argument("--max-gpus", type=_positive_int, metavar="N", help="use at most N GPUs in total")
@@ -165,10 +171,22 @@ def add_plan_parser(sub) -> None:
     )
     p.add_argument("--chunk", type=_positive_int, default=None, help="candidates per task (default 262144)")
     p.add_argument(
+        "--csv",
+        metavar="OUT",
+        help="write one row per returned plan to OUT (atomically): rank, objective, time, cost, "
+        "each island's nodes, layout and share",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="draw wall-clock against cost: the Pareto front and the returned plans by rank "
+        "(.png or .svg; needs shardmeter[plot])",
+    )
+    p.add_argument(
         "--layouts",
         choices=("shared", "per-island"),
-        default="shared",
-        help="several islands: one layout on every island split by replicas (default), or each island "
-        "its own layout, node count and balanced batch share",
+        default=None,
+        help="several islands: each island its own layout, node count and balanced batch share "
+        "(per-island, the default), or one layout on every island split by replicas (shared)",
     )
     p.set_defaults(func=_with_dask_timeout(cmd_plan))

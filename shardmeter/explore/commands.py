@@ -203,7 +203,11 @@ def cmd_plan(args) -> int:
     from .plan import DEFAULT_CHUNK, search
 
     _check_workers(args)
-    check_outputs(args)  # none today; any output option added later is checked the same way
+    check_outputs(args)
+    if getattr(args, "plot", None):
+        from .plan_plot import check_plan_plot
+
+        check_plan_plot(args.plot, label="--plot")  # its suffix and matplotlib, before the search
     prog = Progress("plan ", enabled=False if args.json else None)
     try:
         doc = search(
@@ -219,15 +223,33 @@ def cmd_plan(args) -> int:
             workers=args.workers,
             dask=args.dask,
             progress=prog,
-            layouts=getattr(args, "layouts", "shared"),
+            layouts=getattr(args, "layouts", None),
         )
     finally:
         prog.close()
+    _write_plan_outputs(args, doc)
     if args.json:
         _dump(doc)
     else:
         print(plan_table(doc))
+        for opt in ("csv", "plot"):
+            if getattr(args, opt, None):
+                print(f"wrote {getattr(args, opt)}")
     if doc.get("interrupted"):
         print("shardmeter: interrupted: the plans above are the best found so far", file=sys.stderr)
         return 130
     return 0
+
+
+def _write_plan_outputs(args, doc) -> None:
+    """``plan --csv`` and ``--plot``: the returned plans (the best so far when interrupted)."""
+    if getattr(args, "csv", None):
+        from .plan_csv import write_plan_csv
+
+        write_plan_csv(args.csv, doc, label="--csv")
+    if getattr(args, "plot", None):
+        from .plan_plot import plot_plan
+
+        plot_plan(
+            doc, args.plot, title=f"{os.path.basename(args.file)}: plan ({args.objective})", label="--plot"
+        )

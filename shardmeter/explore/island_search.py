@@ -38,7 +38,7 @@ from ..model.dispatch import by_code
 from ..model.evaluate import evaluate
 from ..model.feasibility import REASONS, Reason, batch_reasons
 from ..model.inputs import ModelInputs, PartTable
-from ..model.islands import fold_min_max, island_finish, unfold_min_max
+from ..model.islands import fold_min_max, island_finish, ring_pace, unfold_min_max
 from ..parts import PipeInputs
 from ..pricing import egress_usd, egress_usd_per_gb, gpu_hour_usd, gpu_time_usd
 from ..scenario import load_scenario
@@ -46,6 +46,7 @@ from .axes import Axis, plan_axes
 from .knobs import check_only, normalise_only, pick
 from .layouts import _replica_shapes, check_islands
 from .space import Space, plan_raw
+from .to_quality import quality_factor
 
 __all__ = ["search_islands", "MAX_CLASSES"]
 
@@ -55,22 +56,25 @@ MAX_CLASSES = 2_000_000
 EVAL_CELLS = 1 << 16
 
 
-def _node_options(sc, only) -> list[list[int]]:
-    """Each island's node counts tried: 0 (dropped), powers of two and all of its nodes; an
+def _node_options(sc, only, given=None) -> list[list[int]]:
+    """Each island's node counts tried: 0 (dropped), powers of two and all of its nodes, or
+    ``given[j]`` (an ``[[offer]]`` scenario: :func:`shardmeter.offers.offer_islands`); an
     ``--only island[i].nodes`` keeps its values (and then no 0)."""
     opts = []
     for j, isl in enumerate(sc.islands):
         key = f"island[{j}].nodes"
         default = [0, *sorted({2**k for k in range(int(math.log2(isl.nodes)) + 1)} | {int(isl.nodes)})]
+        if given is not None:
+            default = [int(v) for v in given[j]]
         opts.append([int(v) for v in pick(only, key, default, int(isl.nodes))])
     return opts
 
 
-def _layout(sc, islands, only, max_gpus) -> tuple[dict[str, np.ndarray], list[list[int]]]:
+def _layout(sc, islands, only, max_gpus, given=None) -> tuple[dict[str, np.ndarray], list[list[int]]]:
     """Rows = replica shape x node index ``k``; island ``j`` uses its ``k``-th positive node count
     (the last one past its list). ``valid`` (rows, I): the island holds at least one replica."""
     gpn = np.array([isl.gpus_per_node for isl in islands], dtype=np.int64)
-    opts = _node_options(sc, only)
+    opts = _node_options(sc, only, given)
     pos = [[n for n in o if n > 0] or [0] for o in opts]
     g_max = int(max(n * g for o, g in zip(pos, gpn, strict=True) for n in o))
     if max_gpus is not None:
@@ -198,6 +202,20 @@ def _evaluate(ctx: _Ctx, prefixes: np.ndarray, m: np.ndarray) -> dict[str, np.nd
     return {k: np.concatenate(v, axis=0) for k, v in res.items()}
 
 
+def _evaluate_where(ctx: _Ctx, prefixes: np.ndarray, m: np.ndarray, rows: np.ndarray, like):
+    """:func:`_evaluate` on ``prefixes[rows]`` only; the other rows are infeasible (``ok``
+    false, ``t`` NaN), shaped as ``like``. ``_rows``: the rows scored."""
+    out: dict[str, Any] = {
+        "t": np.full(like["t"].shape, np.nan),
+        "ok": np.zeros(like["ok"].shape, dtype=bool),
+    }
+    if rows.size:
+        e = _evaluate(ctx, prefixes[rows], m[rows])
+        out["t"][rows], out["ok"][rows] = e["t"], e["ok"]
+    out["_rows"] = int(rows.size)
+    return out
+
+
 def _island_candidates(ctx: _Ctx) -> dict[str, Any]:
     """Score every island layout x option (see the module docstring, step 1)."""
     sp, gb = ctx.space, ctx.gb
@@ -213,22 +231,31 @@ def _island_candidates(ctx: _Ctx) -> dict[str, Any]:
     K = np.where(d > 0, M // np.maximum(d, 1), 0)
     base_bits = np.where(valid, 0, int(Reason.TOO_MANY_GPUS)) | np.where(K < 1, _struct_bits(ctx, one), 0)
     base_bits = np.where((K < 1) & (base_bits == 0), int(Reason.BATCH_SPLIT), base_bits)
+    # an interleaved schedule's virtual-stage options at pp = 1 are exact copies of one scored prefix
+    dup = np.broadcast_to(sp.prefix_verdict(np.arange(P, dtype=np.int64))[1][:, None], (P, n))
     alive = (K >= 1) & valid
+    dup_alive = alive & dup
+    alive &= ~dup
     live = np.flatnonzero(alive.any(axis=1))
     R = sp.R_in
     cand = {"prefix": live, "K": K[live], "d": d[live]}
     reasons = np.zeros((P, n), dtype=np.int64)
     reasons[:] = base_bits
     counts = {"rows": 0}
+    counts["duplicates"] = int(np.sum(np.where(dup_alive, M, 0))) * R
     if live.size == 0:
-        return {"live": cand, "reasons": reasons, "model_rows": 0, "R": R}
+        return {"live": cand, "reasons": reasons, "model_rows": 0, "R": R, "duplicates": counts["duplicates"]}
     Kl, dl = K[live], np.maximum(d[live], 1)
-    e1 = _evaluate(ctx, live, dl)
-    e2 = _evaluate(ctx, live, 2 * dl)
-    eK = _evaluate(ctx, live, Kl * dl)
-    counts["rows"] = 3 * live.size * R
     al = alive[live][:, None, :]
+    e1 = _evaluate(ctx, live, dl)
     f1 = e1["ok"] & al
+    # m = 2d and the largest m only where some island x option is feasible at m = d and needs them
+    need = f1.any(axis=1)
+    e2 = _evaluate_where(ctx, live, 2 * dl, np.flatnonzero((need & (Kl >= 2)).any(axis=1)), e1)
+    e3 = _evaluate_where(ctx, live, Kl * dl, np.flatnonzero((need & (Kl > 2)).any(axis=1)), e1)
+    K3 = Kl[:, None, :]
+    eK = {k: np.where(K3 > 2, e3[k], np.where(K3 == 2, e2[k], e1[k])) for k in ("t", "ok")}
+    counts["rows"] = (live.size + e2["_rows"] + e3["_rows"]) * R
     f2 = e2["ok"] & f1 & (Kl[:, None, :] >= 2)
     fK = eK["ok"] & f1
     kmem = np.where(fK, Kl[:, None, :], np.where(f2, 2, np.where(f1, 1, 0)))
@@ -264,7 +291,13 @@ def _island_candidates(ctx: _Ctx) -> dict[str, Any]:
         params=e1["params"],
         rbits=r_bits,
     )
-    return {"live": cand, "reasons": reasons, "model_rows": counts["rows"], "R": R}
+    return {
+        "live": cand,
+        "reasons": reasons,
+        "model_rows": counts["rows"],
+        "R": R,
+        "duplicates": counts["duplicates"],
+    }
 
 
 def _primary_counts(bits: np.ndarray, weight: np.ndarray) -> dict[int, int]:
@@ -278,9 +311,10 @@ def _primary_counts(bits: np.ndarray, weight: np.ndarray) -> dict[int, int]:
     return out
 
 
-def search_islands(sc, est, obj: dict[str, Any], only, max_gpus) -> dict[str, Any]:
+def search_islands(sc, est, obj: dict[str, Any], only, max_gpus, node_options=None) -> dict[str, Any]:
     """The decomposed search (module docstring). Returns counts and the chosen plans, each with
-    its overrides (islands kept, per-island layout, shares) and its predicted step and cost."""
+    its overrides (islands kept, per-island layout, shares) and its predicted step and cost.
+    ``node_options``: each island's node counts to try (default: 0, powers of two and all)."""
     check_islands(len(sc.islands))
     only = normalise_only(only)
     check_only(only, sc, est.registry)
@@ -290,7 +324,7 @@ def search_islands(sc, est, obj: dict[str, Any], only, max_gpus) -> dict[str, An
     n = len(islands)
     table = PartTable()
     base = est.inputs(resolved, table)[0].columns()
-    layout, node_opts = _layout(sc, islands, only, max_gpus)
+    layout, node_opts = _layout(sc, islands, only, max_gpus, node_options)
     axes = plan_axes(est, raw, sc, only, base, table, n)
     sync_full = next(a for a in axes if a.name == "sync")
     sync_red, sync_group = _reduced_sync(sync_full)
@@ -324,16 +358,18 @@ def search_islands(sc, est, obj: dict[str, Any], only, max_gpus) -> dict[str, An
         for b, c in _primary_counts(cand["rbits"], w).items():
             reasons[b] = reasons.get(b, 0) + c
         feasible = int(np.sum(cand["kmem"]))
-    plans = (
+    plans, represented = (
         _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_group, obj)
         if "t1" in cand
-        else []
+        else ([], 0.0)
     )
     return {
         "evaluated": evaluated,
         "feasible": feasible,
         "reasons": reasons,
         "model_rows": sc_res["model_rows"],
+        "duplicates": sc_res["duplicates"],
+        "combined_plans": represented,
         "candidates": plans,
         "space": {a.name: len(a) for a in space.axes} | {"layouts": space.n_layouts, "sync": len(sync_full)},
         "space_size": evaluated,
@@ -341,85 +377,137 @@ def search_islands(sc, est, obj: dict[str, Any], only, max_gpus) -> dict[str, An
     }
 
 
-def _curves(ctx: _Ctx, cand, j: int, table: PartTable, sync_code: int, grp: int, n_used: int, net):
-    """Island ``j``'s shortest finish time at every share, per (node index, micro-batch code,
-    recompute code): ``{key: (finish (gb+1,), pair index (gb+1,))}`` and the pair arrays."""
+def _lines(ctx: _Ctx, cand, j: int, grp: int) -> dict[str, np.ndarray] | None:
+    """Island ``j``'s feasible lines (layout x inner option of sync group ``grp``): step at
+    ``m = d`` and slope per ``d`` micro-batches, largest ``m / d``, window, gradient bytes,
+    class key (node index, micro-batch code, recompute code), share quantum, and the id of
+    their (key, quantum, largest ``m``) group. ``None`` when none is feasible."""
     sp = ctx.space
-    kmem = cand["kmem"][:, :, j]  # (L, R)
-    inner_codes = _inner_codes(sp)
-    grp_of_r = inner_codes["sync"]
-    sel_r = grp_of_r == grp
-    kmem = np.where(sel_r[None, :], kmem, 0)
+    r_all = np.arange(sp.R_in, dtype=np.int64)[None, :]
+    in_grp = _codes_of(ctx, "sync", cand["prefix"][:, None], r_all) == grp
+    kmem = np.where(in_grp, cand["kmem"][:, :, j], 0)
     Lidx, Ridx = np.nonzero(kmem > 0)
     if Lidx.size == 0:
-        return {}, None
+        return None
     p0 = cand["prefix"][Lidx]
-    t1 = cand["t1"][Lidx, Ridx, j]
-    sl = cand["slope"][Lidx, Ridx, j]
-    km = kmem[Lidx, Ridx]
-    a, _ = island_finish(
-        table,
-        sync_code,
-        n_used,
-        t1,
-        cand["win"][Lidx, Ridx, j],
-        cand["params"][Lidx, 0, 0],
-        cand["gbytes"][Lidx, Ridx, j],
-        net,
-    )
     nk0 = sp.layout["_k"][ctx.li[p0]]
-    mb0 = ctx.codes[0][p0] if sp.axes[0].name == "micro_batch" else np.zeros_like(p0)
-    key0 = (nk0 * 64 + mb0) * 64 + inner_codes["recompute"][Ridx]
-    quantum = cand["d"][Lidx, j] * ctx.q[p0, j]
-    # lines of equal share grid (class key, quantum, largest m): a line no lower and no flatter
-    # than another never gives the shortest finish, so only each group's 2-D front is expanded
-    order = np.lexsort((sl, a, km, quantum, key0))
-    g_id = np.stack([key0, quantum, km])[:, order]
+    mb0 = _codes_of(ctx, "micro_batch", p0, Ridx)
+    key = (nk0 * 64 + mb0) * 64 + _codes_of(ctx, "recompute", p0, Ridx)
+    q = cand["d"][Lidx, j] * ctx.q[p0, j]
+    km = kmem[Lidx, Ridx]
+    w = np.int64(ctx.gb + 1)  # q and km are at most the global batch
+    _, gid = np.unique((key * w + q) * w + km, return_inverse=True)
+    return {
+        "L": Lidx,
+        "R": Ridx,
+        "t1": cand["t1"][Lidx, Ridx, j],
+        "sl": cand["slope"][Lidx, Ridx, j],
+        "km": km,
+        "win": cand["win"][Lidx, Ridx, j],
+        "gb": cand["gbytes"][Lidx, Ridx, j],
+        "params": cand["params"][Lidx, 0, 0],
+        "key": key,
+        "q": q,
+        "gid": gid.ravel(),
+    }
+
+
+def _curves(ctx: _Ctx, lines, table: PartTable, sync_code: int, n_used: int, net):
+    """An island's shortest finish time at every share, per class key: ``{key: (finish (gb+1,),
+    pair index (gb+1,))}`` and the pair arrays, from its :func:`_lines`.
+
+    When the finish is one non-decreasing function of the step for all lines (one island;
+    DiLoCo, whose exposed time reads the step and the parameters only; checked on every line
+    at its smallest and largest ``m``), the shortest finish is that function of the shortest
+    step, so the step envelope (:func:`_envelope`) is computed once per island and sync group
+    and shared by every sync option and island count. Otherwise (all-reduce: each layout has its
+    own overlap window) the envelope is taken over the lines' own finish times."""
+    if lines is None:
+        return {}, None
+    ln = lines
+    if _common_finish(table, sync_code, n_used, net, ln):
+        if "_env" not in ln:
+            ln["_env"] = _envelope(ctx, ln, ln["t1"], None)
+        ukeys, best_t, arg, pairs = ln["_env"]
+        idx = arg[arg >= 0]
+        rows = pairs["rows"][idx]
+        fin = np.full(best_t.shape, np.inf)
+        egress = np.full(pairs["t"].shape, np.nan)
+        fin[arg >= 0], egress[idx] = island_finish(
+            table,
+            sync_code,
+            n_used,
+            pairs["t"][idx],
+            ln["win"][rows],
+            ln["params"][rows],
+            ln["gb"][rows],
+            net,
+        )
+        pairs = pairs | {"egress": egress}
+    else:
+        a, _ = island_finish(table, sync_code, n_used, ln["t1"], ln["win"], ln["params"], ln["gb"], net)
+
+        def finish(rows, t):
+            return island_finish(
+                table, sync_code, n_used, t, ln["win"][rows], ln["params"][rows], ln["gb"][rows], net
+            )
+
+        ukeys, fin, arg, pairs = _envelope(ctx, ln, a, finish)
+    width = ctx.gb + 1
+    f2, a2 = fin.reshape(len(ukeys), width), arg.reshape(len(ukeys), width)
+    return {int(kk): (f2[i], a2[i]) for i, kk in enumerate(ukeys)}, pairs
+
+
+def _common_finish(table: PartTable, sync_code: int, n_used: int, net, ln) -> bool:
+    """Whether island ``finish`` reads neither the window nor the gradient bytes of the lines
+    (the same values with those of the first line, at each line's smallest and largest step)."""
+    if n_used < 2:
+        return True
+    one = {k: ln[k][:1] for k in ("win", "params", "gb")}
+    for t in (ln["t1"], ln["t1"] + (ln["km"] - 1) * ln["sl"]):
+        f, e = island_finish(table, sync_code, n_used, t, ln["win"], ln["params"], ln["gb"], net)
+        g, h = island_finish(table, sync_code, n_used, t, one["win"], one["params"], one["gb"], net)
+        if not (np.array_equal(f, g) and np.array_equal(e, h)):
+            return False
+    return True
+
+
+def _envelope(ctx: _Ctx, ln, a: np.ndarray, finish):
+    """The smallest value per (class key, share) over the lines ``ln`` (ranked by ``a``, their
+    value at ``m = d``): ``(keys, best (keys x (gb + 1),), pair index (same), pairs)``.
+
+    Lines of one (key, quantum, largest ``m``) group that are no lower at ``m = d`` and no
+    flatter than another are never the smallest, so only each group's 2-D front is expanded to
+    every share; the smallest per (key, share) is one ``np.minimum.at`` over the expanded pairs
+    (ties: the first pair). ``finish(rows, step)``: ``(value, egress)`` of the pairs; ``None``:
+    the step itself (and no egress)."""
+    order = np.lexsort((ln["sl"], a, ln["gid"]))
+    g_sorted = ln["gid"][order]
     new_g = np.ones(order.size, dtype=bool)
-    new_g[1:] = np.any(g_id[:, 1:] != g_id[:, :-1], axis=0)
-    s_sorted = sl[order]
-    gidx = np.cumsum(new_g) - 1
+    new_g[1:] = g_sorted[1:] != g_sorted[:-1]
+    s_sorted = ln["sl"][order]
     run = _segmented_running_min(s_sorted, new_g)
     prev = np.concatenate([[np.inf], run[:-1]])
     prev[new_g] = np.inf
-    keep = order[s_sorted < prev]
-    del gidx
-    Lidx, Ridx = Lidx[keep], Ridx[keep]
-    reps = kmem[Lidx, Ridx]
-    pl = np.repeat(Lidx, reps)
-    pr = np.repeat(Ridx, reps)
+    keep = np.sort(order[s_sorted < prev])
+    reps = ln["km"][keep]
+    rows = np.repeat(keep, reps)
     starts = np.cumsum(reps) - reps
-    k = np.arange(pl.size) - np.repeat(starts, reps) + 1
-    p = cand["prefix"][pl]
-    d = cand["d"][pl, j]
-    share = k * d * ctx.q[p, j]
-    t = cand["t1"][pl, pr, j] + (k - 1) * cand["slope"][pl, pr, j]
-    fin, egress = island_finish(
-        table,
-        sync_code,
-        n_used,
-        t,
-        cand["win"][pl, pr, j],
-        cand["params"][pl, 0, 0],
-        cand["gbytes"][pl, pr, j],
-        net,
-    )
-    nk = sp.layout["_k"][ctx.li[p]]
-    mbs_c = ctx.codes[0][p] if sp.axes[0].name == "micro_batch" else np.zeros_like(p)
-    rec_c = inner_codes["recompute"][pr]
-    key = (nk * 64 + mbs_c) * 64 + rec_c
-    order = np.lexsort((np.arange(pl.size), fin, share, key))
-    key_s, share_s, fin_s = key[order], share[order], fin[order]
-    first = np.ones(order.size, dtype=bool)
-    first[1:] = (key_s[1:] != key_s[:-1]) | (share_s[1:] != share_s[:-1])
-    ukeys, kidx = np.unique(key_s[first], return_inverse=True)
-    f2 = np.full((len(ukeys), ctx.gb + 1), np.inf)
-    a2 = np.full((len(ukeys), ctx.gb + 1), -1, dtype=np.int64)
-    f2[kidx, share_s[first]] = fin_s[first]
-    a2[kidx, share_s[first]] = order[first]
-    out = {int(kk): (f2[i], a2[i]) for i, kk in enumerate(ukeys)}
-    pairs = {"pl": pl, "pr": pr, "k": k, "t": t, "share": share, "egress": egress, "fin": fin}
-    return out, pairs
+    k = np.arange(rows.size) - np.repeat(starts, reps) + 1
+    share = k * ln["q"][rows]
+    t = ln["t1"][rows] + (k - 1) * ln["sl"][rows]
+    val, egress = (t, None) if finish is None else finish(rows, t)
+    ukeys, kidx = np.unique(ln["key"][keep], return_inverse=True)
+    width = ctx.gb + 1
+    cell = np.repeat(kidx.ravel(), reps) * width + share
+    best = np.full(len(ukeys) * width, np.inf)
+    np.minimum.at(best, cell, val)
+    win = np.flatnonzero((val == best[cell]) & np.isfinite(val))
+    ucell, first = np.unique(cell[win], return_index=True)
+    arg = np.full(len(ukeys) * width, -1, dtype=np.int64)
+    arg[ucell] = win[first]
+    pairs = {"rows": rows, "pl": ln["L"][rows], "pr": ln["R"][rows], "k": k, "t": t, "egress": egress}
+    return ukeys, best, arg, pairs
 
 
 def _segmented_running_min(x: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -428,6 +516,40 @@ def _segmented_running_min(x: np.ndarray, new: np.ndarray) -> np.ndarray:
     big = float(np.nanmax(np.abs(x[np.isfinite(x)]))) * 4 + 1.0 if np.any(np.isfinite(x)) else 1.0
     shifted = np.where(np.isfinite(x), x, big) - seg * (2 * big + 1.0)  # later segments lower
     return np.minimum.accumulate(shifted) + seg * (2 * big + 1.0)
+
+
+def _share_counts(ctx: _Ctx, ln) -> dict[int, np.ndarray]:
+    """Per class key, how many of the island's feasible lines can take each share ``b``
+    (``0 .. gb``): a line of quantum ``q`` and largest ``m / d`` = ``km`` takes ``q .. km q``."""
+    _, first, n = np.unique(ln["gid"], return_index=True, return_counts=True)
+    key, q, km = ln["key"][first], ln["q"][first], ln["km"][first]
+    g = np.repeat(np.arange(first.size), km)
+    k = np.arange(g.size) - np.repeat(np.cumsum(km) - km, km) + 1
+    ukeys, kidx = np.unique(key, return_inverse=True)
+    width = ctx.gb + 1
+    flat = np.bincount(kidx.ravel()[g] * width + k * q[g], weights=n[g], minlength=ukeys.size * width)
+    return {int(kk): flat[i * width : (i + 1) * width] for i, kk in enumerate(ukeys)}
+
+
+def _plans_at(total: int, counts: list[np.ndarray]) -> float:
+    """How many plans (one line per island, shares summing to ``total``) the counts make."""
+    acc = counts[0][: total + 1]
+    for c in counts[1:]:
+        acc = np.convolve(acc, c[: total + 1])[: total + 1]
+    return float(acc[total])
+
+
+def _codes_of(ctx: _Ctx, name: str, prefixes, inner) -> np.ndarray:
+    """The option code on axis ``name`` of (prefix, inner option) pairs (arrays that broadcast),
+    whether the axis is structural (part of the prefix) or inner; zeros where it is absent."""
+    sp = ctx.space
+    shape = np.broadcast_shapes(np.shape(prefixes), np.shape(inner))
+    names = [a.name for a in sp.axes]
+    if name not in names:
+        return np.zeros(shape, dtype=np.int64)
+    i = names.index(name)
+    out = ctx.codes[i][prefixes] if i < sp.n_struct else _inner_codes(sp)[name][inner]
+    return np.broadcast_to(out, shape)
 
 
 def _inner_codes(sp: Space) -> dict[str, np.ndarray]:
@@ -442,14 +564,15 @@ def _inner_codes(sp: Space) -> dict[str, np.ndarray]:
 
 
 def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_group, obj):
-    """Every class's exact min-max split (module docstring, step 3) -> candidate plans."""
+    """Every class's exact min-max split (module docstring, step 3) -> candidate plans, and
+    how many whole plans (a feasible line per island used, shares summing to the global batch)
+    the classes hold: what a search scoring every combination would score."""
     n = space.n_islands
     islands = resolved.islands
     table = space.table
-    net = (
-        float(np.max(space.base["network.wan_bytes_s"])),
-        float(np.max(space.base["network.wan_latency_s"])),
-    )
+    # each island's own uplink; a ring over the islands used runs at their slowest (ring_pace)
+    up = np.broadcast_to(np.asarray(space.base["network.wan_bytes_s"], dtype=float), (1, n))[0]
+    lat = np.broadcast_to(np.asarray(space.base["network.wan_latency_s"], dtype=float), (1, n))[0]
     sync_codes = [
         int(np.asarray(sync_full.cols["network.sync"][i]).ravel()[0])
         if "network.sync" in sync_full.cols
@@ -460,27 +583,54 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
     price = np.array([gpu_hour_usd(isl) for isl in islands], dtype=float)
     e_price = np.array([egress_usd_per_gb(isl, resolved.network) for isl in islands], dtype=float)
     gpn = np.array([isl.gpus_per_node for isl in islands], dtype=float)
-    mbs_n = len(space.axes[0]) if space.axes[0].name == "micro_batch" else 1
+    mbs_axis = next((a for a in space.axes if a.name == "micro_batch"), None)
+    mbs_n = len(mbs_axis) if mbs_axis is not None else 1
     rec_axis = next((a for a in space.axes if a.name == "recompute"), None)
     rec_n = len(rec_axis) if rec_axis is not None else 1
     choices = [[-1 if v == 0 else pos[j].index(v) for v in node_opts[j]] for j in range(n)]
     cache: dict[tuple, Any] = {}
+    line_cache: dict[tuple, Any] = {}
     folds: dict[tuple, Any] = {}
+    factors: dict[tuple, float] = {}
 
-    def curves(j, o, n_used):
-        key = (j, sync_group[o], sync_codes[o] if n_used > 1 else -1, n_used)
+    def factor(o, n_used, params):
+        """The class's tokens factor (1 unless the objective prices quality; :mod:`.to_quality`)."""
+        if obj.get("quality") is None:
+            return 1.0
+        if (o, n_used) not in factors:
+            f = quality_factor(obj["quality"], table, sync_codes[o], params, n_used)
+            factors[(o, n_used)] = float(np.asarray(f).reshape(-1)[0])
+        return factors[(o, n_used)]
+
+    def curves(j, o, used):
+        n_used = len(used)
+        net = ring_pace(up[used], lat[used]) if n_used > 1 else (1.0, 0.0)
+        key = (j, sync_group[o], sync_codes[o] if n_used > 1 else -1, n_used, net)
         if key not in cache:
-            cache[key] = _curves(ctx, cand, j, table, sync_codes[o], sync_group[o], n_used, net)
+            lk = (j, sync_group[o])
+            if lk not in line_cache:
+                line_cache[lk] = _lines(ctx, cand, j, sync_group[o])
+            cache[key] = _curves(ctx, line_cache[lk], table, sync_codes[o], n_used, net)
         return cache[key]
 
     out = []
+    represented = 0.0
+    share_counts: dict[tuple, Any] = {}
+
+    def counts(j, o, k):
+        lk = (j, sync_group[o])
+        if lk not in share_counts:
+            share_counts[lk] = _share_counts(ctx, line_cache[lk])
+        return share_counts[lk][k]
+
     for o in range(len(sync_full)):
         for combo in itertools.product(*choices):
             used = [j for j in range(n) if combo[j] >= 0]
             if not used:
                 continue
             n_used = len(used)
-            per = [curves(j, o, n_used) for j in used]
+            per = [curves(j, o, used) for j in used]
+            pace = ring_pace(up[used], lat[used]) if n_used > 1 else None
             if any(c[1] is None for c in per):
                 continue
             for mc in range(mbs_n):
@@ -489,7 +639,9 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
                     if any(k not in c[0] for k, c in zip(ck, per, strict=True)):
                         continue
                     cs = [c[0][k][0] for k, c in zip(ck, per, strict=True)]
-                    fk = (o, n_used, tuple(zip(used[:-1], ck[:-1], strict=True)))
+                    # the fold of all islands but the last (one island: that island's curve)
+                    head = len(used) - 1 if n_used > 1 else 1
+                    fk = (o, n_used, pace, tuple(zip(used[:head], ck[:head], strict=True)))
                     if fk not in folds:
                         h, args = cs[0], []
                         for cur in cs[1:-1]:
@@ -498,6 +650,7 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
                         folds[fk] = (h, args)
                     h, args = folds[fk]
                     fin, shares = unfold_min_max(h, args, cs[-1] if n_used > 1 else None, ctx.gb)
+                    represented += _plans_at(ctx.gb, [counts(j, o, k) for j, k in zip(used, ck, strict=True)])
                     if shares is None:
                         continue
                     picks: list[dict[str, Any]] = []
@@ -521,10 +674,13 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
                         if n_used > 1
                         else 0.0
                     )
+                    first = per[0][1]["pl"][int(per[0][0][ck[0]][1][shares[0]])]  # the model's parameters
+                    params = float(cand["params"][first, 0, 0])
                     out.append(
                         {
                             "step": fin,
                             "cost_step": gpu + egress,
+                            "factor": factor(o, n_used, params),
                             "sync": o,
                             "mbs": mc,
                             "recompute": rc,
@@ -532,7 +688,7 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
                             "nodes": {j: pos[j][combo[j]] for j in used},
                         }
                     )
-    return out
+    return out, represented
 
 
 def select(cands: list[dict[str, Any]], obj: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -549,9 +705,18 @@ def select(cands: list[dict[str, Any]], obj: dict[str, Any]) -> tuple[list[dict[
             counts["over_budget"] += 1
             continue
         keep.append(c)
-    cost_of = (lambda c: c["cost_step"]) if obj.get("price") is not None else (lambda c: 0.0)
+    raw_cost = (lambda c: c["cost_step"]) if obj.get("price") is not None else (lambda c: 0.0)
     kind = obj["kind"]
-    rank = (lambda c: (c["step"], cost_of(c))) if kind != "cost" else (lambda c: (cost_of(c), c["step"]))
+    if obj.get("quality") is not None and kind != "pareto":  # to quality: both scaled by the factor
+
+        def time_of(c):
+            return c["step"] * c["factor"]
+
+        def cost_of(c):
+            return raw_cost(c) * c["factor"]
+    else:
+        time_of, cost_of = (lambda c: c["step"]), raw_cost
+    rank = (lambda c: (time_of(c), cost_of(c))) if kind != "cost" else (lambda c: (cost_of(c), time_of(c)))
     keep.sort(key=rank)
     out: list[dict[str, Any]] = []
     for c in keep:
@@ -579,9 +744,8 @@ def describe(raw: dict[str, Any], sc, c: dict[str, Any], ctx_data) -> tuple[dict
     space, ctx, sync_full = ctx_data
     data = copy.deepcopy(raw)
     isl_raw = data["island"]
-    mbs_ov = space.axes[0].overrides[c["mbs"]] if space.axes[0].name == "micro_batch" else {}
-    inner = _inner_codes(space)
     axes = {a.name: a for a in space.axes}
+    mbs_ov = axes["micro_batch"].overrides[c["mbs"]] if "micro_batch" in axes else {}
     kept, entries, pars = [], [], []
     for j, isl in enumerate(sc.islands):
         if j not in c["islands"]:
@@ -592,9 +756,9 @@ def describe(raw: dict[str, Any], sc, c: dict[str, Any], ctx_data) -> tuple[dict
         li = int(ctx.li[p])
         lay = space.layout
         ov: dict[str, Any] = {}
-        ov.update(axes["schedule"].overrides[int(ctx.codes[1][p])] if "schedule" in axes else {})
-        if "sharding" in axes:
-            ov.update(axes["sharding"].overrides[int(inner["sharding"][r])])
+        for name in ("schedule", "sharding"):
+            if name in axes:
+                ov.update(axes[name].overrides[int(_codes_of(ctx, name, p, r))])
         par = {
             "tp": int(lay["tp"][li]),
             "pp": int(lay["pp"][li]),
@@ -634,8 +798,10 @@ def describe(raw: dict[str, Any], sc, c: dict[str, Any], ctx_data) -> tuple[dict
         sy.update({k.split(".", 1)[1]: v for k, v in sync_ov.items()})
         sy["batch_split"] = "balanced"
     else:
-        data.pop("sync", None)
+        conv = data.pop("sync", {}).get("convergence")
         data.pop("network", None)
+        if conv is not None:  # one island: factor 1, but the report still carries its quality
+            data["sync"] = {"convergence": conv}
     common = {
         k: (pars[0][k] if all(q[k] == pars[0][k] for q in pars) else [q[k] for q in pars]) for k in pars[0]
     }

@@ -37,6 +37,7 @@ from .executors import run_tasks
 from .layouts import check_islands
 from .pareto import merge_fronts, merge_top_k, pareto_front
 from .space import Space, compile_space, plan_raw
+from .to_quality import QUALITY_OBJECTIVES, quality_factor, quality_overrides
 
 __all__ = ["search", "score_chunk", "DEFAULT_CHUNK", "OBJECTIVES", "MAX_TOP"]
 
@@ -48,7 +49,7 @@ EVAL_BATCH = 1 << 14
 #: Model input cells (candidates x islands) evaluated at once: with several islands every
 #: per-island array grows with the islands, so fewer candidates go into one ``evaluate`` call.
 EVAL_CELLS = 4 * EVAL_BATCH
-OBJECTIVES = ("time", "cost", "pareto")
+OBJECTIVES = ("time", "cost", "pareto", *QUALITY_OBJECTIVES)
 #: ``layouts``: each island its own layout and batch share (several islands), or one layout on
 #: every island split by replicas (the search before per-island layouts).
 LAYOUT_MODES = ("per-island", "shared")
@@ -106,6 +107,7 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
         step = out["step_time_s"]
         # priced only when the objective or the budget needs it (_objective refuses an unpriced island then)
         cost_step = _cost_per_step(out, obj) if price is not None else np.full_like(step, np.nan)
+        factor = _chunk_factor(space, inp, out, len(pb)) if obj.get("quality") is not None else 1.0
         keep = feas.copy()
         if obj.get("deadline_s") is not None:
             late = keep & (step * steps > obj["deadline_s"])
@@ -120,16 +122,26 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
         if obj["kind"] == "pareto":
             res["best"] = merge_fronts(res["best"], pareto_front(step[keep], cost_step[keep], cid))
         else:
-            score = step[keep] if obj["kind"] == "time" else cost_step[keep]
+            score = (step if obj["kind"] == "time" else cost_step) * factor
+            score = np.broadcast_to(score, step.shape)[keep]
             res["best"] = merge_top_k(res["best"], (score, cid), obj["k"])
     res["reasons"] = reason_counts
     return res
 
 
+def _chunk_factor(space: Space, inp, out, n_prefixes: int) -> np.ndarray:
+    """Each candidate's tokens factor (``time-to-quality``, ``cost-to-quality``): from its sync
+    code, its islands used and the model's parameters."""
+    shape = (n_prefixes, space.R_in, space.n_islands)
+    codes = np.broadcast_to(np.asarray(inp["network.sync"]), shape)[..., 0].ravel()
+    replicas = np.count_nonzero(out["island_gpus"] > 0, axis=-1)
+    return quality_factor(space.objective["quality"], space.table, codes, out["params"], replicas)
+
+
 def _flat(out: dict[str, Any], rows: tuple[int, int]) -> dict[str, Any]:
     """The outputs the search reads, one row per candidate: (P, R_in, ...) -> (P x R_in, ...)."""
     flat = {}
-    for k in ("feasible", "step_time_s", "egress_bytes_per_step", "reasons", "island_gpus"):
+    for k in ("feasible", "step_time_s", "egress_bytes_per_step", "reasons", "island_gpus", "params"):
         v = np.asarray(out[k])
         per_island = k in ("reasons", "island_gpus")
         shape = (*rows, v.shape[-1]) if per_island else rows
@@ -161,8 +173,9 @@ def _merge(acc, res, obj):
         acc["best"] = merge_top_k(acc["best"], res["best"], obj["k"])
 
 
-def _objective(sc, est, kind: str, k: int, deadline_days, budget_usd) -> dict[str, Any]:
+def _objective(sc, est, objective: str, k: int, deadline_days, budget_usd) -> dict[str, Any]:
     res = est.resolve(sc)
+    kind = QUALITY_OBJECTIVES.get(objective, objective)
     islands = res.islands
     tokens = sc.training.tokens
     tokens_per_step = sc.training.global_batch * sc.model.seq_len
@@ -176,13 +189,14 @@ def _objective(sc, est, kind: str, k: int, deadline_days, budget_usd) -> dict[st
     bad = unpriced_island(res)
     if need_cost and bad is not None:
         raise ShardMeterError(
-            f"plan --objective {kind}: no GPU-hour price for '{bad.gpu.name}' in cost source "
+            f"plan --objective {objective}: no GPU-hour price for '{bad.gpu.name}' in cost source "
             f"'{bad.cost.name if bad.cost else 'none'}' (island '{bad.name}'); set island.price"
         )
     # every island pays its own cost source's egress price (else the link's) for what it sends
     egress = sum(egress_usd_per_gb(isl, res.network) for isl in islands) if len(islands) > 1 else 0.0
     return {
         "kind": kind,
+        "quality": res.convergence if objective in QUALITY_OBJECTIVES else None,
         "k": int(k),
         "price": price if np.all(np.isfinite(price)) else None,
         "egress_price": float(egress),
@@ -211,12 +225,20 @@ def search(
     progress: Callable[[int, int], None] | None = None,
     chunk_fn: Callable = score_chunk,
     build_reports: bool = True,
-    layouts: str = "shared",
+    layouts: str | None = None,
 ) -> dict[str, Any]:
     """Search a scenario's layouts. Returns the ``plan --json`` document
     (SCENARIO.md): ``evaluated``, ``feasible``, ``seconds``, ``plans`` (best
     first) and the details of the search (``infeasible`` counts per reason key,
     ``duplicates``, ``interrupted`` when Ctrl-C stopped it early).
+
+    ``objective``: ``"time"``, ``"cost"``, ``"pareto"``, or ``"time-to-quality"`` /
+    ``"cost-to-quality"``: wall-clock (cost) times the convergence model's tokens factor
+    (:mod:`.to_quality`; the model of ``[sync] convergence``, ``"diloco-fits"`` when none is
+    set, and each plan's report then carries its ``quality``). ``layouts``: ``"per-island"``
+    (each island its own layout, node count and batch share; :mod:`.island_search`),
+    ``"shared"`` (one layout on every island), or ``None`` (the default): per-island with
+    several islands, shared with one.
 
     Refused with a one-line :class:`ShardMeterError` before any search: ``top`` above
     :data:`MAX_TOP`, more than :data:`~.layouts.MAX_PLAN_ISLANDS` islands, a space of too many
@@ -225,15 +247,22 @@ def search(
     from ..estimator import Estimator
 
     _check_search_args(objective, top, max_gpus)
-    if layouts not in LAYOUT_MODES:
+    if layouts is not None and layouts not in LAYOUT_MODES:
         raise ShardMeterError(f"--layouts must be one of {', '.join(LAYOUT_MODES)}, not {layouts!r}")
     est = estimator or Estimator()
     t0 = time.perf_counter()
+    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     sc = est.load(source, overrides)
+    extra = quality_overrides(sc, objective)
+    if extra:  # the convergence model the objective needs, on every plan's report too
+        sc = est.load(source, [*overrides, *extra])
+    sc, node_options = _offers(sc)
     check_islands(len(sc.islands))  # before resolving them
     obj = _objective(sc, est, objective, top, deadline_days, budget_usd)
+    if layouts is None:
+        layouts = "per-island" if len(sc.islands) > 1 else "shared"
     if len(sc.islands) > 1 and layouts == "per-island":
-        return _search_per_island(sc, est, obj, objective, only, max_gpus, t0, build_reports)
+        return _search_per_island(sc, est, obj, objective, only, max_gpus, t0, build_reports, node_options)
     space = compile_space(sc, est, only=only, max_gpus=max_gpus, objective=obj)
     acc, interrupted = _score_space(space, obj, chunk_fn, chunk_size, workers, dask, progress)
     seconds = time.perf_counter() - t0
@@ -254,6 +283,8 @@ def search(
         "space": {a.name: len(a) for a in space.axes} | {"layouts": space.n_layouts},
         "per_token": obj["steps"] is None,
     }
+    if obj["quality"] is not None:
+        doc["convergence"] = sc.sync.convergence
     if objective == "pareto":
         doc["front"] = {
             "time": acc["best"][0].tolist(),
@@ -346,12 +377,25 @@ def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
     return out
 
 
-def _search_per_island(sc, est, obj, objective, only, max_gpus, t0, build_reports) -> dict[str, Any]:
+def _offers(sc):
+    """A scenario with ``[[offer]]`` entries as plain islands, and each island's node counts to
+    search (:func:`shardmeter.offers.offer_islands`: 0 and powers of two up to an offer's
+    ``max_nodes``; a fixed island its own nodes); ``(sc, None)`` without offers."""
+    if not getattr(sc, "offers", ()):
+        return sc, None
+    from ..offers import offer_islands
+
+    return offer_islands(sc)
+
+
+def _search_per_island(
+    sc, est, obj, objective, only, max_gpus, t0, build_reports, node_options=None
+) -> dict[str, Any]:
     """Several islands, each with its own layout and batch share (:mod:`.island_search`)."""
     from ..scenario import load_scenario
     from .island_search import describe, search_islands, select
 
-    res = search_islands(sc, est, obj, only, max_gpus)
+    res = search_islands(sc, est, obj, only, max_gpus, node_options)
     chosen, counts = select(res["candidates"], obj)
     seconds = time.perf_counter() - t0
     raw = plan_raw(sc)
@@ -371,6 +415,8 @@ def _search_per_island(sc, est, obj, objective, only, max_gpus, t0, build_report
                 e["batch_share"] = r.get("batch_per_step", e["batch_share"])
         plan["rank"] = rank + 1
         plan["predicted_step_s"] = c["step"]
+        if obj["quality"] is not None:
+            plan["tokens_factor"] = c["factor"]
         plan["time_per_token_s"] = float(rep["step_time_s"]) / tps
         if obj["price"] is not None:
             plan["cost_per_token_usd"] = c["cost_step"] / tps
@@ -388,10 +434,11 @@ def _search_per_island(sc, est, obj, objective, only, max_gpus, t0, build_report
         "space_size": res["space_size"],
         "candidates_per_s": res["evaluated"] / seconds if seconds > 0 else None,
         "model_rows": res["model_rows"],
+        "combined_plans": res["combined_plans"],
         "classes": len(res["candidates"]),
         "infeasible": _infeasible_by_key(res["reasons"]),
         "infeasible_note": INFEASIBLE_NOTE,
-        "duplicates": 0,
+        "duplicates": res["duplicates"],
         "equivalent": counts["equivalent"],
         "over_deadline": counts["over_deadline"],
         "over_budget": counts["over_budget"],
@@ -400,6 +447,8 @@ def _search_per_island(sc, est, obj, objective, only, max_gpus, t0, build_report
         "per_token": obj["steps"] is None,
         "report_seconds": seconds_all - seconds,
     }
+    if obj["quality"] is not None:
+        doc["convergence"] = sc.sync.convergence
     if objective == "pareto":
         per = 1.0 / tps if obj["steps"] is None else steps
         doc["front"] = {

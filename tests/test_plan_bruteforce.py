@@ -1,0 +1,163 @@
+"""The per-island planner against a brute force: on a small heterogeneous space (two islands of
+two GPU types, a few layouts each, every node count) every island-layout pair x every integer
+split of the global batch is scored by the model itself, and ``plan`` must find the same
+fastest plan, the same cheapest, and the same Pareto front of (wall-clock, cost)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+
+import numpy as np
+import pytest
+
+from shardmeter.estimator import Estimator
+from shardmeter.explore.plan import _cost_per_step, _objective, search
+from shardmeter.model.evaluate import evaluate
+from shardmeter.model.inputs import ModelInputs
+from shardmeter.scenario import load_scenario
+
+GB = 16  # global batch: every split of 16 sequences between the islands is tried
+PRICE = {"name": "cloud-on-demand", "egress_usd_per_gb": 0.0}
+BASE = {
+    "model": {"layers": 8, "hidden": 4096, "heads": 32, "vocab": 32000, "seq_len": 4096},
+    "training": {"global_batch": GB, "micro_batch": 1, "recompute": "none", "tokens": 1e9},
+    "island": [
+        {"name": "h", "gpu": "h100-sxm", "nodes": 2, "gpus_per_node": 4, "price": PRICE},
+        {"name": "a", "gpu": "a100-sxm-40gb", "nodes": 2, "gpus_per_node": 4, "price": PRICE},
+    ],
+    # a fast link and free egress: plans on both islands are on the front, not only one island
+    "network": {"link": {"name": "internet", "bandwidth_gb_s": 200.0, "latency_us": 10}},
+    "parallelism": {"tp": 1, "pp": 1, "schedule": "1f1b"},
+    "sync": {"strategy": "diloco", "inner_steps": 20},
+}
+#: The space: tp and pp in {1, 2}, two shardings, 0, 1 or 2 nodes per island (4 GPUs each).
+ONLY = {
+    "tp": [1, 2],
+    "pp": [1, 2],
+    "cp": [1],
+    "sp": [False],
+    "mbs": [1],
+    "recompute": ["none"],
+    "schedule": ["1f1b"],
+    "sharding": ["none", "fsdp"],
+}
+SHAPES = [
+    {"tp": tp, "pp": pp, "sharding": sh, "schedule": "1f1b"}
+    for tp, pp, sh in itertools.product([1, 2], [1, 2], ["none", "fsdp"])
+]
+
+
+def _island_options(j: int) -> list[tuple[int, dict | None]]:
+    """(nodes, parallelism) of island ``j``: dropped, or 1 or 2 nodes with every shape."""
+    return [(0, None)] + [(n, s) for n in (1, 2) for s in SHAPES]
+
+
+def _brute(sync: dict) -> np.ndarray:
+    """(step, cost per step, islands used) of every feasible plan of the space, scored by the
+    model."""
+    est = Estimator()
+    found = []
+    for opts in itertools.product(_island_options(0), _island_options(1)):
+        used = [j for j, (n, _) in enumerate(opts) if n > 0]
+        if not used:
+            continue
+        data = copy.deepcopy(BASE) | {"sync": dict(sync)}
+        kept = []
+        for j in used:
+            n, par = opts[j]
+            gpus = n * 4
+            rep = par["tp"] * par["pp"]
+            kept.append(data["island"][j] | {"nodes": n, "parallelism": par | {"dp": gpus // rep}})
+        data["island"] = kept
+        if len(kept) == 1:
+            data.pop("sync")
+            data.pop("network")
+        sc = load_scenario(data, registry=est.registry)
+        res = est.resolve(sc)
+        inp, table = est.inputs(res)
+        cols = inp.columns()
+        q = [isl["parallelism"]["dp"] for isl in kept]  # sequences per micro-batch per island
+        splits = [
+            s
+            for s in itertools.product(range(1, GB + 1), repeat=len(kept))
+            if sum(s) == GB and all(b % qj == 0 for b, qj in zip(s, q, strict=True))
+        ]
+        if not splits:
+            continue
+        cols["training.island_batch"] = np.asarray(splits, dtype=float)
+        with np.errstate(all="ignore"):
+            out = evaluate(ModelInputs.from_columns(cols), table, detail=False)
+        out = {k: np.asarray(v) for k, v in out.items()}
+        out["step_time_s"] = np.broadcast_to(out["step_time_s"], (len(splits),))
+        out["egress_bytes_per_step"] = np.broadcast_to(out["egress_bytes_per_step"], (len(splits),))
+        out["island_gpus"] = np.broadcast_to(out["island_gpus"], (len(splits), len(kept)))
+        ok = np.broadcast_to(out["feasible"], (len(splits),)).astype(bool)
+        cost = _cost_per_step(out, _objective(sc, est, "cost", 1, None, None))
+        found += [
+            (float(t), float(c), len(kept)) for t, c in zip(out["step_time_s"][ok], cost[ok], strict=True)
+        ]
+    return np.asarray(found)
+
+
+def _front(points: np.ndarray) -> list[tuple[float, float]]:
+    out, best = [], np.inf
+    for t, c in sorted(map(tuple, points[:, :2])):
+        if c < best * (1 - 1e-12):
+            out.append((t, c))
+            best = c
+    return out
+
+
+SYNCS = {
+    "diloco": {"strategy": "diloco", "inner_steps": 20},
+    "allreduce": {"strategy": "allreduce"},
+}
+
+
+@pytest.fixture(scope="module", params=sorted(SYNCS))
+def case(request):
+    sync = SYNCS[request.param]
+    scenario = copy.deepcopy(BASE) | {"sync": dict(sync)}
+    steps = BASE["training"]["tokens"] / (GB * BASE["model"]["seq_len"])
+    only = ONLY | {"strategy": [sync["strategy"]]}  # the plan would also try the other strategy
+    return scenario, _brute(sync), steps, only
+
+
+def test_the_brute_force_space_is_heterogeneous_and_not_trivial(case):
+    scenario, pts, _, only = case
+    assert len(pts) > 200  # many feasible plans, so agreeing on the best is not a coincidence
+    assert len(_front(pts)) >= 3
+    doc = search(scenario, objective="pareto", only=only)
+    assert doc["space"]["sync"] == 1
+    # every two-island plan the model finds feasible is represented (a one-island plan is
+    # scored with the sync strategy's memory, e.g. DiLoCo's outer state: a bound)
+    assert doc["combined_plans"] >= np.count_nonzero(pts[:, 2] == 2)
+    # the front mixes plans on one island and on both, and both GPU types
+    used = {tuple(i["name"] for i in p["islands"] if not i.get("dropped")) for p in doc["plans"]}
+    assert ("h", "a") in used and len(used) >= 2
+
+
+@pytest.mark.parametrize("objective", ["time", "cost"])
+def test_plan_finds_the_brute_force_best(case, objective):
+    scenario, pts, _, only = case
+    doc = search(scenario, objective=objective, only=only, top=1)
+    assert doc["layouts"] == "per-island"  # the default with several islands
+    best = doc["plans"][0]
+    tps = GB * BASE["model"]["seq_len"]
+    got = (best["predicted_step_s"], best["cost_per_token_usd"] * tps)
+    col = 0 if objective == "time" else 1
+    want = pts[np.lexsort((pts[:, 1 - col], pts[:, col]))[0]]
+    assert got[col] == pytest.approx(want[col], rel=1e-9)
+    assert got[1 - col] == pytest.approx(want[1 - col], rel=1e-9)
+    assert best["report"]["step_time_s"] == pytest.approx(best["predicted_step_s"], rel=1e-9)
+
+
+def test_plan_finds_the_whole_brute_force_front(case):
+    scenario, pts, steps, only = case
+    doc = search(scenario, objective="pareto", only=only)
+    got = list(zip(doc["front"]["time_s"], doc["front"]["cost_usd"], strict=True))
+    want = [(t * steps, c * steps) for t, c in _front(pts)]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g == pytest.approx(w, rel=1e-9)
