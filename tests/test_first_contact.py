@@ -128,11 +128,15 @@ def test_estimate_dash_reads_the_scenario_from_standard_input(stdin, tmp_path, c
     path = tmp_path / "s.toml"
     path.write_bytes(SCENARIO)
     stdin(SCENARIO)
-    code, out, _ = run(capsys, "estimate", "-", "--json", "--set", "training.micro_batch=2")
-    from_file = shardmeter.estimate(str(path), overrides=["training.micro_batch=2"]).to_dict()
+    code, out, _ = run(capsys, "estimate", "-", "--json", "--set", "parallelism.tp=2")
+    from_file = shardmeter.estimate(str(path), overrides=["parallelism.tp=2"]).to_dict()
     import json
 
-    assert code == 0 and json.loads(out)["step_time_s"] == pytest.approx(from_file["step_time_s"], rel=1e-12)
+    got = json.loads(out)
+    assert code == 0 and got["feasible"] and from_file["feasible"], (got["reasons"], from_file["reasons"])
+    assert got["step_time_s"] == pytest.approx(from_file["step_time_s"], rel=1e-12)
+    # the --set reached the scenario read from stdin: tp 2 halves the layout's replicas on 8 GPUs
+    assert got["layout"]["tp"] == 2 and got["step_time_s"] != shardmeter.estimate(str(path)).step_time_s
 
 
 def test_standard_input_errors_name_stdin(stdin, capsys):
