@@ -1,7 +1,8 @@
 """The per-island planner against a brute force: on a small heterogeneous space (two islands of
 two GPU types, a few layouts each, every node count) every island-layout pair x every integer
 split of the global batch is scored by the model itself, and ``plan`` must find the same
-fastest plan, the same cheapest, and the same Pareto front of (wall-clock, cost)."""
+fastest plan, the same cheapest, and the same Pareto front of (wall-clock, cost). The same on
+twin islands (one GPU type, two prices), whose identical candidates the planner scores once."""
 
 from __future__ import annotations
 
@@ -53,7 +54,16 @@ def _island_options(j: int) -> list[tuple[int, dict | None]]:
     return [(0, None)] + [(n, s) for n in (1, 2) for s in SHAPES]
 
 
-def _brute(sync: dict) -> np.ndarray:
+#: Twin islands: the same GPU, nodes and links (the planner scores one island's candidates for
+#: both), at two prices.
+TWINS = copy.deepcopy(BASE)
+TWINS["island"][1] |= {
+    "gpu": "h100-sxm",
+    "price": PRICE | {"usd_per_gpu_hour": 2.2},
+}
+
+
+def _brute(sync: dict, base: dict = BASE) -> np.ndarray:
     """(step, cost per step, islands used) of every feasible plan of the space, scored by the
     model."""
     est = Estimator()
@@ -62,7 +72,7 @@ def _brute(sync: dict) -> np.ndarray:
         used = [j for j, (n, _) in enumerate(opts) if n > 0]
         if not used:
             continue
-        data = copy.deepcopy(BASE) | {"sync": dict(sync)}
+        data = copy.deepcopy(base) | {"sync": dict(sync)}
         kept = []
         for j in used:
             n, par = opts[j]
@@ -115,13 +125,14 @@ SYNCS = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(SYNCS))
+@pytest.fixture(scope="module", params=[(s, b) for b in ("mixed", "twins") for s in sorted(SYNCS)])
 def case(request):
-    sync = SYNCS[request.param]
-    scenario = copy.deepcopy(BASE) | {"sync": dict(sync)}
+    sync = SYNCS[request.param[0]]
+    base = TWINS if request.param[1] == "twins" else BASE
+    scenario = copy.deepcopy(base) | {"sync": dict(sync)}
     steps = BASE["training"]["tokens"] / (GB * BASE["model"]["seq_len"])
     only = ONLY | {"strategy": [sync["strategy"]]}  # the plan would also try the other strategy
-    return scenario, _brute(sync), steps, only
+    return scenario, _brute(sync, base), steps, only
 
 
 def test_the_brute_force_space_is_heterogeneous_and_not_trivial(case):
@@ -133,7 +144,7 @@ def test_the_brute_force_space_is_heterogeneous_and_not_trivial(case):
     # every two-island plan the model finds feasible is represented (a one-island plan is
     # scored with the sync strategy's memory, e.g. DiLoCo's outer state: a bound)
     assert doc["combined_plans"] >= np.count_nonzero(pts[:, 2] == 2)
-    # the front mixes plans on one island and on both, and both GPU types
+    # the front mixes plans on one island and on both (both GPU types, unless twins)
     used = {tuple(i["name"] for i in p["islands"] if not i.get("dropped")) for p in doc["plans"]}
     assert ("h", "a") in used and len(used) >= 2
 

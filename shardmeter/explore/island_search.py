@@ -13,7 +13,9 @@ scenario has no per-island key for the first two).
    fall with ``m``: it is evaluated at ``m = d, 2d`` and at the largest ``m`` the batch allows
    (``d`` is 1, or ``pp`` where the schedule needs multiples of ``pp``), the largest feasible
    ``m`` is found by bisection, and a layout whose third point is off the line is kept only at
-   the points evaluated (a bound, never a wrong claim).
+   the points evaluated (a bound, never a wrong claim). Islands whose model inputs are all the
+   same (:func:`_island_classes`: same GPU, nodes, links; prices may differ) are scored once,
+   their cells packed into the batch's island slots, and share their lines and curves.
 2. **Curves**: for each island, node count, micro-batch, recompute, sync option and number of
    islands used, the shortest finish time (:func:`~shardmeter.model.islands.island_finish`) at
    every share ``b`` of the global batch.
@@ -27,6 +29,7 @@ scenario has no per-island key for the first two).
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from typing import Any
@@ -147,6 +150,52 @@ class _Ctx:
 
         self.g = g
         self.q = (g("layout.dp") * g("training.micro_batch")).astype(np.int64)  # sequences per m
+        self.rep = _island_classes(space)
+        self.reps = sorted(set(self.rep))
+        self.isl = list(range(n))  # the island columns this context scores
+
+    def only(self, isl: list[int]) -> _Ctx:
+        """The same context on islands ``isl`` only (``g``, ``q`` and :func:`_evaluate`'s
+        islands are those columns)."""
+        c = copy.copy(self)
+        g0 = self.g
+        c.g = lambda k: g0(k)[:, isl]
+        c.q, c.isl = self.q[:, isl], list(isl)
+        return c
+
+
+#: Input columns with a trailing tier axis after the island axis.
+_TIER_COLUMNS = ("topology.tier_gpus", "topology.tier_bytes_s", "topology.tier_latency_s")
+
+
+def _island_classes(space: Space) -> list[int]:
+    """``rep[j]``: the first island whose every model input equals island ``j``'s (base columns,
+    per-island layout columns such as ``dp`` and ``nodes``, axis columns), so that every
+    candidate cell of island ``j`` is that of island ``rep[j]``: its scores, lines and curves are
+    the same, and only the representatives are scored. An array whose island axis cannot be
+    told apart makes every island its own class."""
+    n = space.n_islands
+    rep = list(range(n))
+    if n < 2:
+        return rep
+    arrays: list[tuple[np.ndarray, int]] = []
+    named = [(k, v) for k, v in space.base.items()] + [(k, v) for a in space.axes for k, v in a.cols.items()]
+    named += [(k, v) for k, v in space.layout.items() if np.ndim(v) >= 2]
+    for k, v in named:
+        a = np.asarray(v)
+        ax = -2 if k in _TIER_COLUMNS else -1
+        if a.ndim < 1 - ax or a.shape[ax] not in (1, n):
+            return rep
+        if a.shape[ax] == n:
+            arrays.append((a, ax))
+    for j in range(1, n):
+        for i in range(j):
+            if rep[i] != i:
+                continue
+            if all(np.array_equal(np.take(a, i, axis=ax), np.take(a, j, axis=ax)) for a, ax in arrays):
+                rep[j] = i
+                break
+    return rep
 
 
 def _struct_bits(ctx: _Ctx, m: np.ndarray) -> np.ndarray:
@@ -175,31 +224,102 @@ def _struct_bits(ctx: _Ctx, m: np.ndarray) -> np.ndarray:
 
 def _evaluate(ctx: _Ctx, prefixes: np.ndarray, m: np.ndarray) -> dict[str, np.ndarray]:
     """The model at ``m`` micro-batches per replica (``(P, I)`` or ``(P, R_in, I)``) for
-    ``prefixes``: per island step, feasibility, window, gradient bytes; ``(P, R_in, I)``."""
+    ``prefixes``: per island step, feasibility, window, gradient bytes; ``(P, R_in, I)``.
+
+    Islands of one class (:func:`_island_classes`) at the same ``m`` are scored once: the cells
+    of the representative islands are packed, several prefixes to a row, into the island slots
+    of the batch (each island's step, reasons, window and gradient bytes read its own slot's
+    inputs only, the parameters the model's alone), then spread back over the islands."""
     sp = ctx.space
     R, n = sp.R_in, sp.n_islands
-    per = max(1, EVAL_CELLS // max(1, R * n))
-    res: dict[str, list] = {k: [] for k in ("t", "ok", "bits", "win", "gb", "params")}
+    reps = ctx.isl
+    r = len(reps)
+    packed = r < n
+    m3 = m[:, None, :] if m.ndim == 2 else m
+    per = max(1, EVAL_CELLS // max(1, R * n)) * (n // r)
+    P = len(prefixes)
+    res = {
+        "t": np.empty((P, R, r)),
+        "bits": np.empty((P, R, r), dtype=np.int64),
+        "win": np.empty((P, R, r)),
+        "gb": np.empty((P, R, r)),
+        "params": np.empty((P, R, 1)),
+    }
     inner = sp.inner_columns()
-    for lo in range(0, len(prefixes), per):
+    for lo in range(0, P, per):
         pb = prefixes[lo : lo + per]
-        mb = m[lo : lo + per]
-        mb = mb[:, None, :] if mb.ndim == 2 else mb
+        mb = m3[lo : lo + per]
         inp = dict(sp.base)
         inp.update(sp.prefix_columns(pb))
         inp.update(inner)
-        inp["training.island_batch"] = (mb * ctx.q[pb][:, None, :]).astype(float)
+        batch = (mb * ctx.q[pb][:, None, :]).astype(float)
+        if packed:
+            inp = _pack(inp, len(pb), reps, n)
+            batch = _pack_cells(batch, n)
+        inp["training.island_batch"] = batch
         with np.errstate(all="ignore"):
             out = evaluate(ModelInputs.from_columns(inp), sp.table, detail=False)
-        shape = (len(pb), R, n)
-        bits = np.broadcast_to(out["reasons"], shape)
-        res["t"].append(np.broadcast_to(out["island_step_s"], shape))
-        res["bits"].append(bits)
-        res["ok"].append(bits == 0)
-        res["win"].append(np.broadcast_to(out["island_ar_window_s"], shape))
-        res["gb"].append(np.broadcast_to(out["island_grad_bytes"], shape))
-        res["params"].append(np.broadcast_to(out["params"], shape[:2])[..., None])
-    return {k: np.concatenate(v, axis=0) for k, v in res.items()}
+        sl = slice(lo, lo + len(pb))
+        for k, name in (
+            ("t", "island_step_s"),
+            ("bits", "reasons"),
+            ("win", "island_ar_window_s"),
+            ("gb", "island_grad_bytes"),
+        ):
+            res[k][sl] = _unpack_cells(out[name], len(pb), R, r) if packed else out[name]
+        if packed:
+            # the parameters are the model's (the same in every row): each prefix takes its first cell's row
+            rows = -(-len(pb) * r // n)
+            res["params"][sl, :, 0] = np.broadcast_to(out["params"], (rows, R))[(np.arange(len(pb)) * r) // n]
+        else:
+            res["params"][sl, :, 0] = out["params"]
+    return res | {"ok": res["bits"] == 0}
+
+
+def _pack(inp: dict[str, Any], P: int, reps: list[int], n: int) -> dict[str, Any]:
+    """Input columns of ``P`` prefixes (``(P or 1, R_in or 1, I[, tiers])``) on the islands
+    ``reps`` only, packed into rows of ``n`` island slots: slot ``s`` of row ``g`` holds cell
+    ``c = g n + s``, that is prefix ``c // len(reps)`` on island ``reps[c % len(reps)]`` (the
+    last cell repeated past the end); ``n`` is a multiple of ``len(reps)``."""
+    r = len(reps)
+    G = -(-P * r // n)
+    c = np.minimum(np.arange(G * n), P * r - 1).reshape(G, n)
+    pi, ii = c // r, np.asarray(reps, dtype=np.int64)[c % r]
+    slot = np.asarray([reps[s % r] for s in range(n)], dtype=np.int64)
+    out = {}
+    for k, v in inp.items():
+        a = np.asarray(v)
+        ax = -2 if k in _TIER_COLUMNS else -1
+        core = a.shape[: a.ndim + ax + 1]
+        c3 = (1,) * (3 - len(core)) + core
+        if c3[2] == 1 and c3[0] == 1:
+            out[k] = a  # the same in every cell of a row
+        elif c3[0] == 1:
+            out[k] = np.take(a, slot, axis=ax)  # slot s is island reps[s % r] in every row
+        else:
+            a = a.reshape(c3 + a.shape[len(core) :])
+            x = a[pi, :, ii if c3[2] > 1 else 0]  # (G, n, R, tiers...)
+            out[k] = np.moveaxis(x, 1, 2)
+    return out
+
+
+def _pack_cells(x: np.ndarray, n: int) -> np.ndarray:
+    """Cells ``(P, R, r)`` (prefix-major, as :func:`_pack` numbers them) into rows of ``n``
+    slots: ``(G, R, n)``, the last cell repeated past the end."""
+    P, R, r = x.shape
+    G = -(-P * r // n)
+    c = np.minimum(np.arange(G * n), P * r - 1)
+    flat = np.moveaxis(x, 2, 1).reshape(P * r, R)[c]
+    return np.moveaxis(flat.reshape(G, n, R), 1, 2)
+
+
+def _unpack_cells(x, P: int, R: int, r: int) -> np.ndarray:
+    """:func:`_pack_cells`'s inverse: packed outputs (what broadcasts to ``(G, R, n)``) as
+    ``(P, R, r)``."""
+    n = np.shape(x)[-1]
+    G = -(-P * r // n)
+    flat = np.moveaxis(np.broadcast_to(x, (G, R, n)), 2, 1).reshape(G * n, R)[: P * r]
+    return np.moveaxis(flat.reshape(P, r, R), 1, 2)
 
 
 def _evaluate_where(ctx: _Ctx, prefixes: np.ndarray, m: np.ndarray, rows: np.ndarray, like):
@@ -217,10 +337,26 @@ def _evaluate_where(ctx: _Ctx, prefixes: np.ndarray, m: np.ndarray, rows: np.nda
 
 
 def _island_candidates(ctx: _Ctx) -> dict[str, Any]:
-    """Score every island layout x option (see the module docstring, step 1)."""
+    """Score every island layout x option (see the module docstring, step 1): the
+    representative island of each class (:func:`_island_classes`) only, where their number
+    divides the islands', then every island takes its representative's arrays."""
+    n, reps = ctx.space.n_islands, ctx.reps
+    if len(reps) == n or n % len(reps):
+        return _rep_candidates(ctx)
+    out = _rep_candidates(ctx.only(reps))
+    ridx = [reps.index(k) for k in ctx.rep]
+    out["reasons"] = out["reasons"][:, ridx]
+    out["live"] = {k: (v if k in ("prefix", "params") else v[..., ridx]) for k, v in out["live"].items()}
+    out["duplicates"] = out["_dup"] @ np.bincount(ridx, minlength=len(reps))
+    return out
+
+
+def _rep_candidates(ctx: _Ctx) -> dict[str, Any]:
+    """:func:`_island_candidates` on the context's islands ``ctx.isl``; ``_dup``: per island,
+    the duplicate candidates skipped."""
     sp, gb = ctx.space, ctx.gb
-    P, n = sp.n_prefixes, sp.n_islands
-    valid = sp.layout["_valid"][ctx.li]
+    P, n = sp.n_prefixes, len(ctx.isl)
+    valid = sp.layout["_valid"][ctx.li][:, ctx.isl]
     pp = ctx.g("layout.pp").astype(np.int64)
     one = np.ones((P, n), dtype=np.int64)
     ok1 = _struct_bits(ctx, one) == 0
@@ -242,9 +378,17 @@ def _island_candidates(ctx: _Ctx) -> dict[str, Any]:
     reasons = np.zeros((P, n), dtype=np.int64)
     reasons[:] = base_bits
     counts = {"rows": 0}
-    counts["duplicates"] = int(np.sum(np.where(dup_alive, M, 0))) * R
+    dup_isl = np.sum(np.where(dup_alive, M, 0), axis=0) * R
+    counts["duplicates"] = int(np.sum(dup_isl))
     if live.size == 0:
-        return {"live": cand, "reasons": reasons, "model_rows": 0, "R": R, "duplicates": counts["duplicates"]}
+        return {
+            "live": cand,
+            "reasons": reasons,
+            "model_rows": 0,
+            "R": R,
+            "duplicates": counts["duplicates"],
+            "_dup": dup_isl,
+        }
     Kl, dl = K[live], np.maximum(d[live], 1)
     al = alive[live][:, None, :]
     e1 = _evaluate(ctx, live, dl)
@@ -297,6 +441,7 @@ def _island_candidates(ctx: _Ctx) -> dict[str, Any]:
         "model_rows": counts["rows"],
         "R": R,
         "duplicates": counts["duplicates"],
+        "_dup": dup_isl,
     }
 
 
@@ -605,11 +750,12 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
     def curves(j, o, used):
         n_used = len(used)
         net = ring_pace(up[used], lat[used]) if n_used > 1 else (1.0, 0.0)
-        key = (j, sync_group[o], sync_codes[o] if n_used > 1 else -1, n_used, net)
+        rj = ctx.rep[j]  # an island of the same class has the same lines and curves
+        key = (rj, sync_group[o], sync_codes[o] if n_used > 1 else -1, n_used, net)
         if key not in cache:
-            lk = (j, sync_group[o])
+            lk = (rj, sync_group[o])
             if lk not in line_cache:
-                line_cache[lk] = _lines(ctx, cand, j, sync_group[o])
+                line_cache[lk] = _lines(ctx, cand, rj, sync_group[o])
             cache[key] = _curves(ctx, line_cache[lk], table, sync_codes[o], n_used, net)
         return cache[key]
 
@@ -618,7 +764,7 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
     share_counts: dict[tuple, Any] = {}
 
     def counts(j, o, k):
-        lk = (j, sync_group[o])
+        lk = (ctx.rep[j], sync_group[o])
         if lk not in share_counts:
             share_counts[lk] = _share_counts(ctx, line_cache[lk])
         return share_counts[lk][k]
