@@ -258,7 +258,7 @@ def _evaluate(ctx: _Ctx, prefixes: np.ndarray, m: np.ndarray) -> dict[str, np.nd
             batch = _pack_cells(batch, n)
         inp["training.island_batch"] = batch
         with np.errstate(all="ignore"):
-            out = evaluate(ModelInputs.from_columns(inp), sp.table, detail=False)
+            out = evaluate(ModelInputs.from_columns(inp), sp.table, detail=False, islands_only=True)
         sl = slice(lo, lo + len(pb))
         for k, name in (
             ("t", "island_step_s"),
@@ -345,8 +345,15 @@ def _island_candidates(ctx: _Ctx) -> dict[str, Any]:
         return _rep_candidates(ctx)
     out = _rep_candidates(ctx.only(reps))
     ridx = [reps.index(k) for k in ctx.rep]
-    out["reasons"] = out["reasons"][:, ridx]
-    out["live"] = {k: (v if k in ("prefix", "params") else v[..., ridx]) for k, v in out["live"].items()}
+
+    def spread(v: np.ndarray) -> np.ndarray:
+        # one class for all islands: a read-only view of its column (nothing writes these arrays)
+        if len(reps) == 1:
+            return np.broadcast_to(v[..., :1], (*v.shape[:-1], n))
+        return v[..., ridx]
+
+    out["reasons"] = spread(out["reasons"])
+    out["live"] = {k: (v if k in ("prefix", "params") else spread(v)) for k, v in out["live"].items()}
     out["duplicates"] = out["_dup"] @ np.bincount(ridx, minlength=len(reps))
     return out
 
@@ -609,11 +616,15 @@ def _common_finish(table: PartTable, sync_code: int, n_used: int, net, ln) -> bo
     if n_used < 2:
         return True
     one = {k: ln[k][:1] for k in ("win", "params", "gb")}
-    for t in (ln["t1"], ln["t1"] + (ln["km"] - 1) * ln["sl"]):
-        f, e = island_finish(table, sync_code, n_used, t, ln["win"], ln["params"], ln["gb"], net)
-        g, h = island_finish(table, sync_code, n_used, t, one["win"], one["params"], one["gb"], net)
-        if not (np.array_equal(f, g) and np.array_equal(e, h)):
-            return False
+    # a few lines first: one that differs settles it without the full check
+    for sel in (slice(0, 1024), slice(None)):
+        for t in (ln["t1"][sel], (ln["t1"] + (ln["km"] - 1) * ln["sl"])[sel]):
+            f, e = island_finish(
+                table, sync_code, n_used, t, ln["win"][sel], ln["params"][sel], ln["gb"][sel], net
+            )
+            g, h = island_finish(table, sync_code, n_used, t, one["win"], one["params"], one["gb"], net)
+            if not (np.array_equal(f, g) and np.array_equal(e, h)):
+                return False
     return True
 
 
@@ -626,7 +637,7 @@ def _envelope(ctx: _Ctx, ln, a: np.ndarray, finish):
     every share; the smallest per (key, share) is one ``np.minimum.at`` over the expanded pairs
     (ties: the first pair). ``finish(rows, step)``: ``(value, egress)`` of the pairs; ``None``:
     the step itself (and no egress)."""
-    order = np.lexsort((ln["sl"], a, ln["gid"]))
+    order = _front_order(ln["gid"], a, ln["sl"])
     g_sorted = ln["gid"][order]
     new_g = np.ones(order.size, dtype=bool)
     new_g[1:] = g_sorted[1:] != g_sorted[:-1]
@@ -653,6 +664,23 @@ def _envelope(ctx: _Ctx, ln, a: np.ndarray, finish):
     arg[ucell] = win[first]
     pairs = {"rows": rows, "pl": ln["L"][rows], "pr": ln["R"][rows], "k": k, "t": t, "egress": egress}
     return ukeys, best, arg, pairs
+
+
+def _front_order(gid: np.ndarray, a: np.ndarray, sl: np.ndarray) -> np.ndarray:
+    """``np.lexsort((sl, a, gid))`` restricted to the lines that can be on their group's 2-D
+    front, in the same order: a line above (in ``a``) its group's flattest line at its lowest
+    ``a`` sorts after it and is no flatter, so it is never kept (nor moves the running minimum
+    of the lines before it). Every line where a value is not finite."""
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(sl))) or gid.size == 0:
+        return np.lexsort((sl, a, gid))
+    ng = int(gid.max()) + 1
+    smin = np.full(ng, np.inf)
+    np.minimum.at(smin, gid, sl)
+    amin = np.full(ng, np.inf)
+    at = sl == smin[gid]
+    np.minimum.at(amin, gid[at], a[at])
+    cand = np.flatnonzero(a <= amin[gid])
+    return cand[np.lexsort((sl[cand], a[cand], gid[cand]))]
 
 
 def _segmented_running_min(x: np.ndarray, new: np.ndarray) -> np.ndarray:

@@ -63,9 +63,14 @@ ADAM_BYTES_PER_PARAM = 30.0
 _f = ops.as_float
 
 
-def evaluate(inp: ModelInputs, parts: PartTable, *, detail: bool = True) -> dict[str, Any]:
+def evaluate(
+    inp: ModelInputs, parts: PartTable, *, detail: bool = True, islands_only: bool = False
+) -> dict[str, Any]:
     """Score every plan in the batch. See the module docstring. ``detail=False`` returns only
-    what a search ranks by (:data:`~.islands.SEARCH_OUTPUTS`), skipping the breakdown.
+    what a search ranks by (:data:`~.islands.SEARCH_OUTPUTS`), skipping the breakdown;
+    ``islands_only=True`` with it returns only the per-island outputs (``reasons``,
+    ``island_step_s``, ``feasible_island``, ``island_ar_window_s``, ``island_grad_bytes``,
+    ``params``), skipping the cross-island sync terms (a per-island search discards them).
 
     Inputs built as Python floats (``build_inputs(scalar=True)``: one plan on one island) take
     the scalar fast path: the same formulas through :mod:`.ops` at a fraction of numpy's
@@ -78,10 +83,10 @@ def evaluate(inp: ModelInputs, parts: PartTable, *, detail: bool = True) -> dict
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if ops.is_scalar(inp.layout.tp):
             try:
-                return _evaluate(inp, parts, detail)
+                return _evaluate(inp, parts, detail, islands_only)
             except (ZeroDivisionError, OverflowError, ValueError):
                 inp = _as_arrays(inp)
-        return _evaluate(inp, parts, detail)
+        return _evaluate(inp, parts, detail, islands_only)
 
 
 _BUNDLES = ("model", "training", "hardware", "topology", "layout", "network")
@@ -152,7 +157,7 @@ def batch_shape(inp: ModelInputs) -> tuple[int, ...]:
     return np.broadcast_shapes(*shapes)
 
 
-def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any]:
+def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bool = False) -> dict[str, Any]:
     ms, tr, hw, topo, lay = inp.model, inp.training, inp.hardware, inp.topology, inp.layout
     tp, pp, dp, cp, ep = _f(lay.tp), _f(lay.pp), _f(lay.dp), _f(lay.cp), _f(lay.ep)
     sp = ops.as_bool(lay.sequence_parallel)
@@ -236,7 +241,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool) -> dict[str, Any
         hardware_flops_per_token=hw_tok,
         gpus=tp * pp * cp * dp,
     )
-    out = combine_islands(parts, inp, shape, steps, detail)
+    out = combine_islands(parts, inp, shape, steps, detail, islands_only)
     if detail:
         out.update(_layout_outputs(sd, act_mem, extra_state, p_gpu, Ls, np.shape(out["reasons"])))
     return out

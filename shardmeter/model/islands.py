@@ -139,10 +139,18 @@ class IslandSteps:
 
 
 def combine_islands(
-    parts: PartTable, inp: ModelInputs, shape: tuple[int, ...], st: IslandSteps, detail: bool = True
+    parts: PartTable,
+    inp: ModelInputs,
+    shape: tuple[int, ...],
+    st: IslandSteps,
+    detail: bool = True,
+    islands_only: bool = False,
 ) -> dict[str, Any]:
     """The output arrays of :func:`~.evaluate.evaluate` (see the module docstring); without
-    ``detail`` only what a search ranks by (:data:`SEARCH_OUTPUTS`)."""
+    ``detail`` only what a search ranks by (:data:`SEARCH_OUTPUTS`). ``islands_only`` (with
+    ``detail`` false): only the per-island outputs (``reasons``, ``island_step_s``,
+    ``feasible_island``, ``island_ar_window_s``, ``island_grad_bytes``, ``params``), skipping
+    the sync strategy's cross-island terms; the same values as without it."""
     island_step = sum(st.terms.values())
     n_isl = shape[-1] if shape else 1
     full = np.broadcast_shapes(shape, np.shape(st.reasons), np.shape(island_step))
@@ -150,6 +158,15 @@ def combine_islands(
     feasible_isl = reasons == 0
     feasible = over_islands(np.logical_and, feasible_isl)
     slow = over_islands(np.maximum, ops.where(feasible_isl, island_step, 0.0))
+    if islands_only and not detail:
+        return {
+            "reasons": reasons,
+            "island_step_s": island_step,
+            "feasible_island": feasible_isl,
+            "island_ar_window_s": ops.broadcast(st.ar_window, full),
+            "island_grad_bytes": ops.broadcast(st.grad_bytes, full),
+            "params": ops.col0(ops.broadcast(_first(st.params, full), np.shape(slow))),
+        }
     wan = cross_island(
         parts,
         inp,
