@@ -205,14 +205,23 @@ examples:
 """
 
 
-def _gpus(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of GPUs, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of GPUs >= 1, got {v}")
-    return v
+def _whole(what: str):
+    """An argparse type: a whole number >= 1, its error naming ``what``."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number of {what}, got {text!r}") from None
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"expected a number of {what} >= 1, got {v}")
+        return v
+
+    return parse
+
+
+#: ``--gpus``: a whole number of GPUs >= 1 (also used by ``import``).
+gpu_count = _whole("GPUs")
 
 
 def add_init_parser(sub) -> None:
@@ -235,9 +244,12 @@ def add_init_parser(sub) -> None:
     p.add_argument(
         "--gpu", metavar="NAME", default="h100-sxm", help="a GPU name (default h100-sxm; shardmeter plugins)"
     )
-    p.add_argument("--gpus", metavar="N", type=_gpus, help="GPUs in all (default: one node of --gpu)")
+    p.add_argument("--gpus", metavar="N", type=gpu_count, help="GPUs in all (default: one node of --gpu)")
     p.add_argument(
-        "--global-batch", metavar="N", type=_gpus, help="sequences per step (default: about 4 M tokens)"
+        "--global-batch",
+        metavar="N",
+        type=_whole("sequences"),
+        help="sequences per step (default: about 4 M tokens)",
     )
     p.add_argument(
         "-o", "--output", metavar="FILE", help="write the scenario to FILE (default: standard output)"

@@ -306,3 +306,15 @@ def test_init_errors_name_the_option(argv, message, capsys):
 def test_init_never_writes_over_a_folder(tmp_path, capsys):
     code, _, err = run(capsys, "init", "-o", tmp_path)
     assert code == 2 and "-o" in one_line_error(err)
+
+
+def test_init_number_options_name_what_they_count(capsys):
+    code, _, err = run(capsys, "init", "--global-batch", "x")
+    assert code == 2 and err.strip() == (
+        "shardmeter: error: argument --global-batch: expected a whole number of sequences, got 'x'"
+    )
+    code, _, err = run(capsys, "init", "--gpus", "0")
+    assert (
+        code == 2
+        and err.strip() == "shardmeter: error: argument --gpus: expected a number of GPUs >= 1, got 0"
+    )

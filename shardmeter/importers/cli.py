@@ -71,18 +71,9 @@ with --gpu, the layout is the planner's fastest). Details: docs/importing.md.
 """
 
 
-def _gpus(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of GPUs, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a number of GPUs >= 1, got {v}")
-    return v
-
-
 def add_import_parser(sub) -> None:
     from ..completion import FILE
+    from ..starter import gpu_count as _gpus
 
     p = sub.add_parser(
         "import",
