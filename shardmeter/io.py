@@ -202,7 +202,9 @@ def check_output(path: str | os.PathLike, *, label: str = "", inputs: Iterable[A
     target = resolve_output(user, label=label)
     if any(_same_file(target, inp) for inp in inputs):
         raise OutputError(
-            f"{name}: is the scenario file; refusing to overwrite an input", path=user, err=errno.EEXIST
+            f"{name}: is one of the command's inputs; refusing to overwrite an input",
+            path=user,
+            err=errno.EEXIST,
         )
     _refuse_read_only(target, name, user)
     fd, tmp = _new_temp(target, name, user)

@@ -214,7 +214,7 @@ def test_an_output_over_the_scenario_file_is_refused(option, how, tmp_path, scen
         out = str(tmp_path / "hard.csv")
         os.link(scenario, out)
     code, stdout, err = run(capsys, "sweep", scenario, *VARY, option, out)
-    one_error(code, err, f"{option} {out}: is the scenario file; refusing to overwrite an input")
+    one_error(code, err, f"{option} {out}: is one of the command's inputs; refusing to overwrite an input")
     assert stdout == ""
     assert scenario.read_bytes() == before
     no_debris(tmp_path)

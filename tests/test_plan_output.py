@@ -211,7 +211,7 @@ def test_outputs_never_replace_the_scenario_or_each_other_or_a_special_file(tmp_
     scen.write_text(Path(SCALE).read_text(encoding="utf-8"), encoding="utf-8")
     before = scen.read_bytes()
     code, _, err = run(capsys, "plan", scen, "--csv", scen)
-    assert code == 2 and "--csv" in one_line_error(err) and "scenario file" in err
+    assert code == 2 and "--csv" in one_line_error(err) and "refusing to overwrite an input" in err
     code, _, err = run(capsys, "plan", scen, "--csv", tmp_path / "a.png", "--plot", tmp_path / "a.png")
     assert code == 2 and "give each output its own file" in one_line_error(err)
     (tmp_path / "dir").mkdir()
