@@ -324,3 +324,37 @@ def test_readme_python_example_runs(monkeypatch, capsys):
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["faster"].feasible and namespace["small"].feasible
     assert "s per step" in capsys.readouterr().out
+
+
+# -- the scenario reference documents every key, and its example loads --------------------------
+
+
+def _scenario_block() -> str:
+    return re.findall(r"```toml\n(.*?)```", _section(SCENARIO_DOC, "## Scenario"), re.S)[0]
+
+
+def test_the_scenario_reference_example_loads_with_every_key_it_shows():
+    from shardmeter.catalog import read_toml_text
+    from shardmeter.scenario import load_scenario
+
+    data = read_toml_text(_scenario_block(), file="docs/scenario.md")
+    sc = load_scenario(data)  # every key written there is accepted (none unknown, none mistyped)
+    assert set(data) == {
+        "catalog", "model", "training", "island", "offer", "network", "parallelism", "sync", "measured", "source"
+    }  # fmt: skip
+    assert sc.offers and sc.islands and sc.measured
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["ModelSpec", "TrainingSpec", "IslandSpec", "OfferSpec", "NetworkSpec", "ParallelismSpec", "SyncSpec"],
+)
+def test_every_key_the_loader_takes_is_in_the_scenario_reference(spec):
+    """A key written as ``key =`` in the reference's scenario block (as a line, commented or not, or
+    inside an inline table); strategy options are documented with their strategy (``options``)."""
+    import shardmeter.scenario_specs as specs
+
+    block = _scenario_block()
+    shown = set(re.findall(r"^#?\s*(\w+)\s*=", block, re.M)) | set(re.findall(r"[{,]\s*(\w+)\s*=", block))
+    fields = {f.name for f in attrs.fields(getattr(specs, spec))} - {"options"}
+    assert fields - shown == set()
