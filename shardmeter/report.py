@@ -19,6 +19,20 @@ from .words import assumption_notes, describe_bottleneck, regime_of
 __all__ = ["Report", "build_report", "json_safe", "regime_of", "describe_bottleneck"]
 
 
+#: The figures of one step (rates and utilisations) that a feasible report gives and an
+#: infeasible one leaves null; also what ``calibrate`` can fit a measured step to.
+STEP_FIELDS = (
+    "step_time_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "model_tflops_per_gpu",
+    "hardware_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "compute_utilization",
+)
+
+
 def _at(x: Any, row: int, j: int | None = None) -> Any:
     """Row ``row`` (island ``j``) of an output array; the scalar path's outputs are plain numbers."""
     if isinstance(x, (float, int, bool)):
@@ -348,22 +362,7 @@ def _infeasible_report(
         }
         for j, isl in enumerate(res.islands)
     ]
-    none: dict[str, Any] = dict.fromkeys(
-        (
-            "step_time_s",
-            "tokens_per_s",
-            "tokens_per_s_per_gpu",
-            "model_tflops_per_gpu",
-            "hardware_tflops_per_gpu",
-            "mfu",
-            "hfu",
-            "compute_utilization",
-            "wall_clock_s",
-            "cost_usd",
-            "bottleneck",
-            "regime",
-        )
-    )
+    none: dict[str, Any] = dict.fromkeys((*STEP_FIELDS, "wall_clock_s", "cost_usd", "bottleneck", "regime"))
     return Report(
         feasible=False, reasons=reasons, breakdown_s={}, overlapped_s={}, islands=islands, **none, **common
     )

@@ -22,21 +22,10 @@ import numpy as np
 
 from ..errors import ScenarioError
 from ..estimator import Estimator
+from ..report import STEP_FIELDS
 from .lsq import gauss_newton_relative
 
 __all__ = ["STEP_FIELDS", "StepCase", "StepsFit", "fit_steps"]
-
-#: Report fields a measured step may give.
-STEP_FIELDS = (
-    "step_time_s",
-    "tokens_per_s",
-    "tokens_per_s_per_gpu",
-    "model_tflops_per_gpu",
-    "hardware_tflops_per_gpu",
-    "mfu",
-    "hfu",
-    "compute_utilization",
-)
 
 
 @attrs.frozen(kw_only=True)
