@@ -11,6 +11,7 @@ import numpy as np
 
 from .errors import ScenarioError
 from .model.inputs import (
+    FP8_RECIPE_CODES,
     RECOMPUTE_CODES,
     Hardware,
     Layout,
@@ -185,6 +186,13 @@ def _training(res: Resolved, row) -> Training:
         materialized=row([t.attention == "materialized"] * n),
         weight_bytes=row([4.0 if t.precision in ("fp32", "tf32") else 2.0] * n),
         fp8=row([t.precision == "fp8" and "fp8" in isl.gpu.peak_tflops for isl in isls]),
+        recompute_layers=row([t.recompute_layers or 0] * n),
+        offload_layers=row([t.offload_layers] * n),
+        compile=row([t.compile] * n),
+        fp8_recipe=row([FP8_RECIPE_CODES[t.fp8_recipe]] * n),
+        fp8_params=row(
+            [t.fp8_params and t.precision == "fp8" and "fp8" in isl.gpu.peak_tflops for isl in isls]
+        ),
     )
 
 
@@ -207,6 +215,7 @@ def _hardware(res: Resolved, row) -> Hardware:
         gemm_efficiency=row(gemm),
         attention_efficiency=row(att),
         sm_count=row([g.sm_count for g in gpus]),
+        host_bytes_s=row([g.host_link_gb_s * 1e9 for g in gpus]),
     )
 
 
@@ -240,6 +249,9 @@ def _layout(res: Resolved, row, table: PartTable) -> Layout:
         dp_comm_overlap=row([isl.parallelism.dp_comm_overlap for isl in isls]),
         sharding=row([table.code("sharding", isl.sharding, isl.sharding_options) for isl in isls]),
         schedule=row([table.code("schedule", isl.schedule, isl.schedule_options) for isl in isls]),
+        async_tp=row([isl.parallelism.async_tp for isl in isls]),
+        first_stage_layers=row([isl.parallelism.first_stage_layers or 0 for isl in isls]),
+        last_stage_layers=row([isl.parallelism.last_stage_layers or 0 for isl in isls]),
     )
 
 

@@ -78,6 +78,9 @@ class HardwareProfile:
     * ``gpus_per_node`` = 8, ``intra_node`` / ``inter_node`` / ``nics_per_node``:
       the platform's usual links (used when a scenario leaves them out).
     * ``tdp_w``: board power for the ``owned`` cost source's energy term.
+    * ``host_link_gb_s`` = 31.5: the GPU's link to host memory, one direction, for
+      activation offload: PCIe Gen4 x16 31.5 GB/s, Gen5 x16 63, NVLink-C2C (GH200, GB200)
+      450 (ml-engineering ``network`` chapter; PCI-SIG lane rates).
     """
 
     name: str = attrs.field(validator=_name)
@@ -94,6 +97,7 @@ class HardwareProfile:
     tile_m: int = attrs.field(default=128, validator=_positive)
     tile_n: int = attrs.field(default=128, validator=_positive)
     tdp_w: float | None = attrs.field(default=None, validator=_positive)
+    host_link_gb_s: float = attrs.field(default=31.5, validator=_positive)
     gpus_per_node: int = attrs.field(default=8, validator=_positive)
     intra_node: str | None = None
     inter_node: str | None = None

@@ -103,6 +103,19 @@ def _dense_layers(inst, attribute, value):
     _moe_only(inst, attribute, value)
 
 
+#: ``training.recompute`` values (SCENARIO "What the training keys mean").
+RECOMPUTE_MODES = ("none", "selective", "op", "full")
+#: ``training.fp8_recipe`` values.
+FP8_RECIPES = ("tensorwise", "rowwise", "delayed", "blockwise", "mxfp8")
+
+
+def _with_full_recompute(inst, attribute, value):
+    if value is not None and inst.recompute != "full":
+        raise ValueError(
+            f'{attribute.name}: only with recompute = "full" (got recompute = {inst.recompute!r})'
+        )
+
+
 def _non_negative(inst, attribute, value):
     if value < 0:
         raise ValueError(f"{attribute.name}: expected an integer >= 0, got {value!r}")
@@ -195,7 +208,19 @@ class TrainingSpec:
     global_batch: int = attrs.field(validator=[_count, _bounded])
     micro_batch: int = attrs.field(default=1, validator=[_count, _bounded])
     precision: str = attrs.field(default="bf16", validator=_one_of(*PRECISIONS))
-    recompute: str = attrs.field(default="none", validator=_one_of("none", "selective", "full"))
+    recompute: str = attrs.field(default="none", validator=_one_of(*RECOMPUTE_MODES))
+    #: with ``recompute = "full"``: layers recomputed per pipeline stage (per model chunk); None = all
+    recompute_layers: int | None = attrs.field(
+        default=None, validator=[_count_or_none, _bounded, _with_full_recompute]
+    )
+    #: layers per stage whose activations wait in host memory (Megatron-Core cpu_offloading_num_layers)
+    offload_layers: int = attrs.field(default=0, validator=[_non_negative, _bounded])
+    #: fused elementwise kernels (torch.compile, Transformer Engine, Apex); false = eager PyTorch
+    compile: bool = True
+    #: with ``precision = "fp8"``: how scaling factors are found (SCENARIO "What the training keys mean")
+    fp8_recipe: str = attrs.field(default="tensorwise", validator=_one_of(*FP8_RECIPES))
+    #: weights held and all-gathered in fp8 (Megatron --fp8-param-gather, torchao fp8 all-gather)
+    fp8_params: bool = False
     optimizer: str = attrs.field(default="adam", validator=_one_of("adam", "adamw", "sgd"))
     attention: str = attrs.field(default="flash", validator=_one_of("flash", "flash2", "materialized"))
     tokens: float | None = attrs.field(default=None, validator=_pos)
@@ -220,7 +245,13 @@ class ParallelismSpec:
     sharding: str = "none"
     schedule: str = "1f1b"
     virtual_stages: int = attrs.field(default=1, validator=[_count, _bounded])
+    #: layers on the first / last pipeline stage (Megatron --decoder-first/last-pipeline-num-layers);
+    #: None = as even a split as the layers allow
+    first_stage_layers: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    last_stage_layers: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
     tp_comm_overlap: bool = False
+    #: PyTorch asynchronous TP (micro-pipelined all-gather/reduce-scatter with the GEMMs)
+    async_tp: bool = False
     dp_comm_overlap: bool = True
     options: dict[str, Any] = attrs.field(factory=dict)
 

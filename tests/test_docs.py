@@ -141,15 +141,6 @@ def test_the_network_tiers_example_in_the_scenario_reference_loads_and_runs(tmp_
 #: that uses it). When one is implemented this fails: document it as working and move it up.
 PLANNED = [
     ("training.framework", 'training.framework="megatron-core"'),
-    ('recompute = "op"', 'training.recompute="op"'),
-    ("recompute_layers", "training.recompute_layers=2"),
-    ("offload_layers", "training.offload_layers=1"),
-    ("compile", "training.compile=false"),
-    ("fp8_recipe", 'training.fp8_recipe="rowwise"'),
-    ("fp8_params", "training.fp8_params=true"),
-    ("first_stage_layers", "parallelism.first_stage_layers=1"),
-    ("last_stage_layers", "parallelism.last_stage_layers=1"),
-    ("async_tp", "parallelism.async_tp=true"),
 ]
 
 

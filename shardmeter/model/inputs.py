@@ -30,10 +30,13 @@ __all__ = [
     "ModelInputs",
     "PartTable",
     "RECOMPUTE_CODES",
+    "FP8_RECIPE_CODES",
 ]
 
 #: ``training.recompute`` as the model's integer code.
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "op": 3}
+#: ``training.fp8_recipe`` as the model's integer code.
+FP8_RECIPE_CODES = {"tensorwise": 0, "rowwise": 1, "delayed": 2, "blockwise": 3, "mxfp8": 4}
 
 
 @attrs.frozen(kw_only=True)
@@ -74,7 +77,11 @@ class ModelShape:
 @attrs.frozen(kw_only=True)
 class Training:
     """``global_batch`` and ``micro_batch`` (sequences), ``recompute`` (:data:`RECOMPUTE_CODES`),
-    ``materialized`` attention (bool), ``weight_bytes`` per parameter, ``fp8`` GEMMs (bool)."""
+    ``materialized`` attention (bool), ``weight_bytes`` per parameter, ``fp8`` GEMMs (bool);
+    ``recompute_layers`` (with full recompute: layers recomputed per stage and model chunk, 0 =
+    all), ``offload_layers`` (layers per stage whose activations go to host memory),
+    ``compile`` (fused elementwise kernels; 0 = eager PyTorch), ``fp8_recipe``
+    (:data:`FP8_RECIPE_CODES`) and ``fp8_params`` (weights held and gathered in fp8)."""
 
     global_batch: Array
     micro_batch: Array
@@ -84,13 +91,19 @@ class Training:
     materialized: Array
     weight_bytes: Array
     fp8: Array
+    recompute_layers: Array = 0.0
+    offload_layers: Array = 0.0
+    compile: Array = 1.0
+    fp8_recipe: Array = 0.0
+    fp8_params: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)
 class Hardware:
     """One GPU: ``peak_flops`` at the training precision and ``peak16_flops`` at 16 bits (FLOP/s;
     0 = no tensor-core rate), ``memory_bytes``, ``hbm_bytes_s`` and ``hbm_efficiency``,
-    ``gemm_efficiency``, ``attention_efficiency`` (of the chosen kernel), ``sm_count``."""
+    ``gemm_efficiency``, ``attention_efficiency`` (of the chosen kernel), ``sm_count``;
+    ``host_bytes_s``: the GPU's link to host memory, one direction (PCIe or NVLink-C2C)."""
 
     peak_flops: Array
     peak16_flops: Array
@@ -100,6 +113,7 @@ class Hardware:
     gemm_efficiency: Array
     attention_efficiency: Array
     sm_count: Array
+    host_bytes_s: Array = 32e9
 
 
 @attrs.frozen(kw_only=True)
@@ -125,8 +139,9 @@ class Topology:
 @attrs.frozen(kw_only=True)
 class Layout:
     """Parallel degrees ``tp``, ``pp``, ``dp``, ``cp``, ``ep``; ``sequence_parallel``,
-    ``virtual_stages``, ``tp_comm_overlap``, ``dp_comm_overlap`` (bools); ``sharding`` and
-    ``schedule``: codes into the :class:`PartTable`."""
+    ``virtual_stages``, ``tp_comm_overlap``, ``dp_comm_overlap``, ``async_tp`` (bools);
+    ``first_stage_layers`` / ``last_stage_layers`` (0 = as even a split as the layers allow);
+    ``sharding`` and ``schedule``: codes into the :class:`PartTable`."""
 
     tp: Array
     pp: Array
@@ -139,6 +154,9 @@ class Layout:
     dp_comm_overlap: Array
     sharding: Array
     schedule: Array
+    async_tp: Array = 0.0
+    first_stage_layers: Array = 0.0
+    last_stage_layers: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)
