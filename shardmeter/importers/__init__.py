@@ -5,7 +5,7 @@ scenario keys it could map, each with where its value came from, and a comment f
 setting it could not map and for what the configuration cannot say (the GPUs, the links).
 :mod:`.island` adds the ``[[island]]`` from ``--gpu`` / ``--gpus``; :mod:`.toml_out` writes
 the commented TOML; :mod:`.cli` is the sub-command. Keys the contract plans but this version
-rejects (``training.framework``, ``training.compile``, ...) are written as ``# planned:``
+rejects (such as ``training.framework`` before its profiles) are written as ``# planned:``
 comments, never as keys, so the scenario always loads.
 """
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import attrs
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 __all__ = ["Draft", "TABLES"]
 
@@ -59,6 +65,34 @@ class Draft:
         self.note(table, f"not mapped: {setting}" + (f" ({why})" if why else ""))
 
     def planned(self, key: str, value: str, why: str = "") -> None:
-        """A setting whose scenario key is planned but not accepted yet (``value``: TOML text)."""
+        """A setting whose scenario key the contract names (``value``: TOML text): written as the
+        key where this version accepts it and the value, else as a ``# planned:`` comment."""
+        accepted = _accepted(key, value)
+        if accepted is not None:
+            self.set(key, accepted, why)
+            return
         table = key.split(".", 1)[0]
         self.note(table, f"planned: {key} = {value}" + (f"  ({why})" if why else ""))
+
+
+def _accepted(key: str, value: str) -> Any:
+    """``value`` (TOML text) parsed, where ``key`` is a field of the training or parallelism
+    record and the record takes that value; None otherwise."""
+    from ..scenario_specs import ParallelismSpec, TrainingSpec
+
+    table, name = key.split(".", 1)
+    spec = {"training": TrainingSpec, "parallelism": ParallelismSpec}.get(table)
+    if spec is None or name not in attrs.fields_dict(spec):
+        return None
+    try:
+        parsed = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        return None
+    base: dict[str, Any] = {"global_batch": 1} if spec is TrainingSpec else {}
+    if name == "recompute_layers":
+        base["recompute"] = "full"
+    try:
+        spec(**base, **{name: parsed})
+    except (TypeError, ValueError):
+        return None
+    return parsed
