@@ -111,7 +111,8 @@ class ShardInputs:
     ``layers_per_stage``; ``weight_bytes``/``grad_bytes`` per element; ``optimizer_bytes_per_param``
     (Adam in mixed precision: fp32 master, m and v = 12; 8 in fp32 training); the degrees
     ``tp``, ``dp``, ``cp``; ``domain_gpus``: GPUs of the innermost network tier (a node, or an
-    NVLink domain).
+    NVLink domain); ``params_largest_module``: of its largest weight matrix (one linear, the
+    unit DeepSpeed ZeRO-3 gathers; None: unknown, a layer).
     """
 
     params_per_gpu: Array
@@ -124,6 +125,7 @@ class ShardInputs:
     dp: Array
     cp: Array
     domain_gpus: Array
+    params_largest_module: Array | None = None
 
 
 @attrs.frozen(kw_only=True)

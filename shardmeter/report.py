@@ -110,7 +110,7 @@ class Report:
     #: parameters per GPU; ``islands`` lists each island's where they differ.
     layout: dict[str, Any] = attrs.field(factory=dict)
     #: The busiest GPU's memory by part (``weights``, ``gradients``, ``optimizer``,
-    #: ``activations``, ``other``: the strategy's buffers, fragmentation allowance and the
+    #: ``activations``, ``other``: the strategy's buffers and the
     #: framework's reservation), GB, adding up to ``memory_per_gpu_gb``.
     memory_breakdown_gb: dict[str, float] = attrs.field(factory=dict)
     #: ``cost_usd`` as rate x GPU-hours + egress (:func:`~shardmeter.pricing.cost_breakdown`);

@@ -6,6 +6,14 @@ the mean absolute percentage error per field, per folder (source group) and
 overall. A scenario that is invalid or infeasible is a failed case: listed,
 counted, never skipped.
 
+Memory (SCENARIO.md, "Validation"): ``[measured] memory_per_gpu_gb`` is a peak of allocated
+tensors (PyTorch's ``max_memory_allocated``), compared like any field.
+``[measured] memory_reserved_gb`` is what the caching allocator reserved
+(``max_memory_reserved``): an upper bound on the need, not a value to match. It is a
+``memory_bounds`` entry with its slack (measured less predicted, GB); a predicted
+``memory_per_gpu_gb`` above it is also a failed case. ``memory`` summarises both: the mean
+absolute error over allocated peaks and the count of reserved-bound violations.
+
 Files are found once each (a file named twice, or named and inside a folder named, is one
 file: compared by real path). A folder's ``*.toml`` entry that is a FIFO, a device or a socket
 is a failed case and is never opened (opening a FIFO waits for a writer); such a path named
@@ -24,7 +32,12 @@ from importlib import resources
 
 from .errors import ShardMeterError
 
-__all__ = ["validate_paths", "collect_files", "bundled_validation_dir", "add_parser"]
+__all__ = ["validate_paths", "collect_files", "bundled_validation_dir", "add_parser", "RESERVED_FIELD"]
+
+#: The ``[measured]`` key of an allocator's reserved peak: a bound on ``memory_per_gpu_gb``.
+RESERVED_FIELD = "memory_reserved_gb"
+#: The prediction a reserved peak bounds (and an allocated peak is compared with).
+MEMORY_FIELD = "memory_per_gpu_gb"
 
 
 def bundled_validation_dir() -> str:
@@ -115,7 +128,7 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
     files, special, explicit = _collect(paths)
     if not files and not special:
         raise ShardMeterError("no scenario files found")
-    cases, failures = [], []
+    cases, failures, bounds = [], [], []
     unmeasured: list[str] = []  # files that load but have no [measured] values
 
     def fail(f: str, error: str) -> None:
@@ -139,6 +152,12 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
             continue
         d = rep.to_dict()
         for field, measured in sc.measured.items():
+            if field == RESERVED_FIELD:
+                bound = _reserved_bound(f, measured, d.get(MEMORY_FIELD))
+                bounds.append(bound)
+                if not bound["within"]:
+                    fail(f, _over_reserved(bound))
+                continue
             pred = d.get(field)
             if not isinstance(pred, (int, float)) or isinstance(pred, bool):
                 fail(f, f"no predicted value for '{field}'")
@@ -164,7 +183,7 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
     for k, v in by_field.items():
         mape[k] = sum(v) / len(v)
     all_err = [abs(float(c["error"])) for c in cases]
-    if not cases and not failures:
+    if not cases and not failures and not bounds:
         raise ShardMeterError(_nothing_to_compare(unmeasured))
     return {
         "cases": cases,
@@ -174,8 +193,49 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
         "overall_mape": sum(all_err) / len(all_err) if all_err else None,
         "n_files": len(files) + len(special),
         "n_failed": len(failures),
+        "memory_bounds": bounds,
+        "memory": _memory_summary(cases, bounds),
         # files given by name (not found in a folder) that have nothing to compare
         "no_measured": [f for f in unmeasured if f in explicit],
+    }
+
+
+def _reserved_bound(f: str, measured: float, pred) -> dict:
+    """One reserved-memory bound: the predicted need against the reserved peak, its slack
+    (reserved less predicted, GB; negative when the prediction exceeds the bound)."""
+    p = float(pred) if isinstance(pred, (int, float)) and not isinstance(pred, bool) else float("nan")
+    slack = measured - p
+    return {
+        "file": f,
+        "group": _group(f),
+        "field": RESERVED_FIELD,
+        "measured": measured,
+        "predicted": p,
+        "slack_gb": slack,
+        "within": bool(slack >= 0.0),  # nan (no prediction) is not within
+    }
+
+
+def _over_reserved(b: dict) -> str:
+    """The failure of a violated reserved bound."""
+    if b["predicted"] != b["predicted"]:
+        return f"no predicted value for '{MEMORY_FIELD}' to check against '{RESERVED_FIELD}'"
+    return (
+        f"predicted {MEMORY_FIELD} {b['predicted']:.1f} GB exceeds the measured {RESERVED_FIELD} "
+        f"{b['measured']:.1f} GB (what the allocator reserved bounds the need)"
+    )
+
+
+def _memory_summary(cases: list[dict], bounds: list[dict]) -> dict:
+    """Memory at a glance: allocated peaks compared (their count and mean absolute error) and
+    reserved bounds checked (their count, violations, and the smallest slack)."""
+    alloc = [abs(float(c["error"])) for c in cases if c["field"] == MEMORY_FIELD]
+    return {
+        "allocated_cases": len(alloc),
+        "allocated_mape": sum(alloc) / len(alloc) if alloc else None,
+        "reserved_bounds": len(bounds),
+        "reserved_violations": sum(1 for b in bounds if not b["within"]),
+        "min_slack_gb": min((b["slack_gb"] for b in bounds if b["within"]), default=None),
     }
 
 
@@ -211,6 +271,16 @@ def _run(args) -> int:
         )
         for c in res["cases"]
     ]
+    rows += [
+        (
+            _shown(b["file"]),
+            b["field"],
+            f"<= {b['measured']:.4g}",
+            f"{b['predicted']:.4g}",
+            f"slack {b['slack_gb']:+.1f} GB" if b["within"] else "OVER",
+        )
+        for b in res["memory_bounds"]
+    ]
     print(render_table(("case", "field", "measured", "predicted", "error"), rows))
     if res["failures"]:
         print()
@@ -226,6 +296,14 @@ def _run(args) -> int:
     print(render_table(("group", "MAPE"), [(g, f"{v:.1%}") for g, v in res["mape_by_group"].items()]))
     print()
     print(render_table(("field", "MAPE"), [(k, f"{v:.1%}") for k, v in res["mape"].items()]))
+    mem = res["memory"]
+    if mem["allocated_cases"] or mem["reserved_bounds"]:
+        am = mem["allocated_mape"]
+        print(
+            f"memory: {mem['allocated_cases']} allocated peaks"
+            + (f", MAPE {am:.1%}" if am is not None else "")
+            + f"; {mem['reserved_bounds']} reserved bounds, {mem['reserved_violations']} exceeded"
+        )
     om = res["overall_mape"]
     print(
         f"overall MAPE: {om:.2%} over {len(res['cases'])} comparisons, {res['n_failed']} failed cases"

@@ -28,7 +28,6 @@ import pytest
 from plugin_venv import make_venv, needs_pip, norm
 
 from shardmeter.errors import ScenarioError
-from shardmeter.model.memory import FRAGMENTATION
 from shardmeter.parts import PipeInputs, ShardInputs
 from shardmeter.strategies.schedules import p2p_transfers
 from shardmeter.strategies.zero import ZeroSharding, shard_group_size
@@ -324,10 +323,12 @@ def test_zeropp_state_and_events(est, zpp):
         ("reduce_scatter", 0.5e9, 16.0, 2.0, False, "micro_batch", first),  # qgZ: INT4, hierarchical
     ]
     st = part.state(SHARD, zpp.ZeroPPOptions())
-    assert float(st.extra) == 1e9 * 2.0 / 4.0  # hpZ's secondary FP16 copy over the node's ranks
+    bucket = 5e8 * 2.0  # DeepSpeed ZeRO-3's FP16 reduce bucket (reduce_bucket_size elements)
+    assert float(st.extra) == 1e9 * 2.0 / 4.0 + bucket  # + hpZ's secondary FP16 copy over the node
+    # two 9e7-parameter layers are under stage3_max_live_parameters: both stay gathered
     assert float(st.weights) == 1e9 * 2.0 / 16.0 + 2.0 * 9e7 * 2.0
     off = zpp.ZeroPPOptions(zeropp_weight_bits=16, zeropp_gradient_bits=16, zeropp_hpz=False)
-    assert float(part.state(SHARD, off).extra) == 0.0
+    assert float(part.state(SHARD, off).extra) == bucket
     # all three off: ZeRO-3's events (its two gathers are one event counted twice) and state
     zero3 = est.registry.get("sharding", "zero3")
     ref = zero3.traffic(SHARD, zero3.options())
@@ -365,7 +366,7 @@ def test_zeropp_bits_change_the_prediction(est):
 def test_zeropp_hpz_trades_memory_for_cross_node_gathers(est):
     """hpZ lowers the exposed communication (the backward gather stays in the node) and costs the
     secondary FP16 copy, the GPU's parameters over the node's 8 ranks (as the core passed them to
-    the part: a spy records its ShardInputs), with the allocator's fragmentation allowance."""
+    the part: a spy records its ShardInputs)."""
     spy, seen = _spy(attrs.evolve(est.registry.get("sharding", "zeropp"), name="zeropp-spy"), "state")
     on = est.with_part("sharding", spy).estimate(_with(ZPP, sharding="zeropp-spy"))
     off = est.estimate(_with(ZPP, sharding="zeropp", zeropp_hpz=False))
@@ -373,7 +374,7 @@ def test_zeropp_hpz_trades_memory_for_cross_node_gathers(est):
     inp = seen[-1]
     assert float(np.asarray(shard_group_size(inp, True)).ravel()[0]) == 8.0
     params = float(np.asarray(inp.params_per_gpu).ravel()[0])
-    extra_gb = params * 2.0 / 8.0 * (1.0 + FRAGMENTATION) / 1e9
+    extra_gb = params * 2.0 / 8.0 / 1e9
     assert on.memory_per_gpu_gb - off.memory_per_gpu_gb == pytest.approx(extra_gb, rel=1e-9)
 
 

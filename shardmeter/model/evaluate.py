@@ -299,7 +299,8 @@ def _pipeline(parts: PartTable, lay, topo: Topology, pp, m_int, v, t_mb, ct, Ls,
 def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb) -> ShardInputs:
     """What the sharding strategy sees: this GPU's parameters (its stage's layers, its
     tensor-parallel slice, its local experts; the embedding, and the untied output head with
-    one stage) and the bytes per element of weights, gradients and the optimizer. A MoE layer's
+    one stage), of its largest weight matrix (fused QKV, fc1, an expert's fc1 or the embedding)
+    and the bytes per element of weights, gradients and the optimizer. A MoE layer's
     shared experts are tensor-parallel like a dense MLP, not spread over ``ep``; the stage's dense
     layers (``dense_layers_local``) hold one ``ffn_hidden`` MLP each."""
     mats = ops.where(ms.swiglu, 3.0, 2.0)
@@ -319,7 +320,13 @@ def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb) -> ShardInputs:
         + ops.where(Ld > 0, Ld * (p_dense - p_layer), 0.0)
         + emb * (1.0 + ops.where((pp == 1) & ops.logical_not(ops.as_bool(ms.tied)), 1.0, 0.0))
     )
+    gemm_in = ops.where(ms.swiglu, 2.0, 1.0) * ms.ffn_hidden  # Megatron fuses gate and up into fc1
+    largest = ops.maximum(
+        ops.maximum(ms.hidden * (ms.q_dim + 2.0 * ms.kv_dim), ms.hidden * gemm_in),
+        ops.maximum(ms.hidden * gemm_in / ms.ffn_hidden * ffn, ms.vocab * ms.hidden),
+    )
     return ShardInputs(
+        params_largest_module=largest / tp,
         params_per_gpu=p_gpu,
         params_per_layer=p_layer,
         layers_per_stage=sh.layers_per_stage,

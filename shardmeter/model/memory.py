@@ -15,13 +15,13 @@ __all__ = [
     "memory_parts",
     "MEMORY_PARTS",
     "RESERVED_BYTES",
-    "FRAGMENTATION",
 ]
 
-#: Memory the framework holds besides tensors (CUDA context, NCCL buffers, cuBLAS workspaces),
-#: bytes; and the allocator's fragmentation allowance.
+#: Memory a training process holds besides its tensors, bytes: the CUDA context and kernels
+#: ("CUDA kernels typically require 1-2 GB of GPU memory", HF Ultra-Scale Playbook, "Memory
+#: usage in Transformers"), the lower end. The caching allocator's fragmentation is not added:
+#: a measured ``max_memory_reserved`` bounds it (``validate``'s ``memory_reserved_gb``).
 RESERVED_BYTES = 1.0e9
-FRAGMENTATION = 0.05
 
 #: The parts of :func:`memory_parts`, in report order (SCENARIO.md, ``memory_breakdown_gb``).
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
@@ -73,14 +73,17 @@ def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_f
 
 
 def total_memory(weights, gradients, optimizer, extra, activations) -> Array:
-    """Bytes per GPU: tensors with the fragmentation allowance, plus the reservation."""
-    return (weights + gradients + optimizer + extra + activations) * (1.0 + FRAGMENTATION) + RESERVED_BYTES
+    """Bytes per GPU at the step's peak: the tensors alive during the last backward pass
+    (model state, the strategy's ``extra`` buffers and the activations in flight), plus the
+    reservation. The optimizer step comes after the activations are freed, so its transient
+    fp32 gradient shard never sets the peak."""
+    return weights + gradients + optimizer + extra + activations + RESERVED_BYTES
 
 
 def memory_parts(weights, gradients, optimizer, extra, activations) -> dict[str, Array]:
     """:func:`total_memory` by part, bytes: the four tensor kinds as they are, and ``other`` =
-    the total less them (the strategy's ``extra`` buffers, the fragmentation allowance and the
-    reservation), so the parts add up to the total."""
+    the total less them (the strategy's ``extra`` buffers and the reservation), so the parts add
+    up to the total."""
     total = total_memory(weights, gradients, optimizer, extra, activations)
     other = total - (weights + gradients + optimizer + activations)
     return dict(zip(MEMORY_PARTS, (weights, gradients, optimizer, activations, other), strict=True))

@@ -12,7 +12,12 @@ import shardmeter
 from .convergence import DiLoCoFits
 from .schedules import ClassicSchedule
 from .sync import DiLoCo, GlobalAllReduce
-from .zero import ZeroSharding
+from .zero import (
+    DEEPSPEED_MAX_LIVE_PARAMETERS,
+    DEEPSPEED_PREFETCH_PARAMETERS,
+    DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+    ZeroSharding,
+)
 
 _ZERO = "Rajbhandari et al. 2020, ZeRO (arXiv 1910.02054), Sec. 5"
 
@@ -46,6 +51,9 @@ def shardmeter_sharding_strategies():
         shard_parameters=True,
         gather_per_layer=True,
         flat_collectives=True,
+        max_live_parameters=DEEPSPEED_MAX_LIVE_PARAMETERS,
+        prefetch_parameters=DEEPSPEED_PREFETCH_PARAMETERS,
+        reduce_bucket_elements=DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
         description="DeepSpeed ZeRO-3: parameters too; all-gathered per layer in forward and backward "
         "(prefetched), gradients reduce-scattered per layer, as flat rings over the data-parallel group.",
         source=_ZERO + "; flat collectives: Narayanan et al. 2021, Table 2 (ZeRO-3 per-GPU throughput halves "

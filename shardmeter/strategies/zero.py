@@ -20,11 +20,26 @@ from ..model import ops
 from ..model.ops import Array
 from ..parts import CommEvent, ShardingPart, ShardInputs, StateBytes
 
-__all__ = ["ZeroSharding", "LAST_BUCKET_BYTES", "shard_group_size"]
+__all__ = [
+    "ZeroSharding",
+    "LAST_BUCKET_BYTES",
+    "shard_group_size",
+    "DEEPSPEED_MAX_LIVE_PARAMETERS",
+    "DEEPSPEED_PREFETCH_PARAMETERS",
+    "DEEPSPEED_REDUCE_BUCKET_ELEMENTS",
+]
 
 #: Gradient bucket (Megatron-LM DDP default 40M elements; PyTorch DDP ``bucket_cap_mb = 25``)
 #: whose reduction cannot hide under backward: the last one.
 LAST_BUCKET_BYTES = 25e6
+
+
+#: DeepSpeed ZeRO-3's memory defaults, elements: ``stage3_max_live_parameters``,
+#: ``stage3_prefetch_bucket_size`` and ``reduce_bucket_size`` (deepspeed/runtime/zero/config.py,
+#: DeepSpeed@edaa722), as :class:`ZeroSharding` fields.
+DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
+DEEPSPEED_PREFETCH_PARAMETERS = 5e7
+DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
 
 
 def shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
@@ -48,6 +63,10 @@ class ZeroSharding(ShardingPart):
       FSDP), prefetched under the micro-batch's work; else gradients are synchronised once per
       step, bucketed under the last backward pass (DDP, ZeRO-1/2).
     * ``flat_collectives``: those gathers run as one flat ring (DeepSpeed ZeRO-3).
+    * ``max_live_parameters`` (elements; 0: off): DeepSpeed ZeRO-3's bound on gathered
+      parameters; else two gathered layers (FSDP). See :meth:`gathered_bytes`.
+    * ``reduce_bucket_elements`` (0: none): DeepSpeed ZeRO-3's gradient reduce (IPG) buffer,
+      held for the whole run.
     """
 
     shard_optimizer: bool = False
@@ -56,21 +75,44 @@ class ZeroSharding(ShardingPart):
     shard_group: str = attrs.field(default="dp", validator=attrs.validators.in_(("dp", "node")))
     gather_per_layer: bool = False
     flat_collectives: bool = False
+    max_live_parameters: float = 0.0
+    prefetch_parameters: float = 0.0
+    reduce_bucket_elements: float = 0.0
 
     def bucket_bytes(self, opts: Any) -> float:
         """The last gradient bucket, bytes (always exposed after the backward pass)."""
         return LAST_BUCKET_BYTES
 
+    def gathered_bytes(self, inp: ShardInputs) -> Array:
+        """Gathered (unsharded) parameters alive at once, bytes.
+
+        FSDP: two layers, the one computing and the one prefetched (Zhao et al. 2023, Sec. 4.4:
+        the rate limiter allows two in-flight all-gathers; each wrapped block is one unit).
+        DeepSpeed ZeRO-3 gathers per submodule (each linear), prefetches up to
+        ``stage3_prefetch_bucket_size`` elements and releases past ``stage3_max_live_parameters``
+        (deepspeed/runtime/zero/partitioned_param_coordinator.py ``fetch_sub_module``, defaults
+        1e9 and 5e7 in zero/config.py, DeepSpeed@edaa722): the larger of that bound and the
+        largest submodule plus one prefetch bucket, never more than two layers."""
+        two_layers = 2.0 * inp.params_per_layer
+        if self.max_live_parameters <= 0:
+            return two_layers * inp.weight_bytes
+        largest = inp.params_per_layer if inp.params_largest_module is None else inp.params_largest_module
+        live = ops.maximum(self.max_live_parameters, largest + self.prefetch_parameters)
+        return ops.minimum(live, two_layers) * inp.weight_bytes
+
     def state(self, inp: ShardInputs, opts: Any) -> StateBytes:
         """Bytes per GPU: each sharded state divided by the shard group; ZeRO-3 / FSDP also hold
-        two gathered layers (the one computing and the one prefetched)."""
+        the gathered parameters (:meth:`gathered_bytes`) and DeepSpeed ZeRO-3 its reduce bucket
+        (``reduce_bucket_size`` elements of the gradient dtype, allocated once with
+        ``contiguous_gradients``: zero/stage3.py, DeepSpeed@edaa722), as ``extra``."""
         n = shard_group_size(inp, self.shard_group == "node")
         p, wb = inp.params_per_gpu, inp.weight_bytes
         w_shards = n if self.shard_parameters else 1.0
         weights = p * wb / w_shards
         if self.shard_parameters:
-            weights = weights + 2.0 * inp.params_per_layer * wb
+            weights = weights + self.gathered_bytes(inp)
         return StateBytes(
+            extra=self.reduce_bucket_elements * inp.grad_bytes,
             weights=weights,
             gradients=p * inp.grad_bytes / (n if self.shard_gradients else 1.0),
             optimizer=p * inp.optimizer_bytes_per_param / (n if self.shard_optimizer else 1.0),

@@ -30,7 +30,13 @@ import numpy as np
 
 import shardmeter
 from shardmeter.parts import CommEvent, ShardingPart, ShardInputs, StateBytes
-from shardmeter.strategies.zero import shard_group_size
+from shardmeter.strategies.zero import (
+    DEEPSPEED_MAX_LIVE_PARAMETERS,
+    DEEPSPEED_PREFETCH_PARAMETERS,
+    DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+    ZeroSharding,
+    shard_group_size,
+)
 
 __version__ = "0.1.0"
 
@@ -40,6 +46,18 @@ _PAPER = "Wang et al. 2023, ZeRO++ (arXiv 2306.10209), Sec. 3.1-3.3"
 
 #: Bytes per element of the secondary (hpZ) copy: FP16 (Wang et al. 2023, Sec. 3.2).
 SECONDARY_BYTES = 2.0
+
+#: DeepSpeed ZeRO-3's gathered parameters and reduce bucket, which ZeRO++ keeps as they are.
+_ZERO3 = ZeroSharding(
+    name="zero3-memory",
+    shard_optimizer=True,
+    shard_gradients=True,
+    shard_parameters=True,
+    gather_per_layer=True,
+    max_live_parameters=DEEPSPEED_MAX_LIVE_PARAMETERS,
+    prefetch_parameters=DEEPSPEED_PREFETCH_PARAMETERS,
+    reduce_bucket_elements=DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+)
 
 
 def _bits(default: int):
@@ -70,19 +88,19 @@ class ZeroPlusPlus(ShardingPart):
 
     def state(self, inp: ShardInputs, opts: ZeroPPOptions) -> StateBytes:
         """ZeRO-3's bytes (Rajbhandari et al. 2020, Sec. 5.3: every state over ``n`` ranks, plus
-        two gathered layers, the one computing and the one prefetched) and, with hpZ, the
-        secondary FP16 copy over the node's ``n_node`` ranks in ``extra`` (Wang et al. 2023,
-        Sec. 3.2)."""
+        DeepSpeed ZeRO-3's gathered parameters and reduce bucket, ``ZeroSharding.gathered_bytes``)
+        and, with hpZ, the secondary FP16 copy over the node's ``n_node`` ranks in ``extra``
+        (Wang et al. 2023, Sec. 3.2)."""
         n, n_node = self._groups(inp)
         p, wb = inp.params_per_gpu, inp.weight_bytes
         secondary = p * SECONDARY_BYTES / n_node if opts.zeropp_hpz else 0.0
         return StateBytes(
-            weights=p * wb / n + 2.0 * inp.params_per_layer * wb,
+            weights=p * wb / n + _ZERO3.gathered_bytes(inp),
             gradients=p * inp.grad_bytes / n,
             optimizer=p * inp.optimizer_bytes_per_param / n,
             param_shards=n,
             optimizer_shards=n,
-            extra=secondary,
+            extra=secondary + _ZERO3.reduce_bucket_elements * inp.grad_bytes,
         )
 
     def traffic(self, inp: ShardInputs, opts: ZeroPPOptions) -> list[CommEvent]:
