@@ -12,7 +12,8 @@ prediction must stay the same to 1e-9 relative. This script records, once, befor
 ``tests/test_golden.py`` recomputes every figure and compares. Regenerate (``--write``) only in
 a commit that changes the model on purpose, and say so in its message.
 
-    python tools/golden_predictions.py --write
+    python tools/golden_predictions.py --write            # the stored random scenarios, re-predicted
+    python tools/golden_predictions.py --write --redraw   # a fresh draw of random scenarios
 """
 
 from __future__ import annotations
@@ -91,10 +92,13 @@ def plan_of(case: dict) -> dict:
     return json.loads(json.dumps(doc, default=str))
 
 
-def build() -> dict:
+def build(keep_random: list[dict] | None = None) -> dict:
+    """Every record; ``keep_random``: the stored random scenarios, re-predicted rather than
+    drawn again (the generator grows with the model's keys, so a fresh draw is other scenarios)."""
     files = {str(p.relative_to(ROOT)): report_of(p) for p in _scenario_files()}
     rand = []
-    for d in _random_dicts(N_RANDOM):
+    drawn = [r["scenario"] for r in keep_random] if keep_random is not None else _random_dicts(N_RANDOM)
+    for d in drawn:
         try:
             rand.append({"scenario": d, "report": report_of(d)})
         except Exception as exc:  # noqa: BLE001 - a generated scenario the loader rejects is recorded as such
@@ -106,8 +110,14 @@ def build() -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="overwrite tests/golden/predictions.json")
+    ap.add_argument(
+        "--redraw",
+        action="store_true",
+        help="draw the random scenarios again instead of keeping the stored ones",
+    )
     args = ap.parse_args(argv)
-    doc = build()
+    keep = None if args.redraw or not OUT.exists() else json.loads(OUT.read_text())["random"]
+    doc = build(keep)
     text = json.dumps(doc, indent=1, sort_keys=True, default=str)
     if args.write:
         OUT.write_text(text + "\n")
