@@ -6,6 +6,7 @@ from .errors import PluginError, ScenarioError, ShardMeterError
 from .hookspecs import hookimpl
 from .parts import (
     CommEvent,
+    FrameworkPart,
     PipeInputs,
     PipeTerms,
     SchedulePart,
@@ -87,6 +88,7 @@ __all__ = [
     "ShardingPart",
     "SchedulePart",
     "SyncPart",
+    "FrameworkPart",
     "ShardInputs",
     "StateBytes",
     "CommEvent",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:  # records are named in the signatures only
-    from .parts import ConvergencePart, SchedulePart, ShardingPart, SyncPart
+    from .parts import ConvergencePart, FrameworkPart, SchedulePart, ShardingPart, SyncPart
     from .records import (
         CostSource,
         HardwareProfile,
@@ -165,4 +165,24 @@ def shardmeter_convergence_models() -> Iterable[ConvergencePart]:
         @shardmeter.hookimpl
         def shardmeter_convergence_models():
             yield AcmeConvergence(name="acme-fit", source="Acme 2026, Table 3")
+    """
+
+
+@hookspec
+def shardmeter_frameworks() -> Iterable[FrameworkPart]:
+    """Contribute software-stack profiles (``training.framework``).
+
+    :returns: an iterable of :class:`shardmeter.FrameworkPart` instances (behaviour:
+        ``defaults(tables, gpus)`` returns the ``training.*`` and ``parallelism.*`` values the
+        stack uses when its user writes nothing, each with its source).
+
+    Called once per plugin manager; all results are collected. A profile's ``name`` is what
+    scenarios write as ``[training] framework``; keys the scenario writes always win, and the
+    report's notes list every value the profile set (``docs/frameworks.md``).
+
+    Example::
+
+        @shardmeter.hookimpl
+        def shardmeter_frameworks():
+            yield AcmeStack(name="acme-train", source="acme-train config.py@abc123")
     """

@@ -11,7 +11,10 @@ prices communication on the topology and composes the step (``docs/architecture.
   :class:`WanInputs`;
 * a :class:`ConvergencePart` returns the tokens a sync strategy needs to reach the loss
   data-parallel training reaches (:class:`ConvergenceTerms`) from its hyperparameters
-  (:class:`ConvergenceInputs`); it prices quality, never time (``docs/convergence.md``).
+  (:class:`ConvergenceInputs`); it prices quality, never time (``docs/convergence.md``);
+* a :class:`FrameworkPart` (a software-stack profile, ``training.framework``) returns, at load,
+  the ``training.*`` and ``parallelism.*`` defaults its stack uses (``docs/frameworks.md``); it
+  computes no term itself: what it carries beyond keys is a part it names (a schedule).
 
 Every array in these records broadcasts against the others of the same call (in the scalar
 path, one plan on one island, they are Python floats). The evaluator calls each distinct
@@ -27,12 +30,15 @@ passed to every method as ``opts``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
 from .model.ops import Array, where
+
+if TYPE_CHECKING:  # named in a signature only
+    from .records import HardwareProfile
 
 __all__ = [
     "NoOptions",
@@ -50,6 +56,7 @@ __all__ = [
     "ConvergencePart",
     "ConvergenceInputs",
     "ConvergenceTerms",
+    "FrameworkPart",
     "COLLECTIVES",
     "option_defaults",
     "make_options_class",
@@ -202,7 +209,9 @@ class PipeInputs:
     ``virtual_stages`` (model chunks per GPU; 1 when ``pp = 1``); the time of one micro-batch
     on the stage, ``stage_s`` (forward + backward, with its exposed communication), of which
     ``forward_s`` is the forward pass and ``weight_grad_s`` the weight-gradient GEMMs of the
-    backward pass (the part a zero-bubble schedule defers)."""
+    backward pass (the part a zero-bubble schedule defers). ``activation_bytes``: the whole
+    activation (or its gradient) of one micro-batch at a stage boundary, ``s/cp x b x h`` 16-bit
+    elements; ``tp``: the tensor-parallel ranks that hold it (for :attr:`PipeTerms.p2p_bytes`)."""
 
     pp: Array
     micro_batches: Array
@@ -210,26 +219,34 @@ class PipeInputs:
     stage_s: Array
     forward_s: Array
     weight_grad_s: Array
+    activation_bytes: ArrayLike = 0.0
+    tp: ArrayLike = 1.0
 
 
 @attrs.frozen(kw_only=True)
 class PipeTerms:
     """``bubble_s``: idle time per step; ``in_flight``: micro-batches whose activations the
     first stage holds at its peak, in units of one micro-batch through the whole stage;
-    ``p2p_transfers``: activation (or gradient) sends per step on one stage boundary;
-    ``infeasible``: rows the schedule cannot run."""
+    ``p2p_transfers``: activation (or gradient) sends per step on the stage's critical path,
+    each priced as one message of ``p2p_bytes`` on the link between stages;
+    ``p2p_bytes``: what one GPU sends per transfer (``None``: Megatron's scatter-gather,
+    ``activation_bytes / tp``); ``infeasible``: rows the schedule cannot run."""
 
     bubble_s: ArrayLike
     in_flight: ArrayLike
     p2p_transfers: ArrayLike
     infeasible: ArrayLike = False
+    p2p_bytes: ArrayLike | None = None
 
 
 @attrs.frozen(kw_only=True)
 class SchedulePart(Part):
-    """A pipeline-parallel schedule."""
+    """A pipeline-parallel schedule. ``searched``: whether ``plan`` tries it on a scenario that
+    names another schedule (false for one software stack's own engine, which a plan does not
+    switch to: ``deepspeed-1f1b``)."""
 
     kind: ClassVar[str] = "schedule"
+    searched: bool = True
 
     def terms(self, pipe: PipeInputs, opts: Any) -> PipeTerms:
         raise NotImplementedError
@@ -238,6 +255,12 @@ class SchedulePart(Part):
         """Rows this schedule cannot run (structural: needs ``pp``, ``micro_batches`` and
         ``virtual_stages`` only, so the planner can reject them before the full model)."""
         return where(pipe.pp < 0, True, False)  # nothing is infeasible (shaped like pp)
+
+    def infeasible_message(self, opts: Any) -> str | None:
+        """Why rows of :meth:`infeasible` cannot run, for the report (a ``str.format`` template
+        that may use ``{m}``, ``{pp}`` and ``{v}``); ``None``: the interleaved schedule's
+        message (the micro-batches must be a multiple of ``pp``)."""
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,3 +355,36 @@ class ConvergencePart(Part):
     def validity(self) -> dict[str, Any]:
         """The ranges the model's sources cover, for the report (``{}``: not stated)."""
         return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# software-stack profiles
+
+
+#: A profile's defaults: ``{"training.KEY" | "parallelism.KEY": (value, why)}``.
+FrameworkDefaults = dict[str, tuple[Any, str]]
+
+
+@attrs.frozen(kw_only=True)
+class FrameworkPart(Part):
+    """A software-stack profile (``training.framework``): the defaults a stack applies when its
+    user writes nothing (its attention kernel per GPU generation, sequence parallelism with TP,
+    optimizer sharding, overlaps, recompute, fp8 recipe) and, through those keys, the parts that
+    carry its behaviour (a schedule that sends activations as its pipeline engine does).
+
+    A profile never carries a speed multiplier: only settings, each with its source.
+    """
+
+    kind: ClassVar[str] = "framework"
+
+    def defaults(self, tables: Mapping[str, Any], gpus: Sequence[HardwareProfile]) -> FrameworkDefaults:
+        """The defaults this stack sets, ``{dotted key: (value, why)}`` with keys ``training.*``
+        or ``parallelism.*``; ``why`` names the stack's own code or documentation.
+
+        :param tables: the scenario's raw tables as written (after ``--set``), ``[model]`` with its
+            preset or ``hf_config`` filled in; read them to decide (a key the user wrote is never
+            overridden: the loader fills only keys the scenario leaves out).
+        :param gpus: the hardware profiles of the scenario's islands (and offers), to decide per
+            GPU generation; one the registry does not know yet (a catalog overlay's) is left out.
+        """
+        raise NotImplementedError

@@ -38,6 +38,7 @@ BUNDLED = (
     "shardmeter.plugins.hardware",
     "shardmeter.plugins.interconnects",
     "shardmeter.plugins.costs",
+    "shardmeter.plugins.frameworks",
     "shardmeter.strategies.builtin",
 )
 
@@ -118,9 +119,11 @@ def make_plugin_manager(
     pm.add_hookspecs(hookspecs)
     disabled = _disabled()
     dists: dict[str, str] = {}
-    found_core = _load_entry_points(pm, disabled, dists) if entry_points else False
-    if bundled or (bundled is None and not found_core):
+    core = _load_entry_points(pm, disabled, dists) if entry_points else None
+    if bundled or (bundled is None and core is None):
         _register_bundled(pm, disabled, dists)
+    elif bundled is None and core is not None and "shardmeter" not in disabled:  # metadata older than the tree
+        _register_bundled(pm, disabled, dists, only=[d for d in BUNDLED if d not in core])
     for obj in plugins:
         name = getattr(obj, "__name__", None) or f"{type(obj).__name__}-{id(obj)}"
         pm.register(obj, name=name)
@@ -133,16 +136,19 @@ def make_plugin_manager(
     return pm
 
 
-def _load_entry_points(pm: pluggy.PluginManager, disabled: set[str], dists: dict[str, str]) -> bool:
+def _load_entry_points(
+    pm: pluggy.PluginManager, disabled: set[str], dists: dict[str, str]
+) -> set[str] | None:
     """Register the plugin of every entry point that is not disabled, one at a time, recording
-    each one's distribution in ``dists``; returns whether the ``shardmeter`` distribution itself
-    was among them (an installed core)."""
-    found_core = False
+    each one's distribution in ``dists``; returns the modules the ``shardmeter`` distribution's
+    own entry points name (``None``: no installed core). A bundled module its metadata does not
+    name (an editable install made before the module existed) is then registered by name."""
+    core: set[str] | None = None
     for ep in _entry_points():
         dist = getattr(ep, "dist", None)
         dist_label = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
         if dist is not None and dist.name.lower().replace("_", "-") == "shardmeter":
-            found_core = True
+            core = (core or set()) | {str(ep.value).partition(":")[0]}
         if _norm(ep.name) in disabled or (dist is not None and _norm(dist.name) in disabled):
             continue
         if pm.get_plugin(ep.name) is not None:
@@ -162,7 +168,7 @@ def _load_entry_points(pm: pluggy.PluginManager, disabled: set[str], dists: dict
                 f"(SHARDMETER_DISABLE_PLUGINS={ep.name} skips it)"
             )
         dists[ep.name] = dist_label
-    return found_core
+    return core
 
 
 def _load_entry_point(pm: pluggy.PluginManager, ep, dist_label: str) -> bool:
@@ -196,10 +202,12 @@ def _load_entry_point(pm: pluggy.PluginManager, ep, dist_label: str) -> bool:
     return True
 
 
-def _register_bundled(pm: pluggy.PluginManager, disabled: set[str], dists: dict[str, str]) -> None:
-    """Register the bundled plugins by dotted name (an uninstalled source tree), but not one
-    disabled or already registered."""
-    for dotted in BUNDLED:
+def _register_bundled(
+    pm: pluggy.PluginManager, disabled: set[str], dists: dict[str, str], only: Iterable[str] = BUNDLED
+) -> None:
+    """Register the bundled plugins (``only`` those) by dotted name (an uninstalled source tree),
+    but not one disabled or already registered."""
+    for dotted in only:
         short = dotted.rsplit(".", 1)[-1]
         if _norm(short) in disabled or pm.get_plugin(dotted) is not None:
             continue

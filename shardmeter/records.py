@@ -337,7 +337,7 @@ def as_part(record):
 
 def part_kinds() -> dict[str, tuple[tuple[type, ...], str]]:
     """Registry namespace -> (classes it accepts, hook that contributes them)."""
-    from .parts import ConvergencePart, SchedulePart, ShardingPart, SyncPart
+    from .parts import ConvergencePart, FrameworkPart, SchedulePart, ShardingPart, SyncPart
 
     return {
         "hardware": ((HardwareProfile,), "shardmeter_hardware_profiles"),
@@ -348,6 +348,7 @@ def part_kinds() -> dict[str, tuple[tuple[type, ...], str]]:
         "cost": ((CostSource,), "shardmeter_cost_sources"),
         # a behaviour part only, with no declarative record as sugar
         "convergence": ((ConvergencePart,), "shardmeter_convergence_models"),
+        "framework": ((FrameworkPart,), "shardmeter_frameworks"),
     }
 
 
@@ -365,4 +366,6 @@ PART_KINDS = {
     "cost": (CostSource, "shardmeter_cost_sources"),
     # a behaviour part (shardmeter.parts.ConvergencePart) with no declarative record
     "convergence": (object, "shardmeter_convergence_models"),
+    # a software-stack profile (shardmeter.parts.FrameworkPart), also with no record
+    "framework": (object, "shardmeter_frameworks"),
 }

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from .model.evaluate import BREAKDOWN_TERMS
-from .model.feasibility import reason_messages
+from .model.feasibility import Reason, reason_messages
 from .model.memory import MEMORY_PARTS
 from .pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
 from .report_text import format_report
@@ -333,10 +333,13 @@ def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
             "m": _fmt_int(_at(out["micro_batches"], row, j)),
             "pp": par.pp,
             "pv": par.pp * par.virtual_stages,
+            "v": par.virtual_stages,
             "L": sc.model.layers,
         }
+        own = isl.schedule.infeasible_message(isl.schedule_options)
+        templates = {int(Reason.SCHEDULE): own} if own else None
         prefix = f"island[{j}]." if n_isl > 1 and isl.own_parallelism else ""
-        for key, msg in reason_messages(bits, vals):
+        for key, msg in reason_messages(bits, vals, templates):
             if key.startswith("island["):
                 label = key.format(j=j)
             else:

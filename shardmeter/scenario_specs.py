@@ -224,6 +224,8 @@ class TrainingSpec:
     optimizer: str = attrs.field(default="adam", validator=_one_of("adam", "adamw", "sgd"))
     attention: str = attrs.field(default="flash", validator=_one_of("flash", "flash2", "materialized"))
     tokens: float | None = attrs.field(default=None, validator=_pos)
+    #: a software-stack profile (``docs/frameworks.md``) whose defaults filled the keys not written
+    framework: str | None = None
 
 
 @attrs.frozen(kw_only=True)

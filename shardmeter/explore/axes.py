@@ -109,9 +109,16 @@ def _micro_batch_axis(only: dict[str, Any], global_batch: int, micro_batch: int)
 
 def _schedule_options(reg, only: dict[str, Any], sc: Scenario) -> list[dict[str, Any]]:
     """Every schedule x virtual stages tried: 2, 3, 4, 6 or 8 (at most the layers) for schedules
-    whose bubble shrinks with them, else 1."""
+    whose bubble shrinks with them, else 1. A schedule that is one stack's engine
+    (``SchedulePart.searched = False``) is tried only when the scenario or ``--only`` names it."""
     par, file = sc.parallelism, sc.file
-    sched_names = pick(only, "parallelism.schedule", reg.names("schedule"), par.schedule)
+    # a stack's own engine (searched = False, such as deepspeed-1f1b) only where the scenario uses it
+    searched = [
+        n
+        for n in reg.names("schedule")
+        if getattr(reg.get("schedule", n), "searched", True) or n == par.schedule
+    ]
+    sched_names = pick(only, "parallelism.schedule", searched, par.schedule)
     v_only: Any = (
         only.get("parallelism.virtual_stages", "all") if "parallelism.virtual_stages" in only else "all"
     )

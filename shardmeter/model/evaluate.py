@@ -138,7 +138,15 @@ def _schedule(parts: PartTable, pipe: PipeInputs, codes) -> dict[str, Any]:
         t = part.terms(pipe, opts)
         # what the planner's pre-check asks (infeasible()) and what terms() says, either way
         bad = ops.as_float(t.infeasible) + ops.as_float(part.infeasible(pipe, opts))
-        return {"bubble_s": t.bubble_s, "in_flight": t.in_flight, "p2p": t.p2p_transfers, "infeasible": bad}
+        # None: Megatron's scatter-gather, each TP rank sends 1/t of the activation
+        msg = pipe.activation_bytes / pipe.tp if t.p2p_bytes is None else t.p2p_bytes
+        return {
+            "bubble_s": t.bubble_s,
+            "in_flight": t.in_flight,
+            "p2p": t.p2p_transfers,
+            "p2p_bytes": msg,
+            "infeasible": bad,
+        }
 
     return by_code(codes, run)
 
@@ -281,8 +289,9 @@ def _sharding_exposed(parts: PartTable, shard: ShardInputs, topo: Topology, lay,
 
 
 def _pipeline(parts: PartTable, lay, topo: Topology, pp, m_int, v, t_mb, ct, Ls, act_msg, tp, cp, dp):
-    """The schedule part's terms and the pipeline's point-to-point time per step (Megatron's
-    scatter-gather optimisation sends 1/t of an activation per TP rank)."""
+    """The schedule part's terms and the pipeline's point-to-point time per step: its transfers,
+    each one message of the bytes it says one GPU sends (Megatron's scatter-gather optimisation,
+    1/t of an activation per TP rank, unless it says otherwise) on the link between stages."""
     pipe = PipeInputs(
         pp=pp,
         micro_batches=m_int,
@@ -290,10 +299,12 @@ def _pipeline(parts: PartTable, lay, topo: Topology, pp, m_int, v, t_mb, ct, Ls,
         stage_s=t_mb,
         forward_s=ct.forward,
         weight_grad_s=Ls * ct.dense_forward,
+        activation_bytes=act_msg,
+        tp=tp,
     )
     sch = _schedule(parts, pipe, lay.schedule)
     bw_pp, lat_pp = span_link(pp, tp * cp * dp, topo)
-    return sch, _f(sch["p2p"]) * (act_msg / tp / bw_pp + lat_pp)
+    return sch, _f(sch["p2p"]) * (_f(sch["p2p_bytes"]) / bw_pp + lat_pp)
 
 
 def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb) -> ShardInputs:

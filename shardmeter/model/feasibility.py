@@ -59,10 +59,14 @@ def _bits(x):
     return int(x) if ops.is_scalar(x) else np.asarray(x, dtype=np.int64)
 
 
-def reason_messages(bits: int, values: dict[str, Any]) -> list[tuple[str, str]]:
-    """(key, message) for each reason bit set, formatted with ``values``."""
+def reason_messages(
+    bits: int, values: dict[str, Any], templates: dict[int, str] | None = None
+) -> list[tuple[str, str]]:
+    """(key, message) for each reason bit set, formatted with ``values``; ``templates`` replaces
+    the message of a bit (a schedule part's own :meth:`~shardmeter.SchedulePart.infeasible_message`)."""
     out = []
     for bit, (key, tmpl) in REASONS.items():
+        tmpl = (templates or {}).get(int(bit), tmpl)
         if bits & bit:
             try:
                 out.append((key, tmpl.format(**values)))

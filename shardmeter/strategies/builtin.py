@@ -10,7 +10,7 @@ from __future__ import annotations
 import shardmeter
 
 from .convergence import DiLoCoFits
-from .schedules import ClassicSchedule
+from .schedules import ClassicSchedule, DeepSpeedSchedule
 from .sync import DiLoCo, GlobalAllReduce
 from .zero import (
     DEEPSPEED_MAX_LIVE_PARAMETERS,
@@ -99,6 +99,17 @@ def shardmeter_pipeline_schedules():
         bubble_over_virtual=True,
         description="Interleaved 1F1B with v model chunks per GPU: bubble (p-1)/(v m), v times the p2p traffic.",
         source="Narayanan et al. 2021, Sec. 2.2.2",
+    )
+    yield DeepSpeedSchedule(
+        name="deepspeed-1f1b",
+        searched=False,
+        description="DeepSpeed PipelineEngine (Megatron-DeepSpeed): non-interleaved 1F1B, bubble (p-1)/m; "
+        "each send and receive a blocking instruction of its own between the compute steps (4m one-way "
+        "messages on a middle stage, 2m on the first and last, plus the fill and drain); activations and "
+        "gradients partitioned over TP ranks unless pipe_partitioned / grad_partitioned = false; "
+        "virtual_stages > 1 infeasible.",
+        source="deepspeedai/DeepSpeed deepspeed/runtime/pipe/schedule.py (TrainSchedule) and engine.py "
+        "@edaa7221; runtime/config.py default_pipeline",
     )
 
 

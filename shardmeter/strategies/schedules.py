@@ -10,6 +10,11 @@ stage, counting the warm-up and drain.
 
 The declarative :class:`shardmeter.PipelineSchedule` record is sugar for
 :class:`ClassicSchedule`.
+
+:class:`DeepSpeedSchedule` is DeepSpeed's ``PipelineEngine`` (Megatron-DeepSpeed: BLOOM,
+MT-NLG), from ``deepspeed/runtime/pipe/schedule.py`` and ``engine.py`` at deepspeedai/DeepSpeed
+``edaa7221`` (2026-08-22; the engine as first released, ``65c2f974d`` 2020-09-09, and the change to
+partitioned gradients, ``e2fdd254e`` 2021-09-29).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from ..model import ops
 from ..model.ops import Array
 from ..parts import PipeInputs, PipeTerms, SchedulePart
 
-__all__ = ["ClassicSchedule", "p2p_transfers"]
+__all__ = ["ClassicSchedule", "DeepSpeedSchedule", "DeepSpeedOptions", "p2p_transfers"]
 
 
 def p2p_transfers(pipe: PipeInputs) -> Array:
@@ -61,3 +66,60 @@ class ClassicSchedule(SchedulePart):
                 held = held * ops.where(v > 1, 1.0 + (pp - 1.0) / (pp * v), 1.0)
         # the evaluator asks infeasible() itself, as the planner's pre-check does
         return PipeTerms(bubble_s=bubble, in_flight=held, p2p_transfers=p2p_transfers(pipe))
+
+
+@attrs.frozen(kw_only=True)
+class DeepSpeedOptions:
+    """DeepSpeed's ``pipeline`` config keys that change what a send carries (defaults of
+    ``DeepSpeedConfig``'s ``default_pipeline``, ``deepspeed/runtime/config.py``@edaa7221):
+    ``pipe_partitioned``: with TP > 1 each TP rank sends 1/t of a stage's output activation
+    (``PartitionedTensor`` over the slice-parallel group) and the receiver all-gathers it;
+    ``grad_partitioned``: the same for the gradient sent back (full from every TP rank before
+    ``e2fdd254e``, 2021-09-29, where the engine had ``is_grad_partitioned = False``)."""
+
+    pipe_partitioned: bool = True
+    grad_partitioned: bool = True
+
+
+@attrs.frozen(kw_only=True)
+class DeepSpeedSchedule(SchedulePart):
+    """DeepSpeed ``PipelineEngine`` with ``TrainSchedule`` (non-interleaved 1F1B).
+
+    * Bubble: ``TrainSchedule.steps`` runs ``2 (m + p - 1)`` steps, each one micro-batch's
+      forward or backward pass, of which ``2 (p - 1)`` are idle on every stage:
+      ``(p - 1) (t_f + t_b)``, as PipeDream-Flush.
+    * In flight: ``num_pipe_buffers`` = ``min(p - stage_id, m)`` forward passes, ``min(p, m)`` on
+      the first stage.
+    * Sends: every exchange is its own blocking instruction between the compute instructions
+      (``SendGrad`` then ``RecvActivation`` before a forward step, ``RecvGrad`` then
+      ``SendActivation`` before a backward one; ``p2p.send``/``recv`` are ``dist.send``/``recv``),
+      so a stage with a neighbour on both sides issues ``4 m`` one-way messages one after the
+      other (``2 m`` for the first and last stage), never paired with the opposite direction
+      as Megatron's ``send_forward_recv_backward``, never overlapped with compute; plus the
+      ``2 (p - 1)`` hops of the fill and drain on the critical path.
+    * Message: the whole activation ``s b h`` x 2 bytes from every TP rank, or 1/t of it in a
+      direction that is partitioned (:class:`DeepSpeedOptions`); the receiver's all-gather over
+      the TP group is not priced (as for Megatron's scatter-gather).
+    * ``virtual_stages > 1`` is infeasible: the engine has no interleaved schedule.
+    * The gradients are reduced by the ``ReduceGrads`` instruction after the last step (not
+      under the backward passes): a profile using this schedule sets ``dp_comm_overlap = false``.
+    """
+
+    options: type = DeepSpeedOptions
+
+    def infeasible(self, pipe: PipeInputs, opts: Any) -> Array:
+        return (pipe.pp > 1) & (pipe.virtual_stages > 1)
+
+    def infeasible_message(self, opts: Any) -> str | None:
+        return "DeepSpeed's PipelineEngine has no interleaved schedule: virtual_stages must be 1 (got {v})"
+
+    def terms(self, pipe: PipeInputs, opts: Any) -> PipeTerms:
+        pp, m = pipe.pp, pipe.micro_batches
+        bubble = (pp - 1.0) * pipe.stage_s
+        held = ops.minimum(m, pp)
+        one_way = ops.where(pp > 2, 4.0 * m, 2.0 * m)
+        sends = ops.where(pp > 1, one_way + 2.0 * (pp - 1.0), 0.0)
+        act = pipe.activation_bytes
+        fwd = act / pipe.tp if opts.pipe_partitioned else act
+        bwd = act / pipe.tp if opts.grad_partitioned else act
+        return PipeTerms(bubble_s=bubble, in_flight=held, p2p_transfers=sends, p2p_bytes=0.5 * (fwd + bwd))
