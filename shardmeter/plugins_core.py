@@ -122,7 +122,8 @@ def make_plugin_manager(
     core = _load_entry_points(pm, disabled, dists) if entry_points else None
     if bundled or (bundled is None and core is None):
         _register_bundled(pm, disabled, dists)
-    elif bundled is None and core is not None and "shardmeter" not in disabled:  # metadata older than the tree
+    elif bundled is None and core is not None and "shardmeter" not in disabled:
+        # an installed core whose metadata predates a bundled module (an editable install)
         _register_bundled(pm, disabled, dists, only=[d for d in BUNDLED if d not in core])
     for obj in plugins:
         name = getattr(obj, "__name__", None) or f"{type(obj).__name__}-{id(obj)}"

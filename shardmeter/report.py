@@ -336,7 +336,8 @@ def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
             "v": par.virtual_stages,
             "L": sc.model.layers,
         }
-        own = isl.schedule.infeasible_message(isl.schedule_options)
+        message = getattr(isl.schedule, "infeasible_message", None)  # a SchedulePart's
+        own = message(isl.schedule_options) if message is not None else None
         templates = {int(Reason.SCHEDULE): own} if own else None
         prefix = f"island[{j}]." if n_isl > 1 and isl.own_parallelism else ""
         for key, msg in reason_messages(bits, vals, templates):
