@@ -120,6 +120,10 @@ def scenario_tables(sc: Scenario) -> dict[str, Any]:
     :meth:`~Scenario.to_dict`, less the ``[model]`` keys its preset (and the defaults) would
     give anyway, so that an override of ``model.preset`` takes effect as it does on the file."""
     data = sc.to_dict()
+    for key in sc.framework_keys:  # the profile sets them again, with its notes
+        table, _, field = key.partition(".")
+        if isinstance(data.get(table), dict):
+            data[table].pop(field, None)
     if data.get("sync") == {"strategy": "allreduce"} and _SINGLE_ISLAND_NOTE not in sc.notes:
         del data["sync"]  # the default, which to_dict always writes: not a [sync] the file gave
     model = data.get("model")
@@ -148,7 +152,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     notes: list[str] = []
     model_rec = _model_record(data.get("model"), file, notes)
     training = _required_table(data.get("training"), "training", file)
-    _apply_framework(data, model_rec, reg, file, notes)
+    framework_keys = _apply_framework(data, model_rec, reg, file, notes)
     training_rec = structure_record(training, TrainingSpec, path="training", file=file)
     parse_par = _parallelism_parser(reg, file, notes)
     par_rec = parse_par(data.get("parallelism", {}), "parallelism")
@@ -181,6 +185,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         source=dict(source),
         catalog=_catalog(data.get("catalog"), file),
         notes=tuple(notes),
+        framework_keys=framework_keys,
         file=file,
     )
 
@@ -189,13 +194,16 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
 _FRAMEWORK_TABLES = ("training", "parallelism")
 
 
-def _apply_framework(data: dict[str, Any], model: ModelSpec, reg, file: str | None, notes: list[str]) -> None:
+def _apply_framework(
+    data: dict[str, Any], model: ModelSpec, reg, file: str | None, notes: list[str]
+) -> tuple[str, ...]:
     """``training.framework``: the named profile's defaults fill the ``[training]`` and
     ``[parallelism]`` keys the scenario does not write (a written key always wins, and an island's
-    own ``[parallelism]`` keys win over the top-level table's), one note per value set."""
+    own ``[parallelism]`` keys win over the top-level table's), one note per value set. Returns
+    the keys it set (``table.key``)."""
     name = data["training"].get("framework")
     if name is None:
-        return
+        return ()
     if not isinstance(name, str):
         raise ScenarioError(
             f"expected a framework name (a string), got {name!r}", path="training.framework", file=file
@@ -211,6 +219,7 @@ def _apply_framework(data: dict[str, Any], model: ModelSpec, reg, file: str | No
         raise ScenarioError(
             f"framework '{name}' failed: {type(exc).__name__}: {exc}", path="training.framework", file=file
         ) from exc
+    set_keys: list[str] = []
     for key, entry in items:
         table, _, field = str(key).partition(".")
         if table not in _FRAMEWORK_TABLES or not field or "." in field or field == "framework":
@@ -230,6 +239,8 @@ def _apply_framework(data: dict[str, Any], model: ModelSpec, reg, file: str | No
             continue  # written in the scenario (a non-table is reported where it is parsed)
         target[field] = entry[0]
         notes.append(f"framework {name} set {key} = {_note_value(entry[0])} ({entry[1]})")
+        set_keys.append(f"{table}.{field}")
+    return tuple(set_keys)
 
 
 def _island_gpus(data: Mapping[str, Any], reg, file: str | None) -> tuple:

@@ -363,6 +363,8 @@ class Scenario:
     #: ``catalog``: overlay files (paths relative to the scenario's file), applied at resolve
     catalog: tuple[str, ...] | None = None
     notes: tuple[str, ...] = ()
+    #: the ``table.key`` values ``training.framework``'s profile set (not written in the file)
+    framework_keys: tuple[str, ...] = ()
     file: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -370,6 +372,7 @@ class Scenario:
         d = CONVERTER.unstructure(self)
         d.pop("notes", None)
         d.pop("file", None)
+        d.pop("framework_keys", None)
         offered = {o.name for o in self.offers}
         d["island"] = [isl for isl in d.pop("islands") if isl.get("name") not in offered]
         if not d["island"]:
