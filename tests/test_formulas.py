@@ -17,6 +17,7 @@ Sources (figures in ``docs/reference/``):
 from __future__ import annotations
 
 import csv
+import math
 import os
 
 import numpy as np
@@ -405,3 +406,41 @@ def test_attention_runs_closer_to_its_asymptote_at_long_sequences():
     per_flop = (att_short * flops_ratio) / att_long
     expected = (1 + ATTENTION_RAMP_KEYS / 1024.0) / (1 + ATTENTION_RAMP_KEYS / 16384.0)
     assert per_flop == pytest.approx(expected, rel=0.02)
+
+
+# ---- GEMM tile quantisation (NVIDIA "Matrix Multiplication Background", Sec. 3.1) ----------------
+
+_H200 = dict(peak_flops=989.4e12, efficiency=0.803, hbm_bytes_s=4.8e12 * 0.9, sm_count=132)
+
+
+def test_odd_vocab_is_padded_to_whole_tiles():
+    """GPT-2's vocab 50257 on 128-wide tiles: ceil(50257 / 128) = 393 tiles = 50304 columns, the
+    same tiles (and so the same compute time) as a 50304 vocab; per useful FLOP that is
+    50304 / 50257 slower. 16384 tokens x 4096 hidden keeps it compute-bound."""
+    assert math.ceil(50257 / 128) * 128 == 50304
+    odd = F.gemm_time(16384, 50257, 4096, **_H200)
+    even = F.gemm_time(16384, 50304, 4096, **_H200)
+    out_write = 2.0 * 16384 * (50304 - 50257) / _H200["hbm_bytes_s"]  # the only difference
+    assert even - odd == pytest.approx(out_write, rel=1e-9)
+
+
+def test_aligned_shapes_lose_nothing_to_padding():
+    """M, N multiples of 256 and K of 64: the time is the wave-quantised roofline, 2 M N K at
+    the ceiling divided by the SM fill of the last wave (here 32 x 16 = 512 tiles of 128x256 on
+    132 SMs: 4 waves, 512 / 528 full)."""
+    m, n, k = 4096, 4096, 4096
+    t = F.gemm_time(m, n, k, **_H200)
+    fill = 512 / (4 * 132)
+    flop = 2.0 * m * n * k / (_H200["peak_flops"] * _H200["efficiency"] * fill)
+    out = 2.0 * m * n / _H200["hbm_bytes_s"]
+    assert t == pytest.approx(flop + out + F.KERNEL_OVERHEAD_S, rel=1e-12)
+
+
+def test_an_odd_inner_dimension_pays_its_last_k_block():
+    """K = 4097 steps through ceil(4097 / 64) = 65 blocks of 64: the main loop does 4160 deep,
+    4160 / 4097 of the work of K = 4097; K = 4160 costs the same compute."""
+    m, n = 4096, 4096
+    a = F.gemm_time(m, n, 4097, **_H200)
+    b = F.gemm_time(m, n, 4160, **_H200)
+    assert a == pytest.approx(b, rel=1e-12)
+    assert a > F.gemm_time(m, n, 4096, **_H200) * 4097 / 4096
