@@ -315,13 +315,15 @@ def test_zeropp_state_and_events(est, zpp):
         "zeropp_gradient_bits": 4,
         "zeropp_hpz": True,
     }
-    first = 1.0 / 30.0
+    L = float(SHARD.layers_per_stage)  # one call per layer, each a layer's share
+    first = 1.0 / L  # the forward's first gather, the backward's last reduction
     on = part.traffic(SHARD, zpp.ZeroPPOptions())
     assert _events(on) == [
-        ("all_gather", 1e9, 16.0, 2.0, True, "micro_batch", first),  # qwZ: INT8 over the 16 ranks
-        ("all_gather", 2e9, 4.0, 2.0, False, "micro_batch", first),  # hpZ: FP16 over the node's 4
-        ("reduce_scatter", 0.5e9, 16.0, 2.0, False, "micro_batch", first),  # qgZ: INT4, hierarchical
+        ("all_gather", 1e9 / L, 16.0, 2.0, True, "micro_batch", first),  # qwZ: INT8 over the 16 ranks
+        ("all_gather", 2e9 / L, 4.0, 2.0, False, "micro_batch", 0.0),  # hpZ: FP16 over the node's 4
+        ("reduce_scatter", 0.5e9 / L, 16.0, 2.0, False, "micro_batch", first),  # qgZ: INT4, hierarchical
     ]
+    assert [float(e.count) for e in on] == [L, L, L]
     st = part.state(SHARD, zpp.ZeroPPOptions())
     bucket = 5e8 * 2.0  # DeepSpeed ZeRO-3's FP16 reduce bucket (reduce_bucket_size elements)
     assert float(st.extra) == 1e9 * 2.0 / 4.0 + bucket  # + hpZ's secondary FP16 copy over the node
@@ -329,11 +331,16 @@ def test_zeropp_state_and_events(est, zpp):
     assert float(st.weights) == 1e9 * 2.0 / 16.0 + 2.0 * 9e7 * 2.0
     off = zpp.ZeroPPOptions(zeropp_weight_bits=16, zeropp_gradient_bits=16, zeropp_hpz=False)
     assert float(part.state(SHARD, off).extra) == bucket
-    # all three off: ZeRO-3's events (its two gathers are one event counted twice) and state
+    # all three off: ZeRO-3's events (its 2 L gathers are one event, its one exposed gather of
+    # 2 L is the forward's first of L here) and state
     zero3 = est.registry.get("sharding", "zero3")
     ref = zero3.traffic(SHARD, zero3.options())
-    got = _events(part.traffic(SHARD, off))
-    assert got == [_events(ref)[0], _events(ref)[0], _events(ref)[1]] and ref[0].count == 2.0
+    got = part.traffic(SHARD, off)
+    assert _events(got)[2] == _events(ref)[1] and float(ref[0].count) == 2.0 * L
+    for e in got[:2]:
+        assert (e.collective, float(e.bytes), e.flat) == ("all_gather", float(ref[0].bytes), ref[0].flat)
+    exposed = sum(float(e.count * e.exposed_fraction) for e in got[:2])
+    assert exposed == pytest.approx(float(ref[0].count * ref[0].exposed_fraction), rel=1e-12)
     st_off, st_ref = part.state(SHARD, off), zero3.state(SHARD, zero3.options())
     for f in ("weights", "gradients", "optimizer", "param_shards", "optimizer_shards"):
         assert float(getattr(st_off, f)) == float(getattr(st_ref, f)), f

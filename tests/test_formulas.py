@@ -17,6 +17,7 @@ Sources (figures in ``docs/reference/``):
 from __future__ import annotations
 
 import csv
+import math
 import os
 
 import numpy as np
@@ -252,17 +253,57 @@ def test_group_with_one_member_per_node_rings_over_the_network():
 
 
 def test_two_level_collective_splits_the_volume():
-    """k = 8 members per node on 2 nodes: (k-1)/k S inside, (n-1)/n S/k across."""
+    """k = 8 members per node on 2 nodes: (k-1)/k S inside, (n-1)/n S/k across; NCCL's ring
+    latency (tuning.cc): nRanks - 1 = 15 steps, nNodes - 1 = 1 across the network, 14 inside."""
     bw1, lat1 = 25e9, 20e-6
     t = collective_time("reduce_scatter", S, 16, 1, _two_tiers(8, BW, ALPHA, bw1, lat1))
-    assert t == pytest.approx(7 * ALPHA + 7 / 8 * S / BW + 1 * lat1 + 1 / 2 * (S / 8) / bw1)
+    assert t == pytest.approx(14 * ALPHA + 7 / 8 * S / BW + 1 * lat1 + 1 / 2 * (S / 8) / bw1)
+
+
+def test_ring_latency_grows_with_the_ranks_as_nccls_model():
+    """NCCL's tuning model (src/graph/tuning.cc @ 5067397): a ring reduce-scatter over 512 ranks
+    on 64 nodes of 8 takes 511 steps, 63 at the network's latency and 448 at NVLink's; the old
+    per-tier rings counted 7 + 63. The bandwidth term does not depend on the steps: a tiny
+    message costs the latency alone, which quadruples (nearly) from 128 to 512 ranks."""
+    lat0, bw1, lat1 = 2.65e-6, 50e9, 9e-6
+    topo = _two_tiers(8, BW, lat0, bw1, lat1)
+    tiny = 8.0  # bytes
+    t512 = collective_time("reduce_scatter", tiny, 512, 1, topo)
+    assert t512 == pytest.approx(448 * lat0 + 63 * lat1, rel=1e-6)
+    t128 = collective_time("all_gather", tiny, 128, 1, topo)
+    assert t128 == pytest.approx(112 * lat0 + 15 * lat1, rel=1e-6)
+    # the bandwidth share is still the hierarchical one (NCCL's channels spread the crossings)
+    big = collective_time("all_gather", S, 512, 1, topo) - t512
+    assert big == pytest.approx(7 / 8 * S / BW + 63 / 64 * (S / 8) / bw1, rel=1e-6)
+
+
+def test_all_reduce_takes_nccls_tree_when_its_log_latency_wins():
+    """NCCL's all-reduce is the faster of the ring (2 (n - 1) steps) and the double binary tree:
+    latency 2 ((ppn - 1) intraLat + log2i(nNodes) interLat), bus bandwidth 0.92 x the ring's
+    (tuning.cc @ 5067397). 1024 ranks on 128 nodes, a small message: the tree's 2 (7 + 7) steps
+    against the ring's 2 (896 + 127); a 10 GB message: the ring's bandwidth wins."""
+    from shardmeter.model.tiers import TREE_BW_FACTOR
+
+    lat0, bw1, lat1 = 2.65e-6, 50e9, 9e-6
+    topo = _two_tiers(8, BW, lat0, bw1, lat1)
+    small = 1e6
+    bw_small = 7 / 8 * small / BW + 127 / 128 * (small / 8) / bw1
+    t = collective_time("all_reduce", small, 1024, 1, topo)
+    assert t == pytest.approx(2 * (bw_small / TREE_BW_FACTOR + 7 * lat0 + 7 * lat1), rel=1e-9)
+    big = 1e10
+    bw_big = 7 / 8 * big / BW + 127 / 128 * (big / 8) / bw1
+    t = collective_time("all_reduce", big, 1024, 1, topo)
+    assert t == pytest.approx(2 * (bw_big + 896 * lat0 + 127 * lat1), rel=1e-9)
+    # a flat ring (DeepSpeed ZeRO-3) is always the ring
+    flat = collective_time("all_reduce", small, 1024, 1, topo, flat=True)
+    assert flat > collective_time("all_reduce", small, 1024, 1, topo)
 
 
 def test_flat_collective_carries_the_whole_share_across_the_network():
     """flat: one ring over all 16 members, each GPU's (n-1)/n S crossing its NIC (not S/k)."""
     bw1, lat1 = 25e9, 20e-6
     t = collective_time("all_gather", S, 16, 1, _two_tiers(8, BW, ALPHA, bw1, lat1), flat=True)
-    assert t == pytest.approx(7 * ALPHA + 7 / 8 * S / BW + 1 * lat1 + 1 / 2 * S / bw1)
+    assert t == pytest.approx(14 * ALPHA + 7 / 8 * S / BW + 1 * lat1 + 1 / 2 * S / bw1)
 
 
 def test_three_tier_all_reduce_against_a_hand_calculation():
@@ -270,7 +311,10 @@ def test_three_tier_all_reduce_against_a_hand_calculation():
 
     A 2304-rank all-reduce of 1 GB (stride 1): 72 members per domain ring over NVLink, 8 domains
     per rail group ring over IB carrying S/72, 4 rail groups ring over the spine carrying
-    S/(72 x 8) at half the IB bandwidth; an all-reduce is twice the reduce-scatter.
+    S/(72 x 8) at half the IB bandwidth. Latency is NCCL's: the ring's 2303 steps are 2304 - 32
+    inside the 32 domains, 32 - 4 across IB and 4 - 1 across the spine, twice for an all-reduce;
+    the tree's are 71 + log2(8) + log2(4), twice, at 0.92 x the ring's bandwidth; NCCL takes the
+    faster (here the tree).
     """
     nvl, ib = 900e9 * 0.8, 50e9 * 0.85
     lat = (1e-6, 5e-6, 8e-6)
@@ -283,21 +327,17 @@ def test_three_tier_all_reduce_against_a_hand_calculation():
         tier_latency_s=np.array(lat),
     )
     t = collective_time("all_reduce", S, 2304, 1, topo)
-    hand = 2.0 * (
-        71 * lat[0]
-        + 71 / 72 * S / nvl
-        + 7 * lat[1]
-        + 7 / 8 * (S / 72) / ib
-        + 3 * lat[2]
-        + 3 / 4 * (S / 576) / (ib / 2.0)
-    )
-    assert t == pytest.approx(hand, rel=1e-12)
+    bw = 71 / 72 * S / nvl + 7 / 8 * (S / 72) / ib + 3 / 4 * (S / 576) / (ib / 2.0)
+    ring = 2.0 * (bw + 2272 * lat[0] + 28 * lat[1] + 3 * lat[2])
+    tree = 2.0 * (bw / 0.92 + 71 * lat[0] + 3 * lat[1] + 2 * lat[2])
+    assert tree < ring and t == pytest.approx(tree, rel=1e-12)
+    assert collective_time("reduce_scatter", S, 2304, 1, topo) == pytest.approx(ring / 2.0, rel=1e-12)
     # a group inside one NVLink domain never touches IB; one spanning two domains pays IB only
     assert collective_time("all_reduce", S, 72, 1, topo) == pytest.approx(
         2 * (71 * lat[0] + 71 / 72 * S / nvl)
     )
     two = collective_time("reduce_scatter", S, 144, 1, topo)
-    assert two == pytest.approx(71 * lat[0] + 71 / 72 * S / nvl + 1 * lat[1] + 1 / 2 * (S / 72) / ib)
+    assert two == pytest.approx(142 * lat[0] + 71 / 72 * S / nvl + 1 * lat[1] + 1 / 2 * (S / 72) / ib)
     # all-to-all over 2304 ranks: each tier carries its share at once; the slowest tier sets the time
     a2a = collective_time("all_to_all", S, 2304, 1, topo)
     parts = (
@@ -366,3 +406,41 @@ def test_attention_runs_closer_to_its_asymptote_at_long_sequences():
     per_flop = (att_short * flops_ratio) / att_long
     expected = (1 + ATTENTION_RAMP_KEYS / 1024.0) / (1 + ATTENTION_RAMP_KEYS / 16384.0)
     assert per_flop == pytest.approx(expected, rel=0.02)
+
+
+# ---- GEMM tile quantisation (NVIDIA "Matrix Multiplication Background", Sec. 3.1) ----------------
+
+_H200 = dict(peak_flops=989.4e12, efficiency=0.803, hbm_bytes_s=4.8e12 * 0.9, sm_count=132)
+
+
+def test_odd_vocab_is_padded_to_whole_tiles():
+    """GPT-2's vocab 50257 on 128-wide tiles: ceil(50257 / 128) = 393 tiles = 50304 columns, the
+    same tiles (and so the same compute time) as a 50304 vocab; per useful FLOP that is
+    50304 / 50257 slower. 16384 tokens x 4096 hidden keeps it compute-bound."""
+    assert math.ceil(50257 / 128) * 128 == 50304
+    odd = F.gemm_time(16384, 50257, 4096, **_H200)
+    even = F.gemm_time(16384, 50304, 4096, **_H200)
+    out_write = 2.0 * 16384 * (50304 - 50257) / _H200["hbm_bytes_s"]  # the only difference
+    assert even - odd == pytest.approx(out_write, rel=1e-9)
+
+
+def test_aligned_shapes_lose_nothing_to_padding():
+    """M, N multiples of 256 and K of 64: the time is the wave-quantised roofline, 2 M N K at
+    the ceiling divided by the SM fill of the last wave (here 32 x 16 = 512 tiles of 128x256 on
+    132 SMs: 4 waves, 512 / 528 full)."""
+    m, n, k = 4096, 4096, 4096
+    t = F.gemm_time(m, n, k, **_H200)
+    fill = 512 / (4 * 132)
+    flop = 2.0 * m * n * k / (_H200["peak_flops"] * _H200["efficiency"] * fill)
+    out = 2.0 * m * n / _H200["hbm_bytes_s"]
+    assert t == pytest.approx(flop + out + F.KERNEL_OVERHEAD_S, rel=1e-12)
+
+
+def test_an_odd_inner_dimension_pays_its_last_k_block():
+    """K = 4097 steps through ceil(4097 / 64) = 65 blocks of 64: the main loop does 4160 deep,
+    4160 / 4097 of the work of K = 4097; K = 4160 costs the same compute."""
+    m, n = 4096, 4096
+    a = F.gemm_time(m, n, 4097, **_H200)
+    b = F.gemm_time(m, n, 4160, **_H200)
+    assert a == pytest.approx(b, rel=1e-12)
+    assert a > F.gemm_time(m, n, 4096, **_H200) * 4097 / 4096

@@ -9,6 +9,7 @@ model on 64 GPUs: 120, 31.4, 16.6 and 1.9 GB) and Sec. 7 (ZeRO-1/2 move what DDP
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -121,6 +122,30 @@ def test_zero1_and_zero2_move_what_ddp_moves_and_zero3_half_as_much_again():
     assert _traffic_s("zero2", "step") == pytest.approx(ddp)
     assert _traffic_s("zero3", "micro_batch") == pytest.approx(1.5 * ddp)
     assert _traffic_s("zero3", "step") == 0.0
+
+
+def test_fsdp_issues_one_collective_per_layer_and_exposes_the_first_gather_and_last_reduction():
+    """32 layers, 1e9 parameters (2 GB) over 64 ranks, one per node (stride 1, 1-GPU domains):
+    every collective is a 64-rank ring of 63 steps at alpha. FSDP gathers each layer in forward
+    and backward and reduce-scatters it once: 64 gathers and 32 reductions of 2 GB / 32, so the
+    bandwidth term is unchanged and the latency is paid 96 times; the forward's first gather
+    and the backward's last reduction are the never-hidden share (Zhao et al. 2023, Fig. 5)."""
+    alpha, bw = 10e-6, 100e9
+    topo = Topology(
+        gpus_per_node=1,
+        nodes=64,
+        domain_gpus=1,
+        tier_gpus=np.array([1.0, np.inf]),
+        tier_bytes_s=np.array([bw, bw]),
+        tier_latency_s=np.array([alpha, alpha]),
+    )
+    shard = attrs.evolve(_shard(1e9, 64), layers_per_stage=np.asarray(32.0), domain_gpus=np.asarray(1.0))
+    part = REG.get("sharding", "fsdp")
+    pt = price_traffic(part.traffic(shard, part.options()), topo)
+    one = 63 * alpha + 63 / 64 * (2e9 / 32) / bw  # one layer's gather (or reduction)
+    assert float(pt.micro_batch_s) == pytest.approx(96 * one, rel=1e-12)
+    assert float(pt.micro_batch_fixed_s) == pytest.approx(2 * one, rel=1e-12)
+    assert float(pt.step_s) == 0.0
 
 
 def test_declarative_record_is_sugar_for_the_zero_part():

@@ -8,8 +8,10 @@ whole buffer S: ``algbw = S / t``, doc/PERFORMANCE.md) and the out-of-place ``ti
 
 A one-node log prices the intra-node tier, a multi-node log the inter-node tier, as the model
 does (``shardmeter/model/tiers.py``; Thakur, Rabenseifner and Gropp 2005): a ring over ``n``
-members of a tier costs ``(n - 1) alpha + (n - 1) / n x bytes / B`` (an all-reduce twice that;
-``(n - 1) / n`` is the busbw factor of doc/PERFORMANCE.md, ``2 (n - 1) / n`` for all-reduce).
+members of a tier costs ``(n - 1) / n x bytes / B`` (an all-reduce twice that; ``(n - 1) / n``
+is the busbw factor of doc/PERFORMANCE.md, ``2 (n - 1) / n`` for all-reduce) plus NCCL's ring
+latency, ``n - N`` steps inside the nodes and ``N - 1`` across them (twice for an all-reduce);
+a multi-node all-reduce row is NCCL's tree when that is faster (:func:`tree_design`).
 With ``g`` GPUs on each of ``N`` nodes the inner tier carries S and the outer ``S / g``; an
 all-to-all sends ``(n - g) / n x S`` across the outer tier, which sets its pace. The model's
 ``B`` is ``bandwidth_gb_s x efficiency`` per GPU (a network link's shared by the node's GPUs as
@@ -200,10 +202,12 @@ def design(
     log: NcclLog, inner_link: tuple[float, float] | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(steps, bytes, times, floor)`` per row of the tier a log prices (seconds, bytes): one
-    node prices the ring over its ``ranks``; several the outer ring over ``nodes``, with the
-    inner tier's time, from ``inner_link = (latency s, bytes/s)``, subtracted. An all-to-all's
-    tiers run at once and the slowest sets the time: ``floor`` is its inner tier's time, and a
-    row whose outer tier would be faster than that says nothing about the outer tier."""
+    node prices the ring over its ``ranks``; several the outer tier, with the inner tier's time,
+    from ``inner_link = (latency s, bytes/s)``, subtracted. The ring's latency is NCCL's (one
+    ring through every rank: ``n - N`` steps inside the nodes, ``N - 1`` across them;
+    ``tiers.py``). An all-to-all's tiers run at once and the slowest sets the time: ``floor`` is
+    its inner tier's time, and a row whose outer tier would be faster than that says nothing
+    about the outer tier."""
     S = np.array([r.size_bytes for r in log.rows], dtype=float)
     t = np.array([r.time_us for r in log.rows]) * 1e-6
     n, g, N = float(log.ranks), float(log.gpus_per_node), float(log.nodes)
@@ -215,10 +219,27 @@ def design(
     if log.collective == "all_to_all":
         floor = (g - 1.0) * inner_link[0] + (g - 1.0) / n * S / inner_link[1]
         return np.full_like(S, N - 1.0), (n - g) / n * S, t, floor
-    s0, f0 = _ring(log.collective, g)
-    inner = s0 * inner_link[0] + f0 * S / inner_link[1]
+    m = 2.0 if log.collective == "all_reduce" else 1.0
+    _, f0 = _ring(log.collective, g)
+    inner = m * (n - N) * inner_link[0] + f0 * S / inner_link[1]
     s1, f1 = _ring(log.collective, N)
     return np.full_like(S, s1), f1 * S / g, t - inner, zero
+
+
+def tree_design(log: NcclLog, inner_link: tuple[float, float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(steps, bytes, times)`` of a multi-node all-reduce's rows as NCCL's tree prices them
+    (``tiers.py``): ``2 (g - 1)`` inner steps and ``2 floor(log2 N)`` outer ones, the bandwidth
+    terms at ``TREE_BW_FACTOR`` of the ring's."""
+    from ..model.tiers import TREE_BW_FACTOR
+
+    S = np.array([r.size_bytes for r in log.rows], dtype=float)
+    t = np.array([r.time_us for r in log.rows]) * 1e-6
+    g, N = float(log.gpus_per_node), float(log.nodes)
+    _, f0 = _ring("all_reduce", g)
+    inner = 2.0 * (g - 1.0) * inner_link[0] + f0 * S / inner_link[1] / TREE_BW_FACTOR
+    _, f1 = _ring("all_reduce", N)
+    steps = 2.0 * np.floor(np.log2(N))
+    return np.full_like(S, steps), f1 * S / g / TREE_BW_FACTOR, t - inner
 
 
 @attrs.frozen(kw_only=True)
@@ -247,30 +268,48 @@ def fit_tier(
     """Fit ``latency`` and ``efficiency`` of ``link`` jointly over every row of ``logs`` (all
     one-node, or all multi-node with ``inner_link``); see the module docstring."""
     steps, traffic, times, floors, nominal = [], [], [], [], []
+    alt_steps, alt_traffic, alt_times, inner_gap = [], [], [], []
     for log in logs:
         s, b, t, fl = design(log, inner_link)
         nom = nominal_bytes_s(link, log.gpus_per_node, nics_per_node, inner=log.nodes == 1)
-        keep = t > 0  # a row the inner tier alone would take longer than: nothing left to fit
+        if log.collective == "all_reduce" and log.nodes > 1 and inner_link is not None:
+            ts, tb, tt = tree_design(log, inner_link)
+        else:  # no tree alternative: the ring's own design, never preferred
+            ts, tb, tt = s, b, t
+        keep = (t > 0) & (tt > 0)  # a row the inner tier alone would take longer than
         steps.append(s[keep])
         traffic.append(b[keep] / nom)
         times.append(t[keep])
         floors.append(fl[keep])
+        alt_steps.append(ts[keep])
+        alt_traffic.append(tb[keep] / nom)
+        alt_times.append(tt[keep])
+        inner_gap.append((t - tt)[keep])  # tree's inner time less the ring's
         nominal.append(nom)
-    s_all, b_all, t_all = np.concatenate(steps), np.concatenate(traffic), np.concatenate(times)
+    s_ring, b_ring, t_ring = np.concatenate(steps), np.concatenate(traffic), np.concatenate(times)
+    s_tree, b_tree, t_tree = np.concatenate(alt_steps), np.concatenate(alt_traffic), np.concatenate(alt_times)
+    gap = np.concatenate(inner_gap)
     floor = np.concatenate(floors)
     names = ", ".join(os.path.basename(lg.file) for lg in logs)
+    tree = np.zeros_like(s_ring, dtype=bool)  # rows NCCL's tree is faster on (all-reduce)
+    s_all, b_all, t_all = s_ring, b_ring, t_ring
     use = t_all > floor
     alpha, inv_eff = 0.0, 0.0
-    for _ in range(10):  # all-to-all rows the inner tier paces are left out, then the fit redone
+    for _ in range(10):  # rows re-assigned (a2a paced by the inner tier; ring or tree), then refit
+        s_all = np.where(tree, s_tree, s_ring)
+        b_all = np.where(tree, b_tree, b_ring)
+        t_all = np.where(tree, t_tree, t_ring)
         if use.sum() < 2:
             raise ScenarioError(
                 f"too few usable rows to fit link '{link.name}' from {names}", file=logs[0].file
             )
         alpha, inv_eff = linear_relative(np.column_stack([s_all[use], b_all[use]]), t_all[use])
-        new = s_all * alpha + b_all * inv_eff >= floor
-        if np.array_equal(new, use):
+        ring_t = s_ring * alpha + b_ring * inv_eff
+        new_tree = s_tree * alpha + b_tree * inv_eff + gap < ring_t
+        new = np.where(new_tree, s_tree * alpha + b_tree * inv_eff, ring_t) >= floor
+        if np.array_equal(new, use) and np.array_equal(new_tree, tree):
             break
-        use = new
+        use, tree = new, new_tree
     s_all, b_all, t_all = s_all[use], b_all[use], t_all[use]
     if inv_eff <= 0:
         raise ScenarioError(

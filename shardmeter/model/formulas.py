@@ -239,23 +239,32 @@ def activation_bytes_per_layer(
 def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_el=2.0, count=1.0):
     """Time of ``count`` GEMMs ``[m,k] @ [k,n]`` (seconds).
 
-    A roofline with wave quantisation (NVIDIA, "Matrix Multiplication
-    Background User's Guide": a GEMM runs in waves of output tiles over the
-    SMs, so a partly filled last wave wastes the rest). The better of two tile
-    shapes (128x256 and 128x128, the CUTLASS/cuBLAS classes) is taken; when
-    there are fewer tiles than SMs the K loop is split (split-K, at least 512
-    deep per split) as cuBLAS does. Compute runs at ``efficiency`` of the peak
-    (the large-GEMM ceiling, MAMF) and overlaps with reading the inputs; the
-    output write and a fixed kernel overhead are added.
+    A roofline with tile and wave quantisation (NVIDIA, "Matrix Multiplication Background
+    User's Guide", Sec. 3.1-3.2): the output is cut into ``tm x tn`` tiles and every tile does a
+    whole tile's work, so ``m`` and ``n`` are in effect padded up to tile multiples (tile
+    quantisation: ``n = 50257`` on 128-wide tiles computes ``393 x 128 = 50304`` columns), and
+    ``k`` up to the K block the main loop steps through (128 bytes of each operand: 64 16-bit or
+    128 8-bit elements; CUTLASS's ``DefaultGemmConfiguration`` for Sm80/Sm89 tensor ops,
+    ``include/cutlass/gemm/device/default_gemm_configuration.h``: threadblock ``128x256x64``);
+    the tiles then run in waves over the SMs, a partly filled last wave wasting the rest (wave
+    quantisation). The better of two tile shapes (128x256 and 128x128, the CUTLASS/cuBLAS
+    classes) is taken; when there are fewer tiles than SMs the K loop is split (split-K, at
+    least 512 deep per split) as cuBLAS does. Compute runs at ``efficiency`` of the peak (the
+    large-GEMM ceiling, MAMF) and overlaps with reading the inputs; the output write and a fixed
+    kernel overhead are added. Shapes that are multiples of 256 (``m``, ``n``) and of the K block
+    lose nothing to padding. Misaligned shapes (not a multiple of 8 16-bit elements) also take
+    slower kernels (the guide, Sec. 2.2), a penalty left out: no published ratio for it.
 
-    Checked against bf16 GEMMs measured on an H200 over 342 transformer-layer
-    shapes (``benchmarks/gemm_model_check.py``): 8 % mean absolute error.
+    Checked against bf16 GEMMs measured on an H200 over 342 transformer-layer shapes
+    (``benchmarks/gemm_model_check.py``): 8 % mean absolute error.
     """
     m = ops.as_float(m)
     n = ops.as_float(n)
     k = ops.as_float(k)
     flops = 2.0 * m * n * k
     sms = ops.maximum(ops.as_float(sm_count), 0.0)
+    k_block = 128.0 / bytes_per_el
+    k_pad = ops.ceil(k / k_block) * k_block / ops.maximum(k, 1.0)
     best = None
     for tm, tn in ((128.0, 256.0), (128.0, 128.0)):
         tiles = ops.ceil(m / tm) * ops.ceil(n / tn)
@@ -263,8 +272,10 @@ def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_
         work = tiles * split
         waves = ops.ceil(work / ops.maximum(sms, 1.0))
         q = ops.where(sms > 0, work / ops.maximum(waves * sms, 1.0), 1.0)
+        useful = m * n / (tiles * tm * tn)  # tile quantisation: the share of tile work kept
+        q = q * useful
         best = q if best is None else ops.maximum(best, q)
-    t_flop = flops / (peak_flops * efficiency * best)
+    t_flop = flops * k_pad / (peak_flops * efficiency * best)
     t_in = bytes_per_el * (m * k + k * n) / hbm_bytes_s
     t_out = 2.0 * m * n / hbm_bytes_s
     return count * (ops.maximum(t_flop, t_in) + t_out + KERNEL_OVERHEAD_S)

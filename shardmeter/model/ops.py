@@ -23,6 +23,7 @@ __all__ = [
     "clip",
     "ceil",
     "floor",
+    "log2",
     "mod",
     "absolute",
     "rint",
@@ -90,6 +91,12 @@ def floor(a: Any) -> Any:
     if isinstance(a, _SCALARS) and _finite(a):
         return float(math.floor(a))
     return np.floor(a)
+
+
+def log2(a: Any) -> Any:
+    if isinstance(a, _SCALARS) and _finite(a) and a > 0:
+        return math.log2(a)
+    return np.log2(a)
 
 
 def rint(a: Any) -> Any:

@@ -2,15 +2,31 @@
 
 A process group of ``size`` ranks ``stride`` apart in the rank order keeps
 ``k_t = clip(floor(D_t / stride), 1, size)`` members inside one domain of tier ``t`` (``D_t``
-GPUs; the outermost tier's domain is the whole island, ``k = size``). NCCL's hierarchical
-algorithms (ml-engineering's network chapter; the scaling-book, "GPUs") then run a ring on each
-tier: over ``n_0 = k_0`` members on tier 0, and over ``n_t = ceil(k_t / k_{t-1})`` domains on tier
-``t``, each GPU carrying what the tiers below left it, ``S / (n_0 ... n_{t-1})`` -- or all of
-``S`` when the collective is ``flat`` (one ring over every member). A ring of ``n`` over a tier
-costs ``(n-1) alpha_t + (n-1)/n x bytes / B_t`` (Thakur, Rabenseifner and Gropp 2005); an
-all-reduce twice that. An all-to-all sends ``(k_t - k_{t-1}) / size x S`` across tier ``t``, all
-tiers at once, and takes the slowest. With two tiers (a node, then the network) this is the
-two-level alpha-beta model of earlier releases, term for term.
+GPUs; the outermost tier's domain is the whole island, ``k = size``).
+
+Bandwidth (ml-engineering's network chapter; the scaling-book, "GPUs"): each tier carries, over
+``n_0 = k_0`` members on tier 0 and ``n_t = ceil(k_t / k_{t-1})`` domains on tier ``t``, what
+the tiers below left each GPU, ``S / (n_0 ... n_{t-1})`` -- or all of ``S`` when the collective
+is ``flat``: ``(n_t - 1)/n_t x bytes_t / B_t`` per tier (Thakur, Rabenseifner and Gropp 2005).
+NCCL's ring moves the same bytes per NIC (its channels spread the node's ring crossings over the
+node's NICs).
+
+Latency is NCCL's own model (``src/graph/tuning.cc`` of NVIDIA/nccl at 5067397,
+``ncclTopoTuneModel``): a ring all-gather / reduce-scatter is ONE ring through every rank,
+``nRanks - 1`` steps, of which ``nNodes - 1`` cross the network at ``interLat`` and the other
+``nRanks - nNodes`` stay inside a node at ``intraLat``; over any number of tiers a step is
+priced at the outermost tier it crosses: with ``G_t = ceil(size / k_t)`` domains of tier ``t``
+spanned (``G_T-1 = 1``), ``size - G_0`` steps at ``alpha_0`` and ``G_{t-1} - G_t`` at
+``alpha_t``. So ring latency grows with the ranks, not with the tiers' ring sizes. An
+all-reduce is NCCL's better of the ring (twice the reduce-scatter) and the double binary tree:
+latency ``2 ((k_0 - 1) alpha_0 + log2i(nNodes) alpha_net)`` (here ``sum_t floor(log2 n_t)
+alpha_t`` over the tiers the tree spans) and bus bandwidth ``0.92 x`` the ring's (the same
+file's ``busBw * .92`` for Tree all-reduce). NCCL's per-collective ``baseLat`` and its
+protocol-specific corrections (the ring's 1.4x "plateau", the tree's medium-size
+``treeCorrectionFactor``) are left out: the links' ``alpha`` is already a protocol midpoint.
+
+An all-to-all sends ``(k_t - k_{t-1}) / size x S`` across tier ``t``, all tiers at once, and
+takes the slowest.
 """
 
 from __future__ import annotations
@@ -23,7 +39,11 @@ from .formulas import ring_collective_time
 from .inputs import Topology
 from .ops import Array
 
-__all__ = ["collective_time", "span_link", "slowest_link", "members_per_tier"]
+#: NCCL's Tree all-reduce bus bandwidth relative to the ring's (``busBw * .92``,
+#: ``src/graph/tuning.cc`` of NVIDIA/nccl at 5067397).
+TREE_BW_FACTOR = 0.92
+
+__all__ = ["collective_time", "TREE_BW_FACTOR", "span_link", "slowest_link", "members_per_tier"]
 
 _KIND = {
     "all_gather": "ag",
@@ -65,19 +85,37 @@ def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False)
             out = part if out is None else ops.maximum(out, ops.where(n > 1, part, 0.0))
             below = k
         return out
-    total: Array = None
+    bw_total: Array = None  # the tiers' bandwidth terms
+    ring_lat: Array = None  # NCCL's flat-ring steps, each at the outermost tier it crosses
+    tree_lat: Array = None  # NCCL's tree: a chain inside tier 0, binary trees across the others
     carried: Array = None  # members aggregated by the tiers below (n_0 ... n_{t-1})
+    spanned: Array = None  # G_{t-1}: domains of the tier below that the group spans
+    last = len(ks) - 1
     for t, k in enumerate(ks):
+        lat_t = ops.tier(lat, t)
         if t == 0:
             n, tier_bytes = k, nbytes
             carried = k
         else:
-            n = ops.ceil(size / ks[t - 1]) if t == len(ks) - 1 else ops.ceil(k / ks[t - 1])
+            n = ops.ceil(size / ks[t - 1]) if t == last else ops.ceil(k / ks[t - 1])
             tier_bytes = ops.where(flat, nbytes, nbytes / carried)
             carried = carried * n
-        part = ring_collective_time(tier_bytes, n, ops.tier(bw, t), ops.tier(lat, t))
-        total = part if t == 0 else total + ops.where(n > 1, part, 0.0)
-    return 2.0 * total if kind == "ar" else total
+        part = ring_collective_time(tier_bytes, n, ops.tier(bw, t), 0.0)
+        domains = 1.0 if t == last else ops.ceil(size / k)  # G_t
+        if t == 0:
+            bw_total = part
+            ring_lat = (size - domains) * lat_t
+            tree_lat = ops.maximum(k - 1.0, 0.0) * lat_t
+        else:
+            bw_total = bw_total + ops.where(n > 1, part, 0.0)
+            ring_lat = ring_lat + (spanned - domains) * lat_t
+            tree_lat = tree_lat + ops.floor(ops.log2(ops.maximum(n, 1.0))) * lat_t
+        spanned = domains
+    if kind != "ar":
+        return bw_total + ring_lat
+    ring = 2.0 * (bw_total + ring_lat)
+    tree = 2.0 * (bw_total / TREE_BW_FACTOR + tree_lat)
+    return ops.where(flat, ring, ops.minimum(ring, tree))
 
 
 def span_link(size, stride, topo: Topology) -> tuple[np.ndarray, np.ndarray]:

@@ -121,9 +121,9 @@ class ZeroSharding(ShardingPart):
         )
 
     def traffic(self, inp: ShardInputs, opts: Any) -> list[CommEvent]:
-        """ZeRO-3 / FSDP: per micro-batch two all-gathers of the parameters (forward, backward)
-        and a reduce-scatter of the gradients over the shard group, the first layer's share
-        never hidden; HSDP adds one all-reduce of the gradient shard across domains per step.
+        """ZeRO-3 / FSDP: per micro-batch and layer two all-gathers of the layer's parameters
+        (forward, backward) and a reduce-scatter of its gradients over the shard group, the
+        first gather and the last reduction never hidden; HSDP adds one all-reduce of the gradient shard across domains per step.
         DDP: one all-reduce of the gradients per step; ZeRO-1/2: a reduce-scatter of the
         gradients and an all-gather of the updated parameters (Rajbhandari et al. 2020, Sec. 7:
         the same 2 x volume as an all-reduce)."""
@@ -132,27 +132,33 @@ class ZeroSharding(ShardingPart):
         param_msg = inp.params_per_gpu * ops.where(inp.weight_bytes > 2, 4.0, 2.0)
         bucket = dict(bucket_bytes=self.bucket_bytes(opts), bucket_ranks=dpcp)
         if self.gather_per_layer:
+            # One collective per layer (the FSDP unit: a transformer block), so each pays its
+            # own ring latency: 2 L all-gathers (forward, backward) and L reduce-scatters of a
+            # layer's share. The forward's first all-gather has no compute before it and the
+            # backward's last reduce-scatter none after it (Zhao et al. 2023, PyTorch FSDP,
+            # Sec. 3.3.1, Fig. 5): one of the 2 L gathers and one of the L reductions exposed.
             n = shard_group_size(inp, self.shard_group == "node")
-            first = 1.0 / (3.0 * inp.layers_per_stage)
+            ls = ops.maximum(inp.layers_per_stage, 1.0)
             events = [
                 CommEvent(
                     collective="all_gather",
-                    bytes=param_msg,
+                    bytes=param_msg / ls,
                     group_size=n,
                     group_stride=inp.tp,
-                    count=2.0,
+                    count=2.0 * ls,
                     flat=self.flat_collectives,
                     per="micro_batch",
-                    exposed_fraction=first,
+                    exposed_fraction=1.0 / (2.0 * ls),
                 ),
                 CommEvent(
                     collective="reduce_scatter",
-                    bytes=grad_msg,
+                    bytes=grad_msg / ls,
                     group_size=n,
                     group_stride=inp.tp,
+                    count=ls,
                     flat=self.flat_collectives,
                     per="micro_batch",
-                    exposed_fraction=first,
+                    exposed_fraction=1.0 / ls,
                 ),
             ]
             if self.shard_group == "node":

@@ -113,28 +113,33 @@ class ZeroPlusPlus(ShardingPart):
         * reduce-scatter of ``P * min(b_g / 8, g)`` gradient bytes (qgZ, hierarchical; flat at
           ``b_g >= 16``, where qgZ is off);
 
-        each with ZeRO-3's never-hidden share, the first layer's: ``1 / (3 L_stage)``."""
+        each issued per layer (``L`` calls of a layer's share, as ZeRO-3's), with ZeRO-3's
+        never-hidden share: the forward's first gather and the backward's last reduction."""
         n, n_node = self._groups(inp)
         p = inp.params_per_gpu
         w_full = np.where(inp.weight_bytes > 2, 4.0, 2.0)
         w_bytes = np.minimum(opts.zeropp_weight_bits / 8.0, w_full)
         g_bytes = np.minimum(opts.zeropp_gradient_bits / 8.0, inp.grad_bytes)
-        first = 1.0 / (3.0 * inp.layers_per_stage)
+        ls = np.maximum(inp.layers_per_stage, 1.0)
 
-        def event(collective: str, nbytes, group, flat: bool) -> CommEvent:
+        def event(collective: str, nbytes, group, flat: bool, exposed: bool) -> CommEvent:
             return CommEvent(
                 collective=collective,
-                bytes=nbytes,
+                bytes=nbytes / ls,
                 group_size=group,
                 group_stride=inp.tp,
+                count=ls,
                 flat=flat,
                 per="micro_batch",
-                exposed_fraction=first,
+                exposed_fraction=np.where(exposed, 1.0 / ls, 0.0),
             )
 
-        forward = event("all_gather", p * w_bytes, n, True)
-        backward = event("all_gather", p * SECONDARY_BYTES, n_node, False) if opts.zeropp_hpz else forward
-        grads = event("reduce_scatter", p * g_bytes, n, opts.zeropp_gradient_bits >= 16)
+        forward = event("all_gather", p * w_bytes, n, True, True)
+        if opts.zeropp_hpz:
+            backward = event("all_gather", p * SECONDARY_BYTES, n_node, False, False)
+        else:
+            backward = event("all_gather", p * w_bytes, n, True, False)
+        grads = event("reduce_scatter", p * g_bytes, n, opts.zeropp_gradient_bits >= 16, True)
         return [forward, backward, grads]
 
 
