@@ -116,7 +116,10 @@ class ShardInputs:
     ``params_per_gpu``: parameters this GPU's model shard holds before data-parallel sharding
     (its pipeline stage and tensor-parallel slice); ``params_per_layer``: of one layer of it;
     ``layers_per_stage``; ``weight_bytes``/``grad_bytes`` per element; ``optimizer_bytes_per_param``
-    (Adam in mixed precision: fp32 master, m and v = 12; 8 in fp32 training); the degrees
+    (Adam in mixed precision: fp32 master, m and v = 12; 8 in fp32 training);
+    ``param_gather_bytes``: bytes per parameter a parameter all-gather moves (the 16-bit copy, 4 in
+    fp32 training; with fp8 weights, ``training.fp8_params``, 1 for the layers' matrices, so the
+    average over this GPU's parameters); the degrees
     ``tp``, ``dp``, ``cp``; ``domain_gpus``: GPUs of the innermost network tier (a node, or an
     NVLink domain); ``params_largest_module``: of its largest weight matrix (one linear, the
     unit DeepSpeed ZeRO-3 gathers; None: unknown, a layer).
@@ -133,6 +136,9 @@ class ShardInputs:
     cp: Array
     domain_gpus: Array
     params_largest_module: Array | None = None
+    param_gather_bytes: Array = attrs.field(
+        default=attrs.Factory(lambda s: where(s.weight_bytes > 2, 4.0, 2.0), takes_self=True)
+    )
 
 
 @attrs.frozen(kw_only=True)

@@ -11,7 +11,7 @@ _COMM = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "island_sync")
 
 TERM_WORDS = {
     "compute": "matrix multiplies and attention (compute-bound)",
-    "memory_ops": "memory-bound elementwise kernels (norms, activations, dropout)",
+    "memory_ops": "memory-bound elementwise kernels (norms, rotary, activations, residual adds, dropout; eager or fused) and fp8 casts",
     "tp_comm": "tensor-parallel communication",
     "cp_comm": "context-parallel (ring attention) communication",
     "ep_comm": "expert-parallel all-to-all",

@@ -107,7 +107,7 @@ def test_islands_throughput_adds_up_to_the_total(gpt3_report):
 def test_gpt3_mfu_is_in_the_published_range(gpt3_report):
     """Megatron-LM reports 40-56 % MFU for GPT-3 175B class runs on A100s (Korthikanti et al. 2022,
     Table 5: 175B at 51.4 % MFU with SP + selective recompute; Narayanan et al. 2021 Table 1)."""
-    assert 0.40 <= gpt3_report["mfu"] <= 0.55
+    assert 0.40 <= gpt3_report["mfu"] <= 0.56
 
 
 def test_estimate_prints_a_readable_table(capsys):

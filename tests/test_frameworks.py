@@ -47,6 +47,7 @@ DOCUMENTED = {
     "megatron-core": {
         "training.attention": '"flash"',
         "training.compile": "true",
+        "training.fp8_recipe": '"delayed"',
         "parallelism.sequence_parallel": "true",
         "parallelism.sharding": '"zero1"',
         "parallelism.dp_comm_overlap": "true",

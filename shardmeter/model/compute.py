@@ -10,7 +10,9 @@ from __future__ import annotations
 import attrs
 
 from . import ops
+from .elementwise import layer_elementwise
 from .formulas import KERNEL_OVERHEAD_S, gemm_time
+from .fp8 import layer_cast_time
 from .inputs import Hardware, ModelShape, Training
 from .ops import Array
 
@@ -174,19 +176,21 @@ def micro_batch_compute(
     mat = ops.as_bool(tr.materialized)
     t_att_f = ops.where(mat, t_mat_f, t_flash_f)
     t_att_b = ops.where(mat, 2.0 * t_mat_f, FLASH_BWD_FACTOR * t_flash_f)
-    # Memory-bound elementwise ops (LayerNorms, bias-dropout-add, activation), bytes per token:
-    # 2 LN (4h each), 2 dropout+residual (7h each), activation (4 ffn GELU / 6 ffn SwiGLU).
-    repl_bytes = 22.0 * h * ops.where(sp, 1.0 / tp, 1.0)
-    act_bytes = (
-        ops.where(ms.swiglu, 6.0, 4.0) * ffn_t * ops.where(moe, ms.experts_per_token + ms.shared_experts, 1.0)
+    # Memory-bound elementwise kernels (norms, rotary, activation, residual adds, dropout), eager
+    # or fused (elementwise.py), and the fp8 recipe's quantisation passes (fp8.py).
+    n_h = T * h * ops.where(sp, 1.0 / tp, 1.0)
+    k_act = ops.where(moe, ms.experts_per_token + ms.shared_experts, 1.0)
+    el_f, el_b = layer_elementwise(
+        n_h, T * q_t, T * kv_t, T * ffn_t * k_act, ms.swiglu, ms.dropout, tr.compile, hbm
     )
-    t_elem_f = T * (repl_bytes + act_bytes) / hbm + 6 * KERNEL_OVERHEAD_S
-    d_elem = ops.where(Ld > 0, T * ops.where(ms.swiglu, 6.0, 4.0) * dffn_t / hbm - T * act_bytes / hbm, 0.0)
-    # FP8 GEMMs need their 16-bit inputs cast (and, on Hopper, transposed) first: Transformer Engine
-    # reads 2 bytes and writes 1 + 1 per element of every GEMM input, in forward and for the output
-    # gradients in backward (Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; TE docs).
-    cast_f = ops.where(fp8, T * 4.0 * (2.0 * h + q_t + ffn_t) / hbm, 0.0)
-    cast_b = ops.where(fp8, T * 4.0 * (qkv_n + 2.0 * h + sh.mlp_up) / hbm, 0.0)
+    dl_f, dl_b = layer_elementwise(n_h, T * q_t, T * kv_t, T * dffn_t, ms.swiglu, ms.dropout, tr.compile, hbm)
+    d_elem_f = ops.where(Ld > 0, dl_f - el_f, 0.0)
+    d_elem_b = ops.where(Ld > 0, dl_b - el_b, 0.0)
+    cf, cb = layer_cast_time(
+        tr.fp8_recipe, tr.compile, T, m_exp, h, q_t, kv_t, v_t, o_t, ffn_t, e_loc, ms.swiglu, hbm
+    )
+    cast_f = ops.where(fp8, cf, 0.0)
+    cast_b = ops.where(fp8, cb, 0.0)
     # Output head (last stage): logits GEMM and a fp32 vocab-parallel cross-entropy.
     t_head_f = gemm_time(T, ms.vocab / tp, h, peak16, eff, hbm, sms) + T * (ms.vocab / tp) * 12.0 / hbm
     t_head = 3.0 * t_head_f  # forward + backward
@@ -195,10 +199,13 @@ def micro_batch_compute(
     comp_f = Ls * (t_dense_f + t_att_f) + Ld * d_dense
     comp_b = Ls * (2.0 * t_dense_f + t_att_b) + Ld * 2.0 * d_dense
     recomp = ops.where(rec == 2, comp_f, ops.where(rec == 1, Ls * t_att_f, 0.0))
-    elem_f = Ls * t_elem_f + Ld * d_elem
+    elem_f = Ls * el_f + Ld * d_elem_f
+    elem_b = Ls * el_b + Ld * d_elem_b
+    # full recompute re-runs the forward; "op" recomputes every elementwise operation
     elem = (
-        3.0 * elem_f
-        + ops.where(rec == 2, elem_f, 0.0)
+        elem_f
+        + elem_b
+        + ops.where((rec == 2) | (rec == 3), elem_f, 0.0)
         + Ls * (cast_f * ops.where(rec == 2, 2.0, 1.0) + cast_b)
     )
     return ComputeTerms(

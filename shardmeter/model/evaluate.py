@@ -191,7 +191,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
 
     # ---- the sharding strategy: state and traffic ------------------------------------------------
-    shard = _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb)
+    shard = _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb, ops.as_bool(tr.fp8_params))
     p_gpu, grad_b = shard.params_per_gpu, shard.grad_bytes
     sd, fsdp_exposed_mb, dp_exposed, ar_window = _sharding_exposed(parts, shard, topo, lay, ct, mb_comm)
     fsdp_hidden_mb = sd["mb_s"] - fsdp_exposed_mb
@@ -307,13 +307,16 @@ def _pipeline(parts: PartTable, lay, topo: Topology, pp, m_int, v, t_mb, ct, Ls,
     return sch, _f(sch["p2p"]) * (_f(sch["p2p_bytes"]) / bw_pp + lat_pp)
 
 
-def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb) -> ShardInputs:
+def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb, fp8_params=False) -> ShardInputs:
     """What the sharding strategy sees: this GPU's parameters (its stage's layers, its
     tensor-parallel slice, its local experts; the embedding, and the untied output head with
     one stage), of its largest weight matrix (fused QKV, fc1, an expert's fc1 or the embedding)
     and the bytes per element of weights, gradients and the optimizer. A MoE layer's
     shared experts are tensor-parallel like a dense MLP, not spread over ``ep``; the stage's dense
-    layers (``dense_layers_local``) hold one ``ffn_hidden`` MLP each."""
+    layers (``dense_layers_local``) hold one ``ffn_hidden`` MLP each. With ``fp8_params`` the
+    layers' weights are held and all-gathered in fp8 (1 byte; Megatron ``--fp8-param-gather``,
+    torchao ``enable_fsdp_float8_all_gather``: only the linears' weights, the embeddings stay 16-bit),
+    the gradients and the optimizer's fp32 master copy unchanged."""
     mats = ops.where(ms.swiglu, 3.0, 2.0)
     ffn = sh.ffn_local * tp  # an expert's width in a MoE layer
     mlp = mats * ms.hidden * ffn
@@ -336,12 +339,18 @@ def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb) -> ShardInputs:
         ops.maximum(ms.hidden * (ms.q_dim + 2.0 * ms.kv_dim), ms.hidden * gemm_in),
         ops.maximum(ms.hidden * gemm_in / ms.ffn_hidden * ffn, ms.vocab * ms.hidden),
     )
+    emb_gpu = emb * (1.0 + ops.where((pp == 1) & ops.logical_not(ops.as_bool(ms.tied)), 1.0, 0.0))
+    gather16 = ops.where(wb > 2, 4.0, 2.0)
+    held = ops.where(fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * wb) / p_gpu, wb)
     return ShardInputs(
         params_largest_module=largest / tp,
         params_per_gpu=p_gpu,
         params_per_layer=p_layer,
         layers_per_stage=sh.layers_per_stage,
-        weight_bytes=wb,
+        weight_bytes=held,
+        param_gather_bytes=ops.where(
+            fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * gather16) / p_gpu, gather16
+        ),
         grad_bytes=ops.where(wb > 2, 4.0, 2.0),
         optimizer_bytes_per_param=ops.where(wb > 2, 8.0, 12.0),
         tp=tp,

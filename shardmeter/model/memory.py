@@ -6,6 +6,7 @@ from __future__ import annotations
 from . import ops
 from .compute import Shapes
 from .formulas import activation_bytes_per_layer
+from .fp8 import activation_saving
 from .inputs import ModelShape, Training
 from .ops import Array
 
@@ -59,8 +60,13 @@ def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_f
     stored, full = per_layer(
         sh.ffn_local * tp, ops.where(sh.moe, ms.experts_per_token + ms.shared_experts, 1.0)
     )
+    # fp8 GEMMs whose recipe keeps the fp8 copy of their inputs for backward (fp8.py)
+    h_rep = ms.hidden * ops.where(sp, 1.0 / tp, 1.0)
+    k_act = ops.where(sh.moe, ms.experts_per_token + ms.shared_experts, 1.0)
+    stored = stored - activation_saving(tr, sh.tokens, h_rep, sh.q_local, sh.ffn_local * k_act, rec)
     Ld = sh.dense_layers_local
     stored_d, full_d = per_layer(ms.ffn_hidden, 1.0)
+    stored_d = stored_d - activation_saving(tr, sh.tokens, h_rep, sh.q_local, ms.ffn_hidden / tp, rec)
     d_stored = ops.where(Ld > 0, stored_d - stored, 0.0)  # a dense layer's less a MoE layer's
     Ls = sh.layers_per_stage
     working = ops.where(rec == 2, ops.where(Ld > 0, ops.maximum(full, full_d), full), 0.0)

@@ -120,6 +120,11 @@ class MegatronCore(FrameworkPart):
         return {
             "training.attention": attention,
             "training.compile": (True, "Transformer Engine fused norm, activation and bias kernels"),
+            "training.fp8_recipe": (
+                "delayed",
+                "Megatron-LM megatron/training/arguments.py@d98e8a6: --fp8-recipe defaults to "
+                "'delayed' (Transformer Engine DelayedScaling, amax history)",
+            ),
             "parallelism.sequence_parallel": (
                 True,
                 "Megatron-Bridge scripts/performance/utils/utils.py@067f987d WorkloadBaseConfig: "

@@ -129,7 +129,7 @@ class ZeroSharding(ShardingPart):
         the same 2 x volume as an all-reduce)."""
         dpcp = inp.dp * inp.cp
         grad_msg = inp.params_per_gpu * inp.grad_bytes
-        param_msg = inp.params_per_gpu * ops.where(inp.weight_bytes > 2, 4.0, 2.0)
+        param_msg = inp.params_per_gpu * inp.param_gather_bytes  # fp8 weights gather in fp8
         bucket = dict(bucket_bytes=self.bucket_bytes(opts), bucket_ranks=dpcp)
         if self.gather_per_layer:
             # One collective per layer (the FSDP unit: a transformer block), so each pays its

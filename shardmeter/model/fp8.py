@@ -1,0 +1,183 @@
+"""FP8 training's extra passes over the data, per recipe, and what fp8 changes in memory.
+
+A linear ``input (M x K) @ weight (K x N)`` runs three GEMMs (output, dgrad, wgrad), whose
+three 16-bit operands -- ``input``, ``weight`` and ``grad_output`` -- are quantised first. The
+kernels each recipe runs per operand, with the bytes they read and write per element, are
+torchao's own roofline (``torchao/testing/training/roofline_utils.py`` at
+pytorch/ao@36027d8, ``get_tensor_memory_traffic_ovhd_s``); each kernel takes
+``max(bytes / HBM rate, ELEMENTWISE_KERNEL_S)`` as there:
+
+* ``tensorwise`` (current scaling; torchao ``tensorwise``, TE ``Float8CurrentScaling``): an amax
+  pass (read 2), the amax's second stage (no traffic), one cast writing the fp8 copy in both
+  layouts (read 2, write 1 + 1; the transposed copy reuses the scale); a weight is cast once per
+  layout (read 2, write 1, twice). With torch.compile the amax read of an activation or gradient
+  is fused into the op that produced it (that module's docstring, assumption 2).
+* ``rowwise`` (torchao ``rowwise``): one scale per row, so each GEMM orientation quantises along
+  its own axis: an activation is cast along dim 0 while a bf16 transposed copy is written
+  (read 2, write 1 + 2), then that copy cast along dim 1 (read 2, write 1); a weight is cast
+  (2 + 1), transposed in bf16 (2 + 2) and cast again (2 + 1). The dgrad and wgrad GEMMs run
+  without fast accumulation, where torchao calls the tensorwise cuBLAS GEMM and rescales the
+  output afterwards, one more pass over each output (read 2, write 2;
+  ``torchao/float8/float8_ops.py``, ``addmm_float8_unwrapped``, and ``config.py``: only
+  ``gemm_config_output`` uses fast accumulation; pytorch/ao #2184).
+* ``delayed`` (Transformer Engine ``DelayedScaling``): the scale comes from the amax history, so
+  one fused cast-transpose per operand (read 2, write 1 + 1) that also records the amax.
+* ``blockwise`` (DeepSeek-V3, arXiv 2412.19437, Sec. 3.3.2: 1 x 128 activation tiles, 128 x 128
+  weight tiles): an activation or gradient is cast along each axis (read 2, write 1, twice); a
+  weight's square tiles serve both layouts, so one cast and an fp8 transpose (read 1, write 1) --
+  the pattern of torchao's ``mxfp8_32x32_weight`` roofline. Scales (4 bytes per 128) are added.
+* ``mxfp8`` (torchao ``mxfp8_cublas``, 1 x 32 blocks): every operand cast along each axis (read
+  2, write 1 + 1/32 of e8m0 scales, twice); with compile the first read of an activation or
+  gradient is fused into the op before it.
+
+The linears are torchtitan's, as torchao converts them (each ``nn.Linear`` its own
+``Float8Linear``, quantising its own input): ``wq``, ``wk``, ``wv``, ``wo``, ``w1``, ``w3``,
+``w2`` (GELU: ``fc1``, ``fc2``); with ``delayed`` they are Transformer Engine's fused QKV and
+fc1 GEMMs. Weights are cast every micro-batch.
+"""
+
+from __future__ import annotations
+
+from . import ops
+from .elementwise import kernel_time
+from .inputs import FP8_RECIPE_CODES
+from .ops import Array
+
+__all__ = [
+    "CAST_KERNELS",
+    "cast_kernels",
+    "linear_cast_time",
+    "layer_cast_time",
+    "saved_input_bytes_per_byte",
+    "activation_saving",
+]
+
+_A, _8 = 2.0, 1.0
+
+#: Per recipe and operand: ``(phase, read, write)`` per element, phase 0 forward, 1 backward;
+#: ``act`` is an input or an output gradient (the latter's kernels all run in backward).
+#: ``fusable``: the recipes whose first activation read torch.compile fuses into the op before.
+CAST_KERNELS: dict[str, dict[str, tuple[tuple[float, float, float], ...]]] = {
+    "tensorwise": {
+        "act": ((0, _A, 0.0), (0, 0.0, 0.0), (0, _A, 2 * _8)),
+        "weight": ((0, _A, 0.0), (0, 0.0, 0.0), (0, _A, _8), (1, _A, _8)),
+    },
+    "rowwise": {
+        "act": ((0, _A, _8 + _A), (0, _A, _8)),
+        "weight": ((0, _A, _8), (1, _A, _A), (1, _A, _8)),
+    },
+    "delayed": {
+        "act": ((0, _A, 2 * _8),),
+        "weight": ((0, _A, 2 * _8),),
+    },
+    "blockwise": {
+        "act": ((0, _A, _8 + 4.0 / 128), (0, _A, _8 + 4.0 / 128)),
+        "weight": ((0, _A, _8 + 4.0 / 128**2), (1, _8, _8)),
+    },
+    "mxfp8": {
+        "act": ((0, _A, _8 + 1.0 / 32), (0, _A, _8 + 1.0 / 32)),
+        "weight": ((0, _A, _8 + 1.0 / 32), (1, _A, _8 + 1.0 / 32)),
+    },
+}
+_FUSABLE = ("tensorwise", "rowwise", "mxfp8")
+#: rowwise: the dgrad and wgrad outputs rescaled after a cuBLAS tensorwise GEMM (read 2, write 2)
+_RESCALE = 2 * _A
+
+
+def cast_kernels(recipe: str, operand: str, compiled: bool, phase: int) -> tuple[tuple[float, float], ...]:
+    """The ``(read, write)`` kernels of one operand (``"act"`` or ``"weight"``) in one phase;
+    with ``compiled`` the first read of an activation is fused away where torchao says so."""
+    ks = CAST_KERNELS[recipe][operand]
+    out = []
+    for i, (ph, r, w) in enumerate(ks):
+        if ph != phase:
+            continue
+        if compiled and operand == "act" and i == 0 and recipe in _FUSABLE:
+            r = 0.0
+            if w == 0.0:  # the whole kernel (tensorwise's amax pass) is fused away
+                continue
+        out.append((r, w))
+    return tuple(out)
+
+
+def _act(recipe, compiled, phase, n, hbm):
+    # an output gradient's kernels all run in the backward pass, whatever CAST_KERNELS's phase
+    return kernel_time(cast_kernels(recipe, "act", compiled, phase), n, hbm)
+
+
+def linear_cast_time(recipe: str, compiled: bool, M, K, N, hbm, count=1.0) -> tuple[Array, Array]:
+    """Seconds of one linear's quantisation passes, ``(forward, backward)``: its input (M x K) in
+    forward, its weight (K x N) in forward and backward, its output gradient (M x N) in backward
+    (all of an activation's kernels in the phase where it appears), and rowwise's rescale of the
+    dgrad (M x K) and wgrad (K x N) outputs; ``count`` such linears (experts)."""
+    fwd = _act(recipe, compiled, 0, M * K, hbm) + kernel_time(
+        cast_kernels(recipe, "weight", compiled, 0), K * N, hbm
+    )
+    bwd = _act(recipe, compiled, 0, M * N, hbm) + kernel_time(
+        cast_kernels(recipe, "weight", compiled, 1), K * N, hbm
+    )
+    if recipe == "rowwise":
+        bwd = bwd + kernel_time(((_RESCALE, 0.0),), M * K, hbm) + kernel_time(((_RESCALE, 0.0),), K * N, hbm)
+    return count * fwd, count * bwd
+
+
+def layer_cast_time(
+    recipe_code, compiled, M, m_mlp, h, q, kv, v, o, ffn, experts, swiglu, hbm
+) -> tuple[Array, Array]:
+    """One layer's fp8 quantisation seconds, ``(forward, backward)``, for the recipe code
+    (:data:`~.inputs.FP8_RECIPE_CODES`): attention projections over ``M`` tokens (q, kv, v, o
+    widths on this GPU), the MLP's linears over ``m_mlp`` tokens per expert, ``experts`` of them
+    (``ffn`` wide each), as the module docstring lists them. Every recipe is computed and the
+    code picks one (``ops.where``), so rows may carry different recipes."""
+    code = ops.as_float(recipe_code)
+    sw = ops.as_bool(swiglu)
+    comp = ops.as_bool(compiled)
+    fwd_out, bwd_out = 0.0, 0.0
+    for name, c in FP8_RECIPE_CODES.items():
+        per_phase = []
+        for compiled_flag in (False, True):
+            if name == "delayed":  # Transformer Engine's fused QKV and fc1
+                lin = [(M, h, q + kv + v, 1.0), (M, o, h, 1.0)]
+                up = [(m_mlp, h, 2.0 * ffn, experts)]
+            else:
+                lin = [(M, h, q, 1.0), (M, h, kv, 1.0), (M, h, v, 1.0), (M, o, h, 1.0)]
+                up = [(m_mlp, h, ffn, 2.0 * experts)]
+            gelu_up = [(m_mlp, h, ffn, experts)]
+            down = [(m_mlp, ffn, h, experts)]
+            f_sw, b_sw = _sum(name, compiled_flag, lin + up + down, hbm)
+            f_ge, b_ge = _sum(name, compiled_flag, lin + gelu_up + down, hbm)
+            per_phase.append((ops.where(sw, f_sw, f_ge), ops.where(sw, b_sw, b_ge)))
+        f = ops.where(comp, per_phase[1][0], per_phase[0][0])
+        b = ops.where(comp, per_phase[1][1], per_phase[0][1])
+        fwd_out = ops.where(code == c, f, fwd_out)
+        bwd_out = ops.where(code == c, b, bwd_out)
+    return fwd_out, bwd_out
+
+
+def _sum(recipe, compiled, linears, hbm):
+    f, b = 0.0, 0.0
+    for M, K, N, n in linears:
+        lf, lb = linear_cast_time(recipe, compiled, M, K, N, hbm, n)
+        f, b = f + lf, b + lb
+    return f, b
+
+
+def saved_input_bytes_per_byte(recipe_code) -> Array:
+    """Bytes an fp8 linear keeps for backward per byte of its 16-bit input: Transformer Engine
+    (``delayed``) saves the fp8 copy (1 byte for 2); torchao's ``Float8Linear`` saves the
+    high-precision input (``ctx.save_for_backward(input_hp, weight_hp_t)``,
+    ``torchao/float8/float8_linear.py`` at pytorch/ao@36027d8)."""
+    return ops.where(ops.as_float(recipe_code) == FP8_RECIPE_CODES["delayed"], 0.5, 1.0)
+
+
+def activation_saving(tr, tokens, h_rep, q, ffn_k, recompute) -> Array:
+    """Activation bytes one layer saves with fp8 GEMMs, per micro-batch: the 16-bit inputs of
+    the QKV, MLP-up (``h_rep`` wide each: the hidden size, over tp under sequence parallelism),
+    output-projection (``q``) and MLP-down (``ffn_k``: the MLP width times the experts a token
+    visits) GEMMs (Korthikanti et al. 2022, Sec. 4.1: 2 bytes each) kept at
+    :func:`saved_input_bytes_per_byte`; only without recompute or with selective recompute,
+    where those inputs are what is stored."""
+    fp8 = ops.as_float(tr.fp8) > 0
+    keep = (recompute == 0) | (recompute == 1)
+    frac = 1.0 - saved_input_bytes_per_byte(tr.fp8_recipe)
+    return ops.where(fp8 & keep, frac * 2.0 * tokens * (2.0 * h_rep + q + ffn_k), 0.0)
