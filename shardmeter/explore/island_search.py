@@ -11,8 +11,10 @@ scenario has no per-island key for the first two).
    layout's step is affine in its micro-batches per replica ``m`` for the bundled schedules
    (Narayanan et al. 2021: ``m (t_f + t_b) + bubble + dp + optimizer``) and its memory does not
    fall with ``m``: it is evaluated at ``m = d, 2d`` and at the largest ``m`` the batch allows
-   (``d`` is 1, or ``pp`` where the schedule needs multiples of ``pp``), the largest feasible
-   ``m`` is found by bisection, and a layout whose third point is off the line is kept only at
+   (``d`` is 1, or ``pp`` where the schedule needs multiples of ``pp``) in one stacked call
+   (:func:`_evaluate_stack`: the ``m``-independent terms computed once), the largest feasible
+   ``m`` is bracketed by regula falsi on the memory figures, then bisection
+   (:func:`_largest_feasible`), and a layout whose third point is off the line is kept only at
    the points evaluated (a bound, never a wrong claim). Islands whose model inputs are all the
    same (:func:`_island_classes`: same GPU, nodes, links; prices may differ) are scored once,
    their cells packed into the batch's island slots, and share their lines and curves.
@@ -222,9 +224,12 @@ def _struct_bits(ctx: _Ctx, m: np.ndarray) -> np.ndarray:
     return np.asarray(bits, dtype=np.int64) | np.where(bad > 0, int(Reason.SCHEDULE), 0)
 
 
-def _evaluate(ctx: _Ctx, prefixes: np.ndarray, m: np.ndarray) -> dict[str, np.ndarray]:
-    """The model at ``m`` micro-batches per replica (``(P, I)`` or ``(P, R_in, I)``) for
-    ``prefixes``: per island step, feasibility, window, gradient bytes; ``(P, R_in, I)``.
+def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """:func:`_evaluate` at each of the ``S`` micro-batch counts ``ms`` in one model call: the
+    island batch carries a leading axis of ``S``, so every term that does not read it (GEMMs,
+    TP/CP/EP communication, the sharding part's state and traffic: most of the model) is
+    computed once per cell and broadcast, and only the schedule, activation and ``m``-scaled
+    terms are computed ``S`` times (elementwise, so each count's values are those of its own call).
 
     Islands of one class (:func:`_island_classes`) at the same ``m`` are scored once: the cells
     of the representative islands are packed, several prefixes to a row, into the island slots
@@ -235,28 +240,33 @@ def _evaluate(ctx: _Ctx, prefixes: np.ndarray, m: np.ndarray) -> dict[str, np.nd
     reps = ctx.isl
     r = len(reps)
     packed = r < n
-    m3 = m[:, None, :] if m.ndim == 2 else m
+    S = len(ms)
+    m4 = [x[:, None, :] if x.ndim == 2 else x for x in ms]
     per = max(1, EVAL_CELLS // max(1, R * n)) * (n // r)
     P = len(prefixes)
-    res = {
-        "t": np.empty((P, R, r)),
-        "bits": np.empty((P, R, r), dtype=np.int64),
-        "win": np.empty((P, R, r)),
-        "gb": np.empty((P, R, r)),
-        "params": np.empty((P, R, 1)),
-    }
+    res = [
+        {
+            "t": np.empty((P, R, r)),
+            "bits": np.empty((P, R, r), dtype=np.int64),
+            "win": np.empty((P, R, r)),
+            "gb": np.empty((P, R, r)),
+            "mem": np.empty((P, R, r)),
+            "params": np.empty((P, R, 1)),
+        }
+        for _ in range(S)
+    ]
     inner = sp.inner_columns()
     for lo in range(0, P, per):
         pb = prefixes[lo : lo + per]
-        mb = m3[lo : lo + per]
+        q = ctx.q[pb][:, None, :]
+        batch = [np.broadcast_to(x[lo : lo + per] * q, (len(pb), R, r)).astype(float) for x in m4]
         inp = dict(sp.base)
         inp.update(sp.prefix_columns(pb))
         inp.update(inner)
-        batch = (mb * ctx.q[pb][:, None, :]).astype(float)
         if packed:
             inp = _pack(inp, len(pb), reps, n)
-            batch = _pack_cells(batch, n)
-        inp["training.island_batch"] = batch
+            batch = [_pack_cells(b, n) for b in batch]
+        inp["training.island_batch"] = np.stack(batch) if S > 1 else batch[0]
         with np.errstate(all="ignore"):
             out = evaluate(ModelInputs.from_columns(inp), sp.table, detail=False, islands_only=True)
         sl = slice(lo, lo + len(pb))
@@ -265,15 +275,26 @@ def _evaluate(ctx: _Ctx, prefixes: np.ndarray, m: np.ndarray) -> dict[str, np.nd
             ("bits", "reasons"),
             ("win", "island_ar_window_s"),
             ("gb", "island_grad_bytes"),
+            ("mem", "island_memory_bytes"),
         ):
-            res[k][sl] = _unpack_cells(out[name], len(pb), R, r) if packed else out[name]
+            x = out[name]
+            stacked = S > 1 and np.ndim(x) == 4  # else the same at every count
+            x = (
+                _unpack_cells(x, len(pb), R, r)
+                if packed
+                else np.broadcast_to(x, (*np.shape(x)[:-3], len(pb), R, r))
+            )
+            for s, rs in enumerate(res):
+                rs[k][sl] = x[s] if stacked else x
+        x = np.asarray(out["params"])
+        x = x[0] if S > 1 and x.ndim == 3 else x  # the model's parameters: the same at every count
         if packed:
-            # the parameters are the model's (the same in every row): each prefix takes its first cell's row
+            # each prefix takes its first cell's row
             rows = -(-len(pb) * r // n)
-            res["params"][sl, :, 0] = np.broadcast_to(out["params"], (rows, R))[(np.arange(len(pb)) * r) // n]
-        else:
-            res["params"][sl, :, 0] = out["params"]
-    return res | {"ok": res["bits"] == 0}
+            x = np.broadcast_to(x, (rows, R))[(np.arange(len(pb)) * r) // n]
+        for rs in res:
+            rs["params"][sl, :, 0] = x
+    return [rs | {"ok": rs["bits"] == 0} for rs in res]
 
 
 def _pack(inp: dict[str, Any], P: int, reps: list[int], n: int) -> dict[str, Any]:
@@ -314,26 +335,15 @@ def _pack_cells(x: np.ndarray, n: int) -> np.ndarray:
 
 
 def _unpack_cells(x, P: int, R: int, r: int) -> np.ndarray:
-    """:func:`_pack_cells`'s inverse: packed outputs (what broadcasts to ``(G, R, n)``) as
-    ``(P, R, r)``."""
-    n = np.shape(x)[-1]
+    """:func:`_pack_cells`'s inverse: packed outputs (what broadcasts to ``(..., G, R, n)``,
+    leading axes kept) as ``(..., P, R, r)``."""
+    x = np.asarray(x)
+    n = x.shape[-1]
     G = -(-P * r // n)
-    flat = np.moveaxis(np.broadcast_to(x, (G, R, n)), 2, 1).reshape(G * n, R)[: P * r]
-    return np.moveaxis(flat.reshape(P, r, R), 1, 2)
-
-
-def _evaluate_where(ctx: _Ctx, prefixes: np.ndarray, m: np.ndarray, rows: np.ndarray, like):
-    """:func:`_evaluate` on ``prefixes[rows]`` only; the other rows are infeasible (``ok``
-    false, ``t`` NaN), shaped as ``like``. ``_rows``: the rows scored."""
-    out: dict[str, Any] = {
-        "t": np.full(like["t"].shape, np.nan),
-        "ok": np.zeros(like["ok"].shape, dtype=bool),
-    }
-    if rows.size:
-        e = _evaluate(ctx, prefixes[rows], m[rows])
-        out["t"][rows], out["ok"][rows] = e["t"], e["ok"]
-    out["_rows"] = int(rows.size)
-    return out
+    lead = x.shape[:-3] if x.ndim > 3 else ()
+    x = np.broadcast_to(x, (*lead, G, R, n))
+    flat = np.swapaxes(x, -1, -2).reshape(*lead, G * n, R)[..., : P * r, :]
+    return np.swapaxes(flat.reshape(*lead, P, r, R), -1, -2)
 
 
 def _island_candidates(ctx: _Ctx) -> dict[str, Any]:
@@ -398,34 +408,18 @@ def _rep_candidates(ctx: _Ctx) -> dict[str, Any]:
         }
     Kl, dl = K[live], np.maximum(d[live], 1)
     al = alive[live][:, None, :]
-    e1 = _evaluate(ctx, live, dl)
-    f1 = e1["ok"] & al
-    # m = 2d and the largest m only where some island x option is feasible at m = d and needs them
-    need = f1.any(axis=1)
-    e2 = _evaluate_where(ctx, live, 2 * dl, np.flatnonzero((need & (Kl >= 2)).any(axis=1)), e1)
-    e3 = _evaluate_where(ctx, live, Kl * dl, np.flatnonzero((need & (Kl > 2)).any(axis=1)), e1)
+    # m = d, 2d and the largest m the batch allows, in one stacked call (where K < 3 the extra
+    # counts repeat the last one the batch allows, and are read only where K says so)
     K3 = Kl[:, None, :]
-    eK = {k: np.where(K3 > 2, e3[k], np.where(K3 == 2, e2[k], e1[k])) for k in ("t", "ok")}
-    counts["rows"] = (live.size + e2["_rows"] + e3["_rows"]) * R
-    f2 = e2["ok"] & f1 & (Kl[:, None, :] >= 2)
+    e1, e2, eK = _evaluate_stack(ctx, live, [dl, np.minimum(2, Kl) * dl, Kl * dl])
+    counts["rows"] = 3 * live.size * R
+    f1 = e1["ok"] & al
+    f2 = e2["ok"] & f1 & (K3 >= 2)
     fK = eK["ok"] & f1
-    kmem = np.where(fK, Kl[:, None, :], np.where(f2, 2, np.where(f1, 1, 0)))
-    # bisection for the largest feasible m between the last feasible and K (memory grows with m)
-    lo = kmem.copy()
-    hi = np.where(fK | ~f1, lo, Kl[:, None, :])
-    while True:
-        todo = (hi - lo) > 1
-        rows = np.flatnonzero(todo.any(axis=(1, 2)))
-        if rows.size == 0:
-            break
-        mid = np.where(todo, (lo + hi) // 2, lo)[rows]
-        em = _evaluate(ctx, live[rows], np.maximum(mid, 1) * dl[rows][:, None, :])
-        counts["rows"] += rows.size * R
-        good = em["ok"]
-        t = todo[rows]
-        lo[rows] = np.where(t & good, mid, lo[rows])
-        hi[rows] = np.where(t & ~good, mid, hi[rows])
-    kmem = lo
+    kmem = np.where(fK, K3, np.where(f2, 2, np.where(f1, 1, 0)))
+    # infeasible at K (or at 2d): the largest feasible m lies between the last feasible and it
+    hi = np.where(fK | ~f1, kmem, np.where(f2, K3, 2))
+    kmem, counts["rows"] = _largest_feasible(ctx, live, dl, kmem, hi, (e1, e2, eK), counts["rows"])
     t1 = e1["t"]
     slope = np.where(f2, e2["t"] - t1, 0.0)
     # the line through m = d and 2d must meet the model at the largest m; otherwise keep the points
@@ -450,6 +444,56 @@ def _rep_candidates(ctx: _Ctx) -> dict[str, Any]:
         "duplicates": counts["duplicates"],
         "_dup": dup_isl,
     }
+
+
+def _largest_feasible(ctx: _Ctx, live, dl, lo, hi, evals, rows_n: int) -> tuple[np.ndarray, int]:
+    """The largest feasible ``k`` (``m = k d``) per cell, given ``lo`` feasible (0: none) and
+    ``hi`` infeasible (``hi == lo``: settled), feasibility falling once with ``m`` (memory grows
+    with it). Bracketing, as bisection does, but each probe is where the line through the
+    bracket's two memory figures meets the GPU's memory (regula falsi; exact in one round where
+    memory is affine in ``m``, as it is below a schedule's in-flight cap), probed with its
+    successor in one stacked call; a cell still open after two such rounds, or whose ``hi`` fails
+    for another reason than memory, is bisected. Returns ``(lo, model rows counted)``."""
+    R = ctx.space.R_in
+    e1, e2, eK = evals
+    cap = np.broadcast_to(ctx.g("hardware.memory_bytes")[live][:, None, :], lo.shape)
+
+    def at(k, key):  # the figure at k = 1, 2 or K (the three points evaluated)
+        return np.where(k <= 1, e1[key], np.where(k == 2, e2[key], eK[key]))
+
+    m_lo, m_hi = at(lo, "mem"), at(hi, "mem")
+    mem_only = at(hi, "bits") == int(Reason.MEMORY)
+    rnd = 0
+    while True:
+        todo = (hi - lo) > 1
+        rows = np.flatnonzero(todo.any(axis=(1, 2)))
+        if rows.size == 0:
+            return lo, rows_n
+        t, l_, h_ = todo[rows], lo[rows], hi[rows]
+        mid = (l_ + h_) // 2
+        if rnd < 2:
+            ml, mh, c = m_lo[rows], m_hi[rows], cap[rows]
+            ok = mem_only[rows] & (mh > ml) & np.isfinite(ml) & np.isfinite(mh)
+            with np.errstate(all="ignore"):
+                guess = l_ + np.floor((c - ml) / np.where(ok, mh - ml, 1.0) * (h_ - l_))
+            guess = np.where(ok & np.isfinite(guess), np.clip(guess, l_ + 1, h_ - 1), mid).astype(np.int64)
+            probes = [np.where(t, guess, l_), np.where(t, np.minimum(guess + 1, h_ - 1), l_)]
+        else:
+            probes = [np.where(t, mid, l_)]
+        es = _evaluate_stack(ctx, live[rows], [np.maximum(p, 1) * dl[rows][:, None, :] for p in probes])
+        rows_n += len(probes) * rows.size * R
+        for p, e in zip(probes, es, strict=True):
+            sel = t & (p > l_) & (p < h_)
+            # a feasible probe raises lo, an infeasible one lowers hi (the probes ascend)
+            up = sel & e["ok"]
+            l_ = np.where(up, p, l_)
+            m_lo[rows] = np.where(up, e["mem"], m_lo[rows])
+            dn = sel & ~e["ok"]
+            h_ = np.where(dn, p, h_)
+            m_hi[rows] = np.where(dn, e["mem"], m_hi[rows])
+            mem_only[rows] = np.where(dn, e["bits"] == int(Reason.MEMORY), mem_only[rows])
+        lo[rows], hi[rows] = l_, h_
+        rnd += 1
 
 
 def _primary_counts(bits: np.ndarray, weight: np.ndarray) -> dict[int, int]:

@@ -70,7 +70,7 @@ def evaluate(
     what a search ranks by (:data:`~.islands.SEARCH_OUTPUTS`), skipping the breakdown;
     ``islands_only=True`` with it returns only the per-island outputs (``reasons``,
     ``island_step_s``, ``feasible_island``, ``island_ar_window_s``, ``island_grad_bytes``,
-    ``params``), skipping the cross-island sync terms (a per-island search discards them).
+    ``island_memory_bytes``, ``params``), skipping the cross-island sync terms (a per-island search discards them).
 
     Inputs built as Python floats (``build_inputs(scalar=True)``: one plan on one island) take
     the scalar fast path: the same formulas through :mod:`.ops` at a fraction of numpy's

@@ -149,8 +149,8 @@ def combine_islands(
     """The output arrays of :func:`~.evaluate.evaluate` (see the module docstring); without
     ``detail`` only what a search ranks by (:data:`SEARCH_OUTPUTS`). ``islands_only`` (with
     ``detail`` false): only the per-island outputs (``reasons``, ``island_step_s``,
-    ``feasible_island``, ``island_ar_window_s``, ``island_grad_bytes``, ``params``), skipping
-    the sync strategy's cross-island terms; the same values as without it."""
+    ``feasible_island``, ``island_ar_window_s``, ``island_grad_bytes``, ``island_memory_bytes``,
+    ``params``), skipping the sync strategy's cross-island terms; the same values as without it."""
     island_step = sum(st.terms.values())
     n_isl = shape[-1] if shape else 1
     full = np.broadcast_shapes(shape, np.shape(st.reasons), np.shape(island_step))
@@ -165,6 +165,7 @@ def combine_islands(
             "feasible_island": feasible_isl,
             "island_ar_window_s": ops.broadcast(st.ar_window, full),
             "island_grad_bytes": ops.broadcast(st.grad_bytes, full),
+            "island_memory_bytes": ops.broadcast(st.memory_bytes, full),
             "params": ops.col0(ops.broadcast(_first(st.params, full), np.shape(slow))),
         }
     wan = cross_island(
