@@ -464,14 +464,21 @@ def _recompute(s: Settings, d: Draft) -> None:
     if mode in ("none", "full"):
         d.set("training.recompute", mode, f"[activation_checkpoint] mode = {shown(mode)}")
     elif mode == "selective" and option == "op":
-        d.set("training.recompute", "selective", 'selective_ac_option = "op": nearest accepted value')
-        d.planned("training.recompute", '"op"', "torchtitan's per-op selective checkpointing")
+        d.set("training.recompute", "op", 'selective_ac_option = "op": per-op selective checkpointing')
     elif mode == "selective" and option.isdigit() and int(option) >= 1:
         k = int(option)
         d.set(
             "training.recompute", "full", f'selective_ac_option = "{k}": every {k}th layer fully recomputed'
         )
-        d.planned("training.recompute_layers", "...", f"1 in {k} layers of each stage")
+        # _apply_layer_sac counts the blocks a rank wraps and checkpoints every k-th of them.
+        layers = d.get("model.layers")
+        chunk = (
+            layers // (d.get("parallelism.pp", 1) * d.get("parallelism.virtual_stages", 1)) if layers else 0
+        )
+        if k > 1 and chunk >= k:
+            d.set("training.recompute_layers", chunk // k, f"1 in {k} of a stage's {chunk} layers")
+        elif k > 1:
+            d.planned("training.recompute_layers", "...", f"1 in {k} layers of each stage")
     else:
         d.unmapped("training", f"[activation_checkpoint] mode = {shown(mode)}", "priced without recompute")
 
