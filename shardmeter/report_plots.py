@@ -29,6 +29,7 @@ TERM_COLOURS = {
     "pp_comm": "#b5838d",
     "pp_bubble": "#c95c8a",
     "dp_comm": "#6f7fd1",
+    "offload": "#a0785a",
     "optimizer": "#7a7a7a",
     "island_sync": "#3a8fb7",
     "idle": "#cccccc",

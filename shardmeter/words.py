@@ -18,6 +18,7 @@ TERM_WORDS = {
     "pp_comm": "pipeline point-to-point transfers",
     "pp_bubble": "the pipeline bubble",
     "dp_comm": "data-parallel gradient / parameter communication",
+    "offload": "activation copies to and from host memory (offload_layers) the compute does not hide",
     "optimizer": "the optimizer step",
     "island_sync": "synchronisation between islands over the WAN",
     "idle": "waiting for slower islands",
@@ -27,10 +28,10 @@ TERM_WORDS = {
 def regime_of(breakdown: dict[str, float]) -> str:
     """``compute-bound``, ``communication-bound``, ``memory-bound`` or ``bubble-bound``:
     whichever group of breakdown terms is largest (communication sums every
-    exposed ``*_comm`` term and the island sync)."""
+    exposed ``*_comm`` term, the island sync and the exposed activation offload: a transfer)."""
     groups = {
         "compute-bound": breakdown.get("compute", 0.0) + breakdown.get("optimizer", 0.0),
-        "communication-bound": sum(breakdown.get(k, 0.0) for k in _COMM),
+        "communication-bound": sum(breakdown.get(k, 0.0) for k in (*_COMM, "offload")),
         "memory-bound": breakdown.get("memory_ops", 0.0),
         "bubble-bound": breakdown.get("pp_bubble", 0.0) + breakdown.get("idle", 0.0),
     }

@@ -193,7 +193,7 @@ def _unusable(key: str, v: Any, sc, reg) -> str:
     if key == "parallelism.sequence_parallel":
         return "" if isinstance(v, bool) else "expected true or false"
     if key == "training.recompute":
-        return "" if v in ("none", "selective", "full") else "expected none, selective or full"
+        return "" if v in ("none", "selective", "op", "full") else "expected none, selective, op or full"
     if key == "sync.compression_bits":
         return "" if isinstance(v, (int, float)) and not isinstance(v, bool) else "expected a number of bits"
     kinds = {

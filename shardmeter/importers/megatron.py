@@ -312,9 +312,7 @@ def _training(a: _Args, d: Draft) -> None:
     if gran in ("selective", "full"):
         d.set("training.recompute", gran, f"--recompute-granularity {gran}")
         if gran == "full" and method == "block" and layers is not None:
-            d.planned(
-                "training.recompute_layers", str(layers), "--recompute-method block --recompute-num-layers"
-            )
+            d.set("training.recompute_layers", layers, "--recompute-method block --recompute-num-layers")
         elif gran == "full" and method:
             d.note(
                 "training",

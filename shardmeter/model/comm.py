@@ -4,7 +4,9 @@ parallel) and the sharding strategy's events, priced on the tiers and overlapped
 Overlap rules (each a window of work the transfer runs beside):
 
 * tensor parallel (Megatron-LM: 2 all-reduces forward, 2 backward per layer, + 2 with full
-  recompute) hides, with ``tp_comm_overlap``, under at most half of the layer's GEMMs
+  recompute, on the recomputed share of the layers; + 1 with op recompute and sequence
+  parallelism, whose two all-gathers rerun while the reduce-scatter outputs are saved, + 2
+  without it, whose all-reduces are not on torchtitan's save list) hides, with ``tp_comm_overlap``, under at most half of the layer's GEMMs
   (Transformer Engine's userbuffers pipeline the GEMM with the collective);
 * context parallel (ring attention, Liu et al. 2023) passes K/V chunks around the ring under
   the attention kernels;
@@ -52,25 +54,41 @@ class LayerComm:
 
 
 def layer_comm(
-    ms: ModelShape, sh: Shapes, ct: ComputeTerms, topo: Topology, tp, cp, ep, tp_overlap, recompute
+    ms: ModelShape,
+    sh: Shapes,
+    ct: ComputeTerms,
+    topo: Topology,
+    tp,
+    cp,
+    ep,
+    tp_overlap,
+    recompute,
+    sp=False,
+    share=1.0,
 ) -> LayerComm:
-    """Tensor, context and expert-parallel communication of one micro-batch on the stage."""
+    """Tensor, context and expert-parallel communication of one micro-batch on the stage.
+
+    ``share``: the share of the stage's layers full recompute recomputes
+    (:func:`~.compute.full_recompute_share`). Op recompute (code 3; torchtitan ``SelectiveAC``,
+    torchtitan/distributed/activation_checkpoint.py @ b5bcd76c) saves the outputs of SDPA,
+    ``reduce_scatter_tensor`` and ``all_to_all_single`` and reruns everything else: attention
+    (hence the ring's K/V exchange) and the expert all-to-alls are not repeated; the
+    sequence-parallel all-gathers (or the all-reduces without sequence parallelism) are."""
     T, Ls = sh.tokens, sh.layers_per_stage
     act_msg = T * ms.hidden * ACT_BYTES
     t_tp_one = collective_time("all_reduce", act_msg, tp, 1.0, topo)
-    n_tp = 4.0 + ops.where(
-        recompute == 2, 2.0, 0.0
-    )  # 2 fwd + 2 bwd all-reduces (or AG+RS pairs), + recompute fwd
+    op_tp = ops.where(ops.as_bool(sp), 1.0, 2.0)  # two all-gathers = one all-reduce's time
+    # 2 fwd + 2 bwd all-reduces (or AG+RS pairs), + the recomputed forward's
+    n_tp = 4.0 + ops.where(recompute == 2, 2.0 * share, ops.where(recompute == 3, op_tp, 0.0))
     tp_total = ops.where(tp > 1, Ls * n_tp * t_tp_one, 0.0)
     tp_hidden = ops.where(tp_overlap, ops.minimum(tp_total, 0.5 * Ls * 3.0 * ct.dense_forward), 0.0)
     # context parallel (ring attention): K,V chunks around the ring, overlapped with attention
     kv_msg = 2.0 * T * sh.kv_local * ACT_BYTES
     bw_cp, lat_cp = span_link(cp, tp, topo)
     cp_f = (cp - 1.0) * (kv_msg / bw_cp + lat_cp)
-    cp_total = ops.where(cp > 1, Ls * (cp_f + 2.0 * cp_f + ops.where(recompute >= 1, cp_f, 0.0)), 0.0)
-    cp_window = Ls * (
-        ct.attention_forward + ct.attention_backward + ops.where(recompute >= 1, ct.attention_forward, 0.0)
-    )
+    att_rec = ops.where(recompute == 1, 1.0, ops.where(recompute == 2, share, 0.0))  # attention rerun
+    cp_total = ops.where(cp > 1, Ls * (cp_f + 2.0 * cp_f + att_rec * cp_f), 0.0)
+    cp_window = Ls * (ct.attention_forward + ct.attention_backward + att_rec * ct.attention_forward)
     cp_exposed = ops.maximum(0.0, cp_total - cp_window)
     # expert parallel all-to-all (dispatch + combine, forward and backward)
     cap = ops.where(sh.moe, ops.maximum(ms.capacity_factor, 1e-9), 1.0)
@@ -78,7 +96,7 @@ def layer_comm(
     t_a2a = collective_time("all_to_all", a2a_msg, ep, tp * cp, topo)
     moe_layers = Ls - sh.dense_layers_local  # the stage's dense layers route no tokens
     ep_exposed = ops.where(
-        sh.moe & (ep > 1), moe_layers * (4.0 + ops.where(recompute == 2, 2.0, 0.0)) * t_a2a, 0.0
+        sh.moe & (ep > 1), moe_layers * (4.0 + ops.where(recompute == 2, 2.0 * share, 0.0)) * t_a2a, 0.0
     )
     return LayerComm(
         tp_exposed=tp_total - tp_hidden,

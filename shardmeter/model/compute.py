@@ -23,6 +23,7 @@ __all__ = [
     "micro_batch_compute",
     "FLASH_BWD_FACTOR",
     "ATTENTION_RAMP_KEYS",
+    "full_recompute_share",
 ]
 
 #: FlashAttention's backward executes 2.5x the forward FLOPs (it recomputes the scores: 5 matrix
@@ -82,6 +83,20 @@ def local_shapes(ms: ModelShape, tr: Training, tp, pp, cp, v) -> Shapes:
             moe, ops.minimum(ops.maximum(ms.dense_layers - (ms.layers - ls), 0.0), ls), 0.0
         ),
     )
+
+
+def full_recompute_share(tr: Training, sh: Shapes) -> Array:
+    """The share of the stage's layers that ``recompute = "full"`` recomputes (1 in every other
+    mode): Megatron-LM's block method (``--recompute-method block --recompute-num-layers k``,
+    ``checkpointed_forward`` in megatron/core/recompute.py @ d98e8a64, formerly
+    ``TransformerBlock._checkpointed_forward``) checkpoints layers ``0 .. k-1`` of each model
+    chunk (``num_layers_per_pipeline_rank``: one virtual stage's layers) and runs the rest
+    without checkpointing. ``recompute_layers = 0`` (the default) or ``k`` at least the chunk's
+    layers recomputes all of them: ``min(k, L_chunk) / L_chunk``."""
+    chunk = sh.layers_per_stage / sh.virtual_stages
+    k = tr.recompute_layers
+    share = ops.where(k > 0, ops.minimum(k, chunk) / chunk, 1.0)
+    return ops.where(tr.recompute == 2, share, 1.0)
 
 
 @attrs.frozen(kw_only=True)
@@ -198,16 +213,47 @@ def micro_batch_compute(
     Ls = sh.layers_per_stage
     comp_f = Ls * (t_dense_f + t_att_f) + Ld * d_dense
     comp_b = Ls * (2.0 * t_dense_f + t_att_b) + Ld * 2.0 * d_dense
-    recomp = ops.where(rec == 2, comp_f, ops.where(rec == 1, Ls * t_att_f, 0.0))
+    # Per-operator selective checkpointing (torchtitan ``SelectiveAC``): the matrix multiplies
+    # are counted in forward order (wq, wk, wv, wo, w1, w3, w2; c_fc, c_proj without SwiGLU) and
+    # every second one is recomputed: wk, wo and w3 (c_proj), plus the MoE router, which
+    # torchtitan forces to recompute (``force_recompute_mm_shapes_by_fqns``). Attention is saved.
+    t_wk = gemm_time(T, kv_t, h, peak, eff, hbm, sms, el)
+    t_mlp_rec = ops.where(
+        ms.swiglu,
+        gemm_time(m_exp, ffn_t, h, peak, eff, hbm, sms, el, count=e_loc),
+        gemm_time(m_exp, h, ffn_t, peak, eff, hbm, sms, el, count=e_loc),
+    )
+    t_shared_rec = ops.where(
+        moe & (ms.shared_experts > 0),
+        ops.where(
+            ms.swiglu,
+            gemm_time(T, shared_t, h, peak, eff, hbm, sms, el),
+            gemm_time(T, h, shared_t, peak, eff, hbm, sms, el),
+        ),
+        0.0,
+    )
+    t_op = t_wk + t_proj + t_mlp_rec + t_router + t_shared_rec
+    t_dense_op = (
+        t_wk
+        + t_proj
+        + ops.where(
+            ms.swiglu,
+            gemm_time(T, dffn_t, h, peak, eff, hbm, sms, el),
+            gemm_time(T, h, dffn_t, peak, eff, hbm, sms, el),
+        )
+    )
+    d_op = ops.where(Ld > 0, t_dense_op - t_op, 0.0)
+    share = full_recompute_share(tr, sh)
+    recomp = ops.where(
+        rec == 2,
+        share * comp_f,
+        ops.where(rec == 1, Ls * t_att_f, ops.where(rec == 3, Ls * t_op + Ld * d_op, 0.0)),
+    )
+    # Full and op recompute rerun every elementwise kernel (and fp8 cast) of what they recompute.
     elem_f = Ls * el_f + Ld * d_elem_f
     elem_b = Ls * el_b + Ld * d_elem_b
-    # full recompute re-runs the forward; "op" recomputes every elementwise operation
-    elem = (
-        elem_f
-        + elem_b
-        + ops.where((rec == 2) | (rec == 3), elem_f, 0.0)
-        + Ls * (cast_f * ops.where(rec == 2, 2.0, 1.0) + cast_b)
-    )
+    rerun = ops.where(rec == 2, share, ops.where(rec == 3, 1.0, 0.0))
+    elem = elem_f + elem_b + rerun * elem_f + Ls * (cast_f * (1.0 + rerun) + cast_b)
     return ComputeTerms(
         forward=comp_f,
         backward=comp_b,

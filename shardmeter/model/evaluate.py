@@ -6,8 +6,8 @@ time and its breakdown, memory, throughput and feasibility (a :class:`~.feasibil
 mask). No Python loop runs per plan; strategies run once per group of rows that uses them.
 
 The composition (per island, per pipeline stage; Narayanan et al. 2021):
-``step = m (t_f + t_b + exposed TP/CP/EP/sharding comm) + bubble + pipeline p2p + exposed
-data-parallel comm + optimizer``, then islands are combined by the sync strategy
+``step = m (t_f + t_b + exposed TP/CP/EP/sharding comm + exposed activation offload) + bubble
++ pipeline p2p + exposed data-parallel comm + optimizer``, then islands are combined by the sync strategy
 (:mod:`.islands`). Stages: :mod:`.compute`, :mod:`.comm`, the sharding and schedule parts,
 :mod:`.memory`, :mod:`.islands`.
 """
@@ -23,7 +23,7 @@ import numpy as np
 from ..parts import PipeInputs, ShardInputs
 from . import ops
 from .comm import PricedTraffic, exposed_traffic, layer_comm, price_traffic
-from .compute import local_shapes, micro_batch_compute
+from .compute import full_recompute_share, local_shapes, micro_batch_compute
 from .dispatch import by_code
 from .feasibility import Reason, batch_reasons, batch_split, layout_reasons
 from .formulas import (
@@ -31,11 +31,13 @@ from .formulas import (
     layers_forward_flops,
     model_flops_per_token,
     model_params,
+    offload_exposed_s,
+    op_recompute_flops_per_token,
     params_per_layer,
 )
 from .inputs import ModelInputs, PartTable, Topology
 from .islands import IslandSteps, combine_islands
-from .memory import activation_memory, memory_parts, total_memory
+from .memory import activation_memory, layer_activations, memory_parts, total_memory
 from .tiers import span_link
 
 __all__ = ["evaluate", "evaluate_columns", "BREAKDOWN_TERMS", "ADAM_BYTES_PER_PARAM"]
@@ -50,6 +52,7 @@ BREAKDOWN_TERMS = (
     "pp_comm",
     "pp_bubble",
     "dp_comm",
+    "offload",
     "optimizer",
     "island_sync",
     "idle",
@@ -186,9 +189,11 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # ---- compute and the core's own communication per micro-batch --------------------------------
     sh = local_shapes(ms, tr, tp, pp, cp, v)
     ct = micro_batch_compute(ms, tr, hw, sh, tp, ep, sp, peak, peak16)
-    lc = layer_comm(ms, sh, ct, topo, tp, cp, ep, ops.as_bool(lay.tp_comm_overlap), rec)
+    share = full_recompute_share(tr, sh)
+    lc = layer_comm(ms, sh, ct, topo, tp, cp, ep, ops.as_bool(lay.tp_comm_overlap), rec, sp, share)
     Ls = sh.layers_per_stage
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
+    t_offload_mb = _offload_exposed(ms, tr, hw, sh, ct, tp, sp)
 
     # ---- the sharding strategy: state and traffic ------------------------------------------------
     shard = _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb, ops.as_bool(tr.fp8_params))
@@ -199,7 +204,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     t_compute_mb, t_elem_mb = ct.compute, ct.memory_ops
 
     # ---- pipeline: the schedule's bubble, activations in flight and transfers --------------------
-    t_mb = t_compute_mb + t_elem_mb + mb_comm + fsdp_exposed_mb
+    t_mb = t_compute_mb + t_elem_mb + mb_comm + fsdp_exposed_mb + t_offload_mb
     sch, pp_comm = _pipeline(parts, lay, topo, pp, m_int, v, t_mb, ct, Ls, lc.act_msg, tp, cp, dp)
     reasons = reasons | ops.where(_f(sch["infeasible"]) > 0, int(Reason.SCHEDULE), 0)
 
@@ -216,6 +221,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
         "pp_comm": pp_comm,
         "pp_bubble": sch["bubble_s"],
         "dp_comm": dp_exposed + m_int * fsdp_exposed_mb,
+        "offload": m_int * t_offload_mb,
         "optimizer": t_opt,
     }
     hidden = {
@@ -233,7 +239,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     )
     reasons = reasons | ops.where(mem_used > hw.memory_bytes, int(Reason.MEMORY), 0)
 
-    mf_tok, hw_tok, p_total = _flops(ms, rec)
+    mf_tok, hw_tok, p_total = _flops(ms, rec, share)
     steps = IslandSteps(
         reasons=reasons,
         terms=terms,
@@ -365,8 +371,27 @@ def _attn(ms) -> dict[str, Any]:
     return {"v_dim": ms.v_dim, "o_dim": ms.o_dim, "q_rank": ms.q_rank, "kv_rank": ms.kv_rank}
 
 
-def _flops(ms, rec):
-    """``(model FLOPs per token, hardware FLOPs per token with recompute, parameters)``."""
+def _offload_exposed(ms, tr, hw, sh, ct, tp, sp):
+    """Seconds per micro-batch that activation offload (``offload_layers``) does not hide, both
+    directions: :func:`~.formulas.offload_exposed_s` with one layer's stored activations over
+    the GPU's own host link (``host_bytes_s``, one direction: a PCIe x16 link per GPU, NVLink-C2C
+    on a superchip; GPUs that share a PCIe switch are not divided) against one layer's GEMMs
+    and attention, forward (offload) and backward with its recompute (reload). The layer's
+    elementwise kernels and communication are left out of the window, and the copies' HBM
+    traffic is not charged to the kernels beside them."""
+    Ls = sh.layers_per_stage
+    stored, _ = layer_activations(ms, tr, sh, tp, sp)
+    tau = stored / Ls / hw.host_bytes_s
+    k = tr.offload_layers
+    fwd = offload_exposed_s(k, Ls, tau, ct.forward / Ls)
+    bwd = offload_exposed_s(k, Ls, tau, (ct.backward + ct.recompute) / Ls)
+    return fwd + bwd
+
+
+def _flops(ms, rec, share=1.0):
+    """``(model FLOPs per token, hardware FLOPs per token with recompute, parameters)``: full
+    recompute reruns the forward of its ``share`` of the layers, selective the attention core,
+    op the matrix multiplies it does not save (:func:`~.formulas.op_recompute_flops_per_token`)."""
     E, ktop = _f(ms.experts), _f(ms.experts_per_token)
     args = (ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu)
     shape = {
@@ -377,7 +402,27 @@ def _flops(ms, rec):
     }
     mf_tok = model_flops_per_token(ms.layers, *args, ms.vocab, ms.seq_len, ktop, E, **shape)
     dense_all, att_all = layers_forward_flops(ms.layers, *args, ms.seq_len, ktop, E, **shape)
-    hw_tok = mf_tok + ops.where(rec == 2, dense_all + att_all, ops.where(rec == 1, att_all, 0.0))
+    op_moe = op_recompute_flops_per_token(
+        ms.hidden,
+        ms.q_dim,
+        ms.kv_dim,
+        ms.moe_ffn_hidden,
+        ms.swiglu,
+        ktop,
+        E,
+        shared_experts=ms.shared_experts,
+        o_dim=ms.o_dim,
+    )
+    op_dense = op_recompute_flops_per_token(
+        ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, o_dim=ms.o_dim
+    )
+    moe = E > 1
+    op_all = ops.where(moe, ms.layers * op_moe + ms.dense_layers * (op_dense - op_moe), ms.layers * op_dense)
+    hw_tok = mf_tok + ops.where(
+        rec == 2,
+        share * (dense_all + att_all),
+        ops.where(rec == 1, att_all, ops.where(rec == 3, op_all, 0.0)),
+    )
     return mf_tok, hw_tok, model_params(ms.layers, *args, ms.vocab, ops.as_bool(ms.tied), E, **shape)
 
 

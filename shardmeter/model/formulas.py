@@ -18,6 +18,8 @@ __all__ = [
     "model_params",
     "active_params",
     "activation_bytes_per_layer",
+    "op_recompute_flops_per_token",
+    "offload_exposed_s",
     "gemm_time",
     "ring_collective_time",
     "KERNEL_OVERHEAD_S",
@@ -211,9 +213,25 @@ def activation_bytes_per_layer(
     * + sequence parallel: ``s b h / t (34 + 5 a s / h)``;
     * selective recompute (or fused/flash attention) drops the ``5 a s^2 b``
       score/softmax/dropout storage;
-    * full recompute stores only the layer input ``2 s b h`` (``/t`` with SP).
+    * full recompute stores only the layer input ``2 s b h`` (``/t`` with SP);
+    * op recompute (code 3, torchtitan's per-operator selective checkpointing,
+      ``SelectiveAC`` in torchtitan/distributed/activation_checkpoint.py @ b5bcd76c; the same
+      policy as ``_apply_op_sac`` with llama3's ``_op_sac_save_list`` @ e61f2cce) keeps the
+      layer input (the checkpoint's argument) and the outputs of the ops it must save: the
+      matrix multiplies counted in forward order, every second one recomputed (``mm_count % 2
+      == 0``; the count restarts with each block's checkpoint), SDPA's outputs (the output and
+      its fp32 log-sum-exp per head and token; the math backend's attention weights too) and
+      the reduce-scatters. Per token, with torchtitan's separate wq, wk, wv, wo and w1, w3, w2
+      (SwiGLU) or c_fc, c_proj: saved wq ``2 q``, wv ``2 kv``, w1 / c_fc ``2 ffn``, w2 ``2 h``
+      (SwiGLU only: the 7th matrix multiply; under TP its full-width partial sum, before the
+      reduce-scatter or all-reduce), SDPA ``2 q + 4 heads``, the layer input ``2 h``, and with
+      SP the two reduce-scatter outputs ``2 x 2 h / t``; wk, wo, w3 / c_proj, norms, rotary
+      embedding, activation and residual adds are recomputed and hold memory only while their
+      layer's backward runs. Llama 3 8B (h = q = 4096, kv = 1024, ffn = 14336, 32 heads, no
+      TP): ``63 616`` bytes per token per layer, against ``139 264`` that the fused-attention
+      selective count keeps. A MoE layer scales the MLP terms by its active experts.
 
-    ``recompute`` is 0 (none), 1 (selective) or 2 (full); ``s`` is the
+    ``recompute`` is 0 (none), 1 (selective), 2 (full) or 3 (op); ``s`` is the
     sequence length held by this GPU (``seq/cp``), ``s_kv`` the keys each
     query attends to (default ``s``). ``dropout=False`` (models trained without
     dropout, e.g. Llama, MPT) drops the paper's 1-byte masks: ``2 s b h`` of
@@ -233,7 +251,45 @@ def activation_bytes_per_layer(
     score = ops.where(materialized & (recompute == 0), score, 0.0)
     full_store = ops.where(sp, 2.0 * sbh / tp, 2.0 * sbh)
     per_layer = ops.where(sp, repl / tp, repl) + (att + mlp + score) / tp
-    return ops.where(recompute == 2, full_store, per_layer), per_layer
+    saved_mm = s * b * (2.0 * q_dim + 2.0 * kv_dim + 2.0 * ffn * experts_per_token)  # wq, wv, w1
+    sdpa = s * b * (2.0 * q_dim + 4.0 * heads) + ops.where(materialized, 2.0 * heads * s * s_kv * b, 0.0)
+    w2 = ops.where(swiglu, 2.0 * sbh * experts_per_token, 0.0)
+    rs = ops.where(sp & (tp > 1), 4.0 * sbh / tp, 0.0)
+    op_store = full_store + (saved_mm + sdpa) / tp + w2 + rs
+    return ops.where(recompute == 2, full_store, ops.where(recompute == 3, op_store, per_layer)), per_layer
+
+
+def op_recompute_flops_per_token(
+    h, q_dim, kv_dim, ffn, swiglu, experts_per_token=1, experts=1, *, shared_experts=0, o_dim=None, **_
+):
+    """Forward FLOPs per token of one layer that op recompute (torchtitan ``SelectiveAC``,
+    torchtitan/distributed/activation_checkpoint.py @ b5bcd76c) runs again in backward: the
+    matrix multiplies it does not save, every second in forward order (wk ``2 h kv``, wo
+    ``2 o h``, and w3 with SwiGLU or c_proj without it: one MLP matrix ``2 h ffn`` per active
+    expert), and the MoE router ``2 h E``, whose shape torchtitan forces to recompute
+    (``force_recompute_mm_shapes_by_fqns = ["moe.router.gate"]``). Attention is saved, not
+    recomputed; elementwise kernels are recomputed at no FLOPs (their HBM traffic is in
+    ``memory_ops``). Low-rank (MLA) projections are counted as the standard K projection."""
+    o = q_dim if o_dim is None else o_dim
+    router = ops.where(experts > 1, 2.0 * h * experts, 0.0)
+    return 2.0 * h * kv_dim + 2.0 * o * h + 2.0 * h * ffn * (experts_per_token + shared_experts) + router
+
+
+def offload_exposed_s(k, layers, transfer_s, layer_s):
+    """Seconds one direction of activation offload (forward: to host; backward: back) adds to a
+    micro-batch, Transformer Engine's default schedule (``DefaultOffloadSynchronizer``,
+    transformer_engine/pytorch/cpu_offload.py @ d0067d0d): layers ``0 .. k-1`` of the ``L`` are
+    offloaded one after another on one stream, layer i's copy queued when layer i+1 starts and
+    finished before layer ``L - k + i`` starts (the reload mirrors it in backward), so that at
+    most ``L - k`` layers' activations are on the GPU. With ``tau`` the copy of one layer and
+    ``c`` one layer's compute, the n-th copy is done at ``c + n tau`` and due at
+    ``(L - k - 1 + n) c``; the stall is the largest shortfall, at n = 1 or n = k:
+    ``max(0, tau - (L - k - 1) c, k tau - (L - 2) c)``. ``k`` is clipped to ``L - 1`` (TE
+    refuses to offload the last layer); 0 when ``k`` is 0."""
+    k = ops.minimum(ops.maximum(k, 0.0), ops.maximum(layers - 1.0, 0.0))
+    one = transfer_s - (layers - k - 1.0) * layer_s
+    many = k * transfer_s - (layers - 2.0) * layer_s
+    return ops.where(k > 0, ops.maximum(0.0, ops.maximum(one, many)), 0.0)
 
 
 def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_el=2.0, count=1.0):

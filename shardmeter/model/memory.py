@@ -4,7 +4,7 @@ schedule's count) and the framework's own reservation."""
 from __future__ import annotations
 
 from . import ops
-from .compute import Shapes
+from .compute import Shapes, full_recompute_share
 from .formulas import activation_bytes_per_layer
 from .fp8 import activation_saving
 from .inputs import ModelShape, Training
@@ -12,6 +12,8 @@ from .ops import Array
 
 __all__ = [
     "activation_memory",
+    "layer_activations",
+    "offload_kept",
     "total_memory",
     "memory_parts",
     "MEMORY_PARTS",
@@ -28,14 +30,18 @@ RESERVED_BYTES = 1.0e9
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 
 
-def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_flight) -> Array:
-    """Activation bytes of the busier of the first stage (``in_flight`` micro-batches through
-    the stage, as the schedule says) and the last (one micro-batch, plus the fp32 logits of the
-    fused cross-entropy); full recompute adds one layer's working set while recomputing
-    (Korthikanti et al. 2022, Sec. 4 and 4.2.3). A MoE layer stores the MLP activations of its
-    ``experts_per_token`` routed and ``shared_experts`` experts (each ``ffn_local`` wide); the
-    stage's dense layers (``dense_layers_local``) those of one ``ffn_hidden`` MLP. Multi-head
-    latent attention is counted as standard attention at the query/key head width."""
+def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple[Array, Array]:
+    """``(stored, working)``: activation bytes one micro-batch keeps for the stage's layers
+    (under the recompute mode, before any offload; :func:`~.formulas.activation_bytes_per_layer`),
+    and the working set of the layer being recomputed in backward. With ``recompute_layers``
+    (full recompute of the first k layers of each chunk, :func:`~.compute.full_recompute_share`)
+    the recomputed share keeps its input and the rest all their activations. Full recompute's
+    working set is the layer's full activations (Korthikanti et al. 2022, Sec. 4.2.3); op
+    recompute's is what it recomputes of them (the full set less what it saved). A MoE layer
+    stores the MLP activations of its ``experts_per_token`` routed and ``shared_experts``
+    experts (each ``ffn_local`` wide); the stage's dense layers (``dense_layers_local``) those
+    of one ``ffn_hidden`` MLP. Multi-head latent attention is counted as standard attention at
+    the query/key head width."""
     rec = tr.recompute
 
     def per_layer(ffn, k):
@@ -67,14 +73,45 @@ def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_f
     Ld = sh.dense_layers_local
     stored_d, full_d = per_layer(ms.ffn_hidden, 1.0)
     stored_d = stored_d - activation_saving(tr, sh.tokens, h_rep, sh.q_local, ms.ffn_hidden / tp, rec)
+    share = full_recompute_share(tr, sh)
+    stored = share * stored + (1.0 - share) * full
+    stored_d = share * stored_d + (1.0 - share) * full_d
     d_stored = ops.where(Ld > 0, stored_d - stored, 0.0)  # a dense layer's less a MoE layer's
     Ls = sh.layers_per_stage
-    working = ops.where(rec == 2, ops.where(Ld > 0, ops.maximum(full, full_d), full), 0.0)
-    logits = sh.tokens * ms.vocab / tp * 4.0  # logits in fp32 for the (fused, in-place) cross-entropy
-    first = (
-        stored * (Ls * in_flight) + d_stored * (Ld * in_flight) + working + ops.where(pp == 1, logits, 0.0)
+    dense = Ld > 0
+    working = ops.where(
+        rec == 2,
+        ops.where(dense, ops.maximum(full, full_d), full),
+        ops.where(
+            rec == 3,
+            ops.where(dense, ops.maximum(full - stored, full_d - stored_d), full - stored),
+            0.0,
+        ),
     )
-    last = stored * Ls + d_stored * Ld + working + logits
+    return stored * Ls + d_stored * Ld, ops.maximum(working, 0.0)
+
+
+def offload_kept(tr: Training, sh: Shapes) -> Array:
+    """The share of the stage's activations that stays on the GPU with ``offload_layers = k``:
+    ``(L - k) / L``, Transformer Engine's bound of ``L - k`` layers' activations on the GPU at
+    any time (``DefaultOffloadSynchronizer``, transformer_engine/pytorch/cpu_offload.py
+    @ d0067d0d; its ``double_buffering`` argument is unused there); k is clipped to ``L - 1``."""
+    Ls = sh.layers_per_stage
+    k = ops.minimum(ops.maximum(tr.offload_layers, 0.0), ops.maximum(Ls - 1.0, 0.0))
+    return (Ls - k) / Ls
+
+
+def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_flight) -> Array:
+    """Activation bytes of the busier of the first stage (``in_flight`` micro-batches through
+    the stage, as the schedule says) and the last (one micro-batch, plus the fp32 logits of the
+    fused cross-entropy); recompute adds one layer's working set while recomputing
+    (Korthikanti et al. 2022, Sec. 4 and 4.2.3; :func:`layer_activations`). Offloaded layers
+    (:func:`offload_kept`) leave the GPU for each micro-batch in flight."""
+    stored, working = layer_activations(ms, tr, sh, tp, sp)
+    stored = stored * offload_kept(tr, sh)
+    logits = sh.tokens * ms.vocab / tp * 4.0  # logits in fp32 for the (fused, in-place) cross-entropy
+    first = stored * in_flight + working + ops.where(pp == 1, logits, 0.0)
+    last = stored + working + logits
     return ops.maximum(first, ops.where(pp > 1, last, 0.0))
 
 
