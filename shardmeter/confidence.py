@@ -226,7 +226,11 @@ def _envelope(f: Features) -> tuple[list[str], float | None, str | None]:
         reasons.append(f"stack '{f.stack}' was never validated")
     gen = [r for r in runs if r.features.generation == f.generation]
     if not gen:
-        reasons.append(f"GPU generation '{f.generation}' was never validated")
+        reasons.append(
+            f"GPU generations {f.generation} were never validated together"
+            if "+" in f.generation
+            else f"GPU generation '{f.generation}' was never validated"
+        )
         return reasons, None, None
     fam = [r for r in gen if r.features.family == f.family]
     if not fam:
@@ -296,8 +300,9 @@ def confidence_of(res: Any, report: Any) -> dict[str, Any]:
     reasons = list(st["reasons"])
     ceiling, mfu = st["max_validated_mfu"], report.mfu
     if ceiling is not None and mfu is not None and mfu > ceiling:
+        dec = 1 if f"{mfu:.1%}" != f"{ceiling:.1%}" else 2  # never "56.3 % above 56.3 %"
         reasons.append(
-            f"MFU {mfu:.1%} above the highest validated {st['max_validated_mfu_of']} run ({ceiling:.1%})"
+            f"MFU {mfu:.{dec}%} above the highest validated {st['max_validated_mfu_of']} run ({ceiling:.{dec}%})"
         )
     return {**st, "runs": list(st["runs"]), "within_envelope": not reasons, "reasons": reasons}
 
