@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from .confidence import confidence_of
 from .model.evaluate import BREAKDOWN_TERMS
 from .model.feasibility import Reason, reason_messages
 from .model.memory import MEMORY_PARTS
@@ -122,6 +123,10 @@ class Report:
     #: Time and cost to the data-parallel loss with a ``[sync] convergence`` model
     #: (:func:`~shardmeter.quality.quality_figures`); empty without one, or when infeasible.
     quality: dict[str, Any] = attrs.field(factory=dict)
+    #: How far the estimate lies from the validated runs: a band from the nearest runs'
+    #: residuals and whether it is inside the validated envelope
+    #: (:func:`~shardmeter.confidence.confidence_of`); empty when infeasible.
+    confidence: dict[str, Any] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -206,6 +211,7 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
         **common,
     )
     assumed.extend(assumption_notes(res, report))
+    report.confidence = confidence_of(res, report)
     if res.convergence is not None:  # quality-adjusted figures; raw ones unchanged
         from .quality import apply_quality
 

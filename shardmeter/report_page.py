@@ -257,6 +257,11 @@ def build_page(report: Any, res: Any, *, source: str = "", validation: dict[str,
         status = f'<p class="status ok">{escape(describe_bottleneck(report))}</p>'
     else:
         status = '<p class="status bad">infeasible:</p>' + _list(d["reasons"], "reasons")
+    if d["confidence"]:  # the band and the envelope verdict (shardmeter.confidence)
+        from .confidence import confidence_line
+
+        cls = "ok" if d["confidence"]["within_envelope"] else "bad"
+        status += f'<p class="confidence {cls}">confidence: {escape(confidence_line(d["confidence"]))}</p>'
     notes = _list(d["notes"], "notes") if d["notes"] else '<p class="muted">none</p>'
     src = res.scenario.source
     cite = (

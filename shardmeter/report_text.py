@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .confidence import confidence_line
 from .model.memory import MEMORY_PARTS
 from .table import SCI_ABOVE, fmt_count, fmt_gb, fmt_num, fmt_pct, fmt_time, fmt_times, fmt_usd, render_table
 from .words import describe_bottleneck
@@ -194,6 +195,8 @@ def format_report(r: Any) -> str:
         ("bottleneck", describe_bottleneck(r)),
         ("regime", r.regime),
     ]
+    if r.confidence:
+        rows.append(("confidence", confidence_line(r.confidence)))
     out = [render_table(("metric", "value"), rows, title="ShardMeter estimate", align_numbers=False)]
     if r.layout:
         out += ["", layout_table(r)]

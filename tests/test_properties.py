@@ -316,10 +316,14 @@ def _walk_numbers(obj, path="$"):
             yield from _walk_numbers(v, f"{path}[{i}]")
 
 
+#: Report numbers that carry a sign by definition (every other one is >= 0).
+SIGNED = {"$.confidence.bias_pct"}
+
+
 def check_report(rep, sc_dict) -> None:
     d = rep.to_dict()
     for path, x in _walk_numbers(d):
-        assert math.isfinite(x) and x >= 0, f"{path} = {x!r} in {sc_dict}"
+        assert math.isfinite(x) and (x >= 0 or path in SIGNED), f"{path} = {x!r} in {sc_dict}"
     if rep.feasible:
         for f in (*TIME_FIELDS, "memory_per_gpu_gb", "bottleneck", "regime"):
             assert d[f] is not None, f"feasible report has null {f}: {sc_dict}"

@@ -85,12 +85,17 @@ def plan_table(doc) -> str:
     merged = any(len(g) > 1 for g in groups)
     if merged:
         headers.insert(1, "same")
+    flagged = any(_outside([p]) for p in plans)
+    if flagged:  # a column marks the rows outside the validated envelope, footnoted below
+        headers.insert(1, "!")
     rows = []
     for g in groups:
         cells = _plan_cells(plans[g[0]], best, doc["objective"], multi, per_tok, quality)
         cells[0] = _ranks([plans[i]["rank"] for i in g])
         if merged:
             cells.insert(1, f"x{len(g)}" if len(g) > 1 else "")
+        if flagged:
+            cells.insert(1, "!" if _outside([plans[i] for i in g]) else "")
         rows.append(cells)
     objective = doc["objective"]
     if objective == "pareto":
@@ -106,7 +111,34 @@ def plan_table(doc) -> str:
         )
     if per_tok:
         lines.append("(no training.tokens in the scenario: time and cost per token)")
+    lines.extend(_envelope_notes(plans, groups))
     return "\n".join(lines)
+
+
+def _outside(plans) -> list[str]:
+    """Why the first of ``plans`` outside the validated envelope is (``[]``: all inside, or no
+    ``confidence`` in their reports)."""
+    for p in plans:
+        c = p["report"].get("confidence") or {}
+        if c and not c.get("within_envelope", True):
+            return list(c.get("reasons") or ["outside the validated envelope"])
+    return []
+
+
+def _envelope_notes(plans, groups: list[list[int]]) -> list[str]:
+    """The footnotes of the rows marked ``!``: each row's reasons for lying outside the validated
+    envelope (``docs/scenario.md``, "Confidence")."""
+    notes = []
+    for g in groups:
+        why = _outside([plans[i] for i in g])
+        if why:
+            notes.append(f"  #{_ranks([plans[i]['rank'] for i in g])}: " + "; ".join(why))
+    if not notes:
+        return []
+    return [
+        "! outside the validated envelope (the band of --json's report.confidence is extrapolated):",
+        *notes,
+    ]
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -1,0 +1,65 @@
+"""Write (or check) ``shardmeter/validation_data/residuals.json``: the validated runs the report's
+``confidence`` object is built from (``shardmeter/confidence.py``).
+
+Every bundled published run is predicted once; per run the table stores its features (stack,
+GPU generation, layout family, precision class, GPUs, parameters), the field compared, the
+signed residual ``predicted / measured - 1`` and the measured MFU. Regenerate after any change
+to the model or to the bundled runs (``tests/test_confidence.py`` fails until then):
+
+    python tools/confidence_table.py --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from shardmeter.confidence import REGENERATE, TABLE_FILE, compute_runs  # noqa: E402
+
+OUT = ROOT / "shardmeter" / "validation_data" / TABLE_FILE
+
+
+def _commit() -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def document() -> dict:
+    """The table's JSON document, computed now."""
+    return {
+        "generated": datetime.date.today().isoformat(),
+        "commit": _commit(),
+        "command": REGENERATE,
+        "runs": compute_runs(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--write", action="store_true", help=f"write {OUT.relative_to(ROOT)}")
+    args = ap.parse_args(argv)
+    doc = document()
+    if args.write:
+        OUT.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {len(doc['runs'])} runs to {OUT.relative_to(ROOT)}")
+        return 0
+    stored = json.loads(OUT.read_text(encoding="utf-8"))
+    same = stored["runs"] == doc["runs"]
+    print("up to date" if same else f"stale: run {REGENERATE}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
