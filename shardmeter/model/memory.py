@@ -1,4 +1,4 @@
-"""Memory of the busiest GPU: model state (the sharding strategy's), activations in flight (the
+"""Memory of a pipeline stage's GPU (the evaluator keeps the busiest): model state (the sharding strategy's), activations in flight (the
 schedule's count) and the framework's own reservation."""
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ FRAGMENTATION = 0.05
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 
 
-def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_flight) -> Array:
-    """Activation bytes of the busier of the first stage (``in_flight`` micro-batches through
-    the stage, as the schedule says) and the last (one micro-batch, plus the fp32 logits of the
-    fused cross-entropy); full recompute adds one layer's working set while recomputing
-    (Korthikanti et al. 2022, Sec. 4 and 4.2.3). A MoE layer stores the MLP activations of its
+def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, in_flight, logits_held=0.0) -> Array:
+    """Activation bytes of one pipeline stage of ``sh.layers_per_stage`` layers holding
+    ``in_flight`` micro-batches through them (the schedule's count for its rank) and, on the
+    last stage, ``logits_held`` micro-batches' fp32 logits (``s b V / t x 4`` bytes: the
+    vocab-parallel cross-entropy saves its softmax for the backward pass); full recompute adds
+    one layer's working set while recomputing (Korthikanti et al. 2022, Sec. 4 and 4.2.3). A MoE layer stores the MLP activations of its
     ``experts_per_token`` routed and ``shared_experts`` experts (each ``ffn_local`` wide); the
     stage's dense layers (``dense_layers_local``) those of one ``ffn_hidden`` MLP. Multi-head
     latent attention is counted as standard attention at the query/key head width."""
@@ -65,11 +66,7 @@ def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_f
     Ls = sh.layers_per_stage
     working = ops.where(rec == 2, ops.where(Ld > 0, ops.maximum(full, full_d), full), 0.0)
     logits = sh.tokens * ms.vocab / tp * 4.0  # logits in fp32 for the (fused, in-place) cross-entropy
-    first = (
-        stored * (Ls * in_flight) + d_stored * (Ld * in_flight) + working + ops.where(pp == 1, logits, 0.0)
-    )
-    last = stored * Ls + d_stored * Ld + working + logits
-    return ops.maximum(first, ops.where(pp > 1, last, 0.0))
+    return stored * (Ls * in_flight) + d_stored * (Ld * in_flight) + working + logits * logits_held
 
 
 def total_memory(weights, gradients, optimizer, extra, activations) -> Array:
