@@ -268,6 +268,21 @@ class SchedulePart(Part):
         message (the micro-batches must be a multiple of ``pp``)."""
         return None
 
+    def in_flight_at(self, pipe: PipeInputs, opts: Any, rank: Array) -> Array:
+        """Micro-batches whose activations pipeline rank ``rank`` (0 = first stage) holds at its
+        peak, in units of one micro-batch through all of that rank's layers. The default is
+        :meth:`terms`' ``in_flight`` (the first stage's count) on every rank but the last, and
+        one micro-batch on the last (each one's backward follows its forward there); a schedule
+        that knows its warm-up per rank says so here."""
+        held = self.terms(pipe, opts).in_flight
+        return where((rank >= pipe.pp - 1) & (pipe.pp > 1), 1.0, held)
+
+    def loss_in_flight(self, pipe: PipeInputs, opts: Any) -> Array:
+        """Micro-batches whose loss (the fp32 logits the cross-entropy saves for its backward)
+        the last stage holds at its peak: 1 where each micro-batch's backward follows its
+        forward on the last stage (1F1B, interleaved), the default."""
+        return where(pipe.pp < 0, 0.0, 1.0)
+
 
 # ---------------------------------------------------------------------------------------------
 # island synchronisation

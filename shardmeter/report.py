@@ -12,6 +12,7 @@ from .confidence import confidence_of
 from .model.evaluate import BREAKDOWN_TERMS
 from .model.feasibility import Reason, reason_messages
 from .model.memory import MEMORY_PARTS
+from .model.stages import stage_layers
 from .pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
 from .report_text import format_report
 from .resolve import Resolved, ResolvedIsland
@@ -254,7 +255,15 @@ def _island_layout(
     v = par.virtual_stages if par.pp > 1 else 1
     largest = round(float(_at(out["island_layers_per_stage"], row, j)))
     first, last = (_stage_layers(sc.model.layers, par.pp, v, s) for s in (0, par.pp - 1))
-    uneven = {"first_stage_layers": first, "last_stage_layers": last} if first != last else {}
+    if par.pp > 1 and (par.first_stage_layers or par.last_stage_layers):
+        st = stage_layers(
+            float(sc.model.layers), float(par.pp), float(v),
+            float(par.first_stage_layers or 0), float(par.last_stage_layers or 0),
+        )  # fmt: skip
+        first, last = round(st.first), round(st.last)
+        uneven = {"first_stage_layers": first, "last_stage_layers": last}
+    else:
+        uneven = {"first_stage_layers": first, "last_stage_layers": last} if first != last else {}
     return {
         "tp": par.tp,
         "pp": par.pp,
@@ -299,15 +308,6 @@ def _layout(res: Resolved, out: dict[str, Any], row: int, assumed: list[str]) ->
     }
     if len(per) > 1 and any(p != per[0] for p in per[1:]):
         top["islands"] = [{"name": isl.name, **p} for isl, p in zip(res.islands, per, strict=True)]
-    for isl, p in zip(res.islands, per, strict=True):
-        even = _stage_layers(res.scenario.model.layers, p["pp"], p["virtual_stages"], 0)  # the largest
-        if p["layers_per_stage"] > even:
-            where = f" on island '{isl.name}'" if len(per) > 1 else ""
-            assumed.append(
-                f"the model times every pipeline stage{where} at {p['layers_per_stage']} layers "
-                f"({p['virtual_stages']} chunks of {p['layers_per_virtual_stage']}), more than the "
-                f"{even} of the largest stage of an even split of {res.scenario.model.layers} layers: an upper bound"
-            )
     return top
 
 

@@ -88,7 +88,7 @@ def _one_layout(lay: dict[str, Any], islands: int, dp_total: int) -> list[tuple[
     )
     extras = [f"{lay['layers_per_virtual_stage']} per virtual stage"] if lay["virtual_stages"] > 1 else []
     if "first_stage_layers" in lay:
-        extras.append(f"first {lay['first_stage_layers']}, last {lay['last_stage_layers']} in an even split")
+        extras.append(f"first {lay['first_stage_layers']}, last {lay['last_stage_layers']}")
     stages = f"{lay['layers_per_stage']}" + (f" ({'; '.join(extras)})" if extras else "")
     sharded = lay["params_per_gpu_sharded"]
     held = f"{_params(lay['params_per_gpu'])} per GPU"

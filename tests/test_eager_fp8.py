@@ -131,8 +131,8 @@ def test_fp8_params_gather_the_layers_weights_in_one_byte():
 
     ms, tr = inp.model, inp.training
     sh = local_shapes(ms, tr, 1.0, 1.0, 1.0, 1.0)
-    plain = _shard_inputs(ms, sh, inp.topology, 1.0, 1.0, 8.0, 1.0, 1.0, 2.0, False)
-    fp8p = _shard_inputs(ms, sh, inp.topology, 1.0, 1.0, 8.0, 1.0, 1.0, 2.0, True)
+    plain = _shard_inputs(ms, sh, inp.topology, 1.0, 1.0, 8.0, 1.0, 1.0, 2.0, fp8_params=False)
+    fp8p = _shard_inputs(ms, sh, inp.topology, 1.0, 1.0, 8.0, 1.0, 1.0, 2.0, fp8_params=True)
     p = float(plain.params_per_gpu.item())
     emb = 2 * 128256 * 4096  # untied embedding and output head, kept in bf16
     assert float(plain.param_gather_bytes.item()) == 2.0

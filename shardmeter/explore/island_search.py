@@ -206,7 +206,9 @@ def _struct_bits(ctx: _Ctx, m: np.ndarray) -> np.ndarray:
     pp = g("layout.pp")
     v = np.where(pp > 1, np.maximum(g("layout.virtual_stages"), 1.0), 1.0)
     m = m.astype(float)
-    bits = batch_reasons(m, pp, v, g("model.layers"))
+    bits = batch_reasons(
+        m, pp, v, g("model.layers"), g("layout.first_stage_layers"), g("layout.last_stage_layers")
+    )
     pipe = PipeInputs(
         pp=pp,
         micro_batches=m,

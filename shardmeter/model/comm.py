@@ -7,7 +7,10 @@ Overlap rules (each a window of work the transfer runs beside):
   recompute, on the recomputed share of the layers; + 1 with op recompute and sequence
   parallelism, whose two all-gathers rerun while the reduce-scatter outputs are saved, + 2
   without it, whose all-reduces are not on torchtitan's save list) hides, with ``tp_comm_overlap``, under at most half of the layer's GEMMs
-  (Transformer Engine's userbuffers pipeline the GEMM with the collective);
+  (Transformer Engine's userbuffers pipeline the GEMM with the collective); with ``async_tp``
+  (PyTorch's micro-pipelined all-gather + matmul and matmul + reduce-scatter, sequence parallel
+  and compiled only) each collective exposes what its GEMM's other chunks cannot cover
+  (:func:`async_tp_exposed`);
 * context parallel (ring attention, Liu et al. 2023) passes K/V chunks around the ring under
   the attention kernels;
 * expert parallel all-to-alls (dispatch and combine, forward and backward) are exposed;
@@ -34,7 +37,14 @@ from .inputs import ModelShape, Topology
 from .ops import Array
 from .tiers import collective_time, slowest_link, span_link
 
-__all__ = ["LayerComm", "layer_comm", "PricedTraffic", "price_traffic", "exposed_traffic"]
+__all__ = [
+    "LayerComm",
+    "layer_comm",
+    "async_tp_exposed",
+    "PricedTraffic",
+    "price_traffic",
+    "exposed_traffic",
+]
 
 #: Bytes per activation element (16-bit activations).
 ACT_BYTES = 2.0
@@ -53,6 +63,21 @@ class LayerComm:
     act_msg: Array
 
 
+def async_tp_exposed(comm, gemm, n) -> Array:
+    """Exposed seconds of one collective that PyTorch's async TP fuses with its GEMM.
+
+    ``torch.distributed._symmetric_memory`` (pytorch/pytorch@006b161f, ``__init__.py``)
+    splits the GEMM into ``n = tp`` chunks, one per rank's shard: ``fused_all_gather_matmul``
+    (``_pipelined_all_gather_and_consume``) first multiplies the local shard, then copies each
+    remote shard and multiplies it, copies and GEMMs on two streams; ``fused_matmul_reduce_scatter``
+    (``_pipelined_produce_and_all2all``) computes the chunk for each remote rank, which that
+    rank pulls while the next is computed, and the local chunk last. So the ``n - 1`` copies,
+    ``comm / (n - 1)`` each, run beside ``n - 1`` GEMM chunks of ``gemm / n`` (the local one
+    covers the first or the last copy): the pair takes ``gemm + max(0, comm - gemm (n - 1) / n)``,
+    and ``max(0, comm - gemm (n - 1) / n)`` of the collective is exposed."""
+    return ops.maximum(0.0, comm - gemm * (n - 1.0) / ops.maximum(n, 1.0))
+
+
 def layer_comm(
     ms: ModelShape,
     sh: Shapes,
@@ -65,6 +90,7 @@ def layer_comm(
     recompute,
     sp=False,
     share=1.0,
+    async_tp=False,
 ) -> LayerComm:
     """Tensor, context and expert-parallel communication of one micro-batch on the stage.
 
@@ -73,7 +99,22 @@ def layer_comm(
     torchtitan/distributed/activation_checkpoint.py @ b5bcd76c) saves the outputs of SDPA,
     ``reduce_scatter_tensor`` and ``all_to_all_single`` and reruns everything else: attention
     (hence the ring's K/V exchange) and the expert all-to-alls are not repeated; the
-    sequence-parallel all-gathers (or the all-reduces without sequence parallelism) are."""
+    sequence-parallel all-gathers (or the all-reduces without sequence parallelism) are.
+
+    ``async_tp`` (already false without sequence parallelism or ``compile``): PyTorch's
+    micro-pipelined TP (``torch._inductor.fx_passes.micro_pipeline_tp``, pytorch/pytorch@00122fb1:
+    ``fuse_all_gather_matmul``, ``fuse_matmul_reduce_scatter``) rewrites each
+    ``all_gather_into_tensor`` feeding matmuls and each ``reduce_scatter_tensor`` of a matmul.
+    With sequence parallelism a layer has four such pairs per pass: all-gather + QKV,
+    output projection + reduce-scatter, all-gather + MLP up (gate and up), MLP down +
+    reduce-scatter; backward, the same collectives sit beside the data-gradient GEMMs (the
+    all-gathered output gradient feeds the dgrad GEMM, the dgrad GEMM's partial input gradient
+    is reduce-scattered), which take a forward GEMM's time; full recompute repeats the forward.
+    Each pair exposes :func:`async_tp_exposed`. Not rewritten: a TP group outside one NVLink
+    domain (symmetric memory needs peer access: ``is_cuda_p2p_group``), a MoE layer's experts
+    (their pair stays exposed), and everything under ``tp_comm_overlap`` (Transformer Engine
+    issues its own userbuffers collectives, which the pass does not match; that overlap wins).
+    """
     T, Ls = sh.tokens, sh.layers_per_stage
     act_msg = T * ms.hidden * ACT_BYTES
     t_tp_one = collective_time("all_reduce", act_msg, tp, 1.0, topo)
@@ -82,6 +123,21 @@ def layer_comm(
     n_tp = 4.0 + ops.where(recompute == 2, 2.0 * share, ops.where(recompute == 3, op_tp, 0.0))
     tp_total = ops.where(tp > 1, Ls * n_tp * t_tp_one, 0.0)
     tp_hidden = ops.where(tp_overlap, ops.minimum(tp_total, 0.5 * Ls * 3.0 * ct.dense_forward), 0.0)
+    # async TP: half an all-reduce per collective (an all-gather or a reduce-scatter)
+    t_half = collective_time("all_gather", act_msg, tp, 1.0, topo)
+    mlp_ok = ops.logical_not(ops.as_bool(sh.moe))
+    pairs = (
+        async_tp_exposed(t_half, ct.qkv_forward, tp)
+        + async_tp_exposed(t_half, ct.proj_forward, tp)
+        + async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_up_forward, 0.0), tp)
+        + async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_down_forward, 0.0), tp)
+    )
+    passes = n_tp / 2.0  # forward, backward, and the recompute's forward
+    async_exposed = ops.minimum(tp_total, Ls * passes * pairs)
+    use_async = (
+        ops.as_bool(async_tp) & ops.logical_not(ops.as_bool(tp_overlap)) & (tp > 1) & (tp <= topo.domain_gpus)
+    )
+    tp_hidden = ops.where(use_async, tp_total - async_exposed, tp_hidden)
     # context parallel (ring attention): K,V chunks around the ring, overlapped with attention
     kv_msg = 2.0 * T * sh.kv_local * ACT_BYTES
     bw_cp, lat_cp = span_link(cp, tp, topo)

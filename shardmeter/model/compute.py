@@ -63,12 +63,13 @@ class Shapes:
     dense_layers_local: Array = 0.0
 
 
-def local_shapes(ms: ModelShape, tr: Training, tp, pp, cp, v) -> Shapes:
-    """The shapes one GPU computes on (``v`` already 1 where ``pp = 1``)."""
+def local_shapes(ms: ModelShape, tr: Training, tp, pp, cp, v, layers=None) -> Shapes:
+    """The shapes one GPU computes on (``v`` already 1 where ``pp = 1``), for a stage of
+    ``layers`` layers (default: ``ceil(L / (p v)) v``, at least the largest stage's)."""
     s_loc = ms.seq_len / cp
     moe = ms.experts > 1
     ffn_t = ops.where(moe, ms.moe_ffn_hidden, ms.ffn_hidden) / tp
-    ls = ops.ceil(ms.layers / (pp * v)) * v  # unequal splits allowed
+    ls = ops.ceil(ms.layers / (pp * v)) * v if layers is None else layers  # unequal splits allowed
     return Shapes(
         seq_local=s_loc,
         tokens=tr.micro_batch * s_loc,
@@ -105,7 +106,9 @@ class ComputeTerms:
     ``recompute``, ``head`` (logits, forward + backward), ``compute`` (their sum),
     ``memory_ops`` (elementwise kernels and FP8 casts), and per layer ``dense_forward`` (the
     GEMMs of one layer's forward: the weight-gradient share of its backward) and
-    ``attention_forward`` / ``attention_backward``."""
+    ``attention_forward`` / ``attention_backward``; and the forward GEMMs next to a
+    sequence-parallel collective: ``qkv_forward`` and ``mlp_up_forward`` (after an all-gather),
+    ``proj_forward`` and ``mlp_down_forward`` (before a reduce-scatter)."""
 
     forward: Array
     backward: Array
@@ -116,6 +119,10 @@ class ComputeTerms:
     dense_forward: Array
     attention_forward: Array
     attention_backward: Array
+    qkv_forward: Array = 0.0
+    proj_forward: Array = 0.0
+    mlp_up_forward: Array = 0.0
+    mlp_down_forward: Array = 0.0
 
 
 def micro_batch_compute(
@@ -148,9 +155,9 @@ def micro_batch_compute(
     # Transformers, Sec. 2.2; c = 1 is dropless-balanced).
     cap = ops.where(moe, ops.maximum(ms.capacity_factor, 1e-9), 1.0)
     m_exp = ops.where(moe, cap * T * ms.experts_per_token * ep / ms.experts, T)
-    t_mlp = gemm_time(m_exp, sh.mlp_up, h, peak, eff, hbm, sms, el, count=e_loc) + gemm_time(
-        m_exp, h, ffn_t, peak, eff, hbm, sms, el, count=e_loc
-    )
+    t_mlp_up = gemm_time(m_exp, sh.mlp_up, h, peak, eff, hbm, sms, el, count=e_loc)
+    t_mlp_down = gemm_time(m_exp, h, ffn_t, peak, eff, hbm, sms, el, count=e_loc)
+    t_mlp = t_mlp_up + t_mlp_down
     t_router = ops.where(moe, gemm_time(T, ms.experts, h, peak16, eff, hbm, sms), 0.0)
     # Shared experts (DeepSeekMoE): one MLP of shared x the expert width over every token.
     shared_t = ms.shared_experts * ffn_t
@@ -264,6 +271,10 @@ def micro_batch_compute(
         dense_forward=t_dense_f,
         attention_forward=t_att_f,
         attention_backward=t_att_b,
+        qkv_forward=t_qkv,
+        proj_forward=t_proj,
+        mlp_up_forward=t_mlp_up,
+        mlp_down_forward=t_mlp_down,
     )
 
 

@@ -38,6 +38,7 @@ from .formulas import (
 from .inputs import ModelInputs, PartTable, Topology
 from .islands import IslandSteps, combine_islands
 from .memory import activation_memory, layer_activations, memory_parts, total_memory
+from .stages import stage_layers
 from .tiers import span_link
 
 __all__ = ["evaluate", "evaluate_columns", "BREAKDOWN_TERMS", "ADAM_BYTES_PER_PARAM"]
@@ -136,16 +137,24 @@ def _sharding(parts: PartTable, shard: ShardInputs, topo: Topology, codes) -> di
 
 
 def _schedule(parts: PartTable, pipe: PipeInputs, codes) -> dict[str, Any]:
+    """The schedule part's terms, and micro-batches in flight on ranks 0, 1 and ``p - 1`` and
+    the last stage's losses in flight."""
+
     def run(code: int) -> dict[str, Any]:
         part, opts = parts.get("schedule", code)
         t = part.terms(pipe, opts)
         # what the planner's pre-check asks (infeasible()) and what terms() says, either way
         bad = ops.as_float(t.infeasible) + ops.as_float(part.infeasible(pipe, opts))
+        pp = pipe.pp
         # None: Megatron's scatter-gather, each TP rank sends 1/t of the activation
         msg = pipe.activation_bytes / pipe.tp if t.p2p_bytes is None else t.p2p_bytes
         return {
             "bubble_s": t.bubble_s,
             "in_flight": t.in_flight,
+            "held_first": part.in_flight_at(pipe, opts, 0.0 * pp),
+            "held_middle": part.in_flight_at(pipe, opts, ops.minimum(1.0, pp - 1.0)),
+            "held_last": part.in_flight_at(pipe, opts, pp - 1.0),
+            "loss_held": part.loss_in_flight(pipe, opts),
             "p2p": t.p2p_transfers,
             "p2p_bytes": msg,
             "infeasible": bad,
@@ -182,29 +191,40 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     b_isl, m, m_int = batch_split(_f(tr.global_batch), dp, _f(tr.micro_batch), _f(tr.island_batch))
     peak, peak16 = _f(hw.peak_flops), _f(hw.peak16_flops)
     reasons = layout_reasons(ms.heads, ms.seq_len, _f(ms.experts), tp, pp, cp, dp, ep, nodes * gpn)
-    reasons = reasons | batch_reasons(m, pp, v, ms.layers) | ops.where(peak <= 0, int(Reason.PRECISION), 0)
+    first_l, last_l = _f(lay.first_stage_layers), _f(lay.last_stage_layers)
+    reasons = (
+        reasons
+        | batch_reasons(m, pp, v, ms.layers, first_l, last_l)
+        | ops.where(peak <= 0, int(Reason.PRECISION), 0)
+    )
     peak = ops.where(peak > 0, peak, 1.0)
     peak16 = ops.where(peak16 > 0, peak16, peak)
 
-    # ---- compute and the core's own communication per micro-batch --------------------------------
-    sh = local_shapes(ms, tr, tp, pp, cp, v)
-    ct = micro_batch_compute(ms, tr, hw, sh, tp, ep, sp, peak, peak16)
-    share = full_recompute_share(tr, sh)
-    lc = layer_comm(ms, sh, ct, topo, tp, cp, ep, ops.as_bool(lay.tp_comm_overlap), rec, sp, share)
+    # ---- the stages: compute, the core's communication and the sharding strategy's --------------
+    # The pace is the slower of the largest of the first and middle stages (the embedding on the
+    # first) and the last (its layers, the output layer and the loss); see model/stages.py.
+    stl = stage_layers(ms.layers, pp, v, first_l, last_l)
+    one = pp == 1
+    body_first = stl.first >= stl.middle
+    stage = (ms, tr, hw, topo, lay, parts, tp, pp, dp, cp, ep, v, sp, peak, peak16, rec, wb)
+    body = _stage(*stage, ops.maximum(stl.first, stl.middle), body_first | one, one)
+    tail = _stage(*stage, stl.last, one, ops.where(pp > 0, True, False))
+    pace = _pick(tail["t_mb"] >= body["t_mb"], tail, body)
+    sh, ct, lc, shard, sd = pace["sh"], pace["ct"], pace["lc"], pace["shard"], pace["sd"]
+    fsdp_exposed_mb = pace["fsdp_mb"]
+    # every stage reduces its own gradients after its last backward: the step waits for the
+    # stage whose reduction shows most, and a cross-island reduction hides under the shortest
+    # stage's window
+    dp_exposed = ops.maximum(body["dp_exposed"], tail["dp_exposed"])
+    ar_window = ops.minimum(body["ar_window"], tail["ar_window"])
     Ls = sh.layers_per_stage
-    mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
-    t_offload_mb = _offload_exposed(ms, tr, hw, sh, ct, tp, sp)
-
-    # ---- the sharding strategy: state and traffic ------------------------------------------------
-    shard = _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb, ops.as_bool(tr.fp8_params))
     p_gpu, grad_b = shard.params_per_gpu, shard.grad_bytes
-    sd, fsdp_exposed_mb, dp_exposed, ar_window = _sharding_exposed(parts, shard, topo, lay, ct, mb_comm)
     fsdp_hidden_mb = sd["mb_s"] - fsdp_exposed_mb
-    dp_hidden = sd["step_s"] - dp_exposed
+    dp_hidden = ops.maximum(sd["step_s"] - dp_exposed, 0.0)
     t_compute_mb, t_elem_mb = ct.compute, ct.memory_ops
 
     # ---- pipeline: the schedule's bubble, activations in flight and transfers --------------------
-    t_mb = t_compute_mb + t_elem_mb + mb_comm + fsdp_exposed_mb + t_offload_mb
+    t_mb = pace["t_mb"]
     sch, pp_comm = _pipeline(parts, lay, topo, pp, m_int, v, t_mb, ct, Ls, lc.act_msg, tp, cp, dp)
     reasons = reasons | ops.where(_f(sch["infeasible"]) > 0, int(Reason.SCHEDULE), 0)
 
@@ -221,7 +241,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
         "pp_comm": pp_comm,
         "pp_bubble": sch["bubble_s"],
         "dp_comm": dp_exposed + m_int * fsdp_exposed_mb,
-        "offload": m_int * t_offload_mb,
+        "offload": m_int * pace["offload_mb"],
         "optimizer": t_opt,
     }
     hidden = {
@@ -230,16 +250,33 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
         "dp_comm": dp_hidden + m_int * fsdp_hidden_mb,
     }
 
-    # ---- memory of the busiest GPU -----------------------------------------------------------------
+    # ---- memory of the busiest GPU: the first, middle (rank 1) and last stages -------------------
     outer = _outer_state_bytes(parts, inp) if (shape[-1] if shape else 1) > 1 else 0.0
-    act_mem = activation_memory(ms, tr, sh, tp, sp, pp, sch["in_flight"])
-    extra_state = p_gpu * outer / sd["param_shards"]  # a sync strategy's, sharded like the weights
-    mem_used = total_memory(
-        sd["weights"], sd["gradients"], sd["optimizer"] + extra_state, sd["extra"], act_mem
+    ranks = (
+        (stl.first, True, one, sch["held_first"]),
+        (stl.middle, one, pp <= 2, sch["held_middle"]),
+        (stl.last, one, True, sch["held_last"]),
     )
+    busiest = None
+    for layers_r, emb_r, head_r, held_r in ranks:
+        sh_r = local_shapes(ms, tr, tp, pp, cp, v, layers=layers_r)
+        shard_r = _shard_inputs(
+            ms, sh_r, topo, tp, pp, dp, cp, ep, wb, emb_r, head_r, ops.as_bool(tr.fp8_params)
+        )
+        st_r = _state(parts, shard_r, lay.sharding)
+        logits_r = ops.where(ops.as_bool(head_r), _f(sch["loss_held"]), 0.0)
+        act_r = activation_memory(ms, tr, sh_r, tp, sp, held_r, logits_r)
+        extra_r = shard_r.params_per_gpu * outer / st_r["param_shards"]  # a sync strategy's
+        mem_r = total_memory(
+            st_r["weights"], st_r["gradients"], st_r["optimizer"] + extra_r, st_r["extra"], act_r
+        )
+        cand = {**st_r, "act": act_r, "extra_state": extra_r, "mem": mem_r}
+        busiest = cand if busiest is None else _pick(mem_r > busiest["mem"], cand, busiest)
+    assert busiest is not None
+    mem_used = busiest["mem"]
     reasons = reasons | ops.where(mem_used > hw.memory_bytes, int(Reason.MEMORY), 0)
 
-    mf_tok, hw_tok, p_total = _flops(ms, rec, share)
+    mf_tok, hw_tok, p_total = _flops(ms, rec, full_recompute_share(tr, sh))
     steps = IslandSteps(
         reasons=reasons,
         terms=terms,
@@ -257,15 +294,88 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     )
     out = combine_islands(parts, inp, shape, steps, detail, islands_only)
     if detail:
-        out.update(_layout_outputs(sd, act_mem, extra_state, p_gpu, Ls, np.shape(out["reasons"])))
+        largest = ops.maximum(ops.maximum(stl.first, stl.middle), stl.last)
+        out.update(_layout_outputs(sd, busiest, p_gpu, largest, np.shape(out["reasons"])))
     return out
 
 
-def _layout_outputs(sd, act_mem, extra_state, p_gpu, Ls, full) -> dict[str, Any]:
+def _stage(ms, tr, hw, topo, lay, parts, tp, pp, dp, cp, ep, v, sp, peak, peak16, rec, wb, layers, emb, head):
+    """One pipeline stage of ``layers`` layers, holding the embedding (``emb``) and the output
+    layer and loss (``head``): its shapes, compute, the core's TP/CP/EP communication, the
+    sharding strategy's state and traffic and what of it is exposed, and ``t_mb``, the time of
+    one micro-batch through it."""
+    sh = local_shapes(ms, tr, tp, pp, cp, v, layers=layers)
+    ct = micro_batch_compute(ms, tr, hw, sh, tp, ep, sp, peak, peak16)
+    no_head = ops.where(ops.as_bool(head), 0.0, ct.head)  # the logits and loss run on the last stage
+    ct = attrs.evolve(ct, compute=ct.compute - no_head, head=ct.head - no_head)
+    lc = layer_comm(
+        ms,
+        sh,
+        ct,
+        topo,
+        tp,
+        cp,
+        ep,
+        ops.as_bool(lay.tp_comm_overlap),
+        rec,
+        sp,
+        full_recompute_share(tr, sh),
+        async_tp=ops.as_bool(lay.async_tp) & sp & ops.as_bool(tr.compile),
+    )
+    mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
+    offload_mb = _offload_exposed(ms, tr, hw, sh, ct, tp, sp)
+    shard = _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb, emb, head, ops.as_bool(tr.fp8_params))
+    sd, fsdp_mb, dp_exposed, ar_window = _sharding_exposed(parts, shard, topo, lay, ct, mb_comm)
+    return {
+        "sh": sh,
+        "ct": ct,
+        "lc": lc,
+        "shard": shard,
+        "sd": sd,
+        "mb_comm": mb_comm,
+        "fsdp_mb": fsdp_mb,
+        "dp_exposed": dp_exposed,
+        "ar_window": ar_window,
+        "offload_mb": offload_mb,
+        "t_mb": ct.compute + ct.memory_ops + mb_comm + fsdp_mb + offload_mb,
+    }
+
+
+def _pick(c, a, b):
+    """``a`` where ``c``, else ``b``: elementwise through dicts and attrs records of arrays."""
+    if isinstance(a, dict):
+        return {k: _pick(c, a[k], b[k]) for k in a}
+    if attrs.has(type(a)):
+        return attrs.evolve(
+            a, **{f.name: _pick(c, getattr(a, f.name), getattr(b, f.name)) for f in attrs.fields(type(a))}
+        )
+    return ops.where(c, a, b)
+
+
+def _state(parts: PartTable, shard: ShardInputs, codes) -> dict[str, Any]:
+    """The sharding strategy's state bytes of one stage (no traffic)."""
+
+    def run(code: int) -> dict[str, Any]:
+        part, opts = parts.get("sharding", code)
+        st = part.state(shard, opts)
+        return {
+            "weights": st.weights,
+            "gradients": st.gradients,
+            "optimizer": st.optimizer,
+            "param_shards": st.param_shards,
+            "optimizer_shards": st.optimizer_shards,
+            "extra": st.extra,
+        }
+
+    return by_code(codes, run)
+
+
+def _layout_outputs(sd, busiest, p_gpu, Ls, full) -> dict[str, Any]:
     """Per island, for the report: the busiest GPU's memory by part (GB, adding up to
-    ``island_memory_gb``), its parameters before and after the sharding strategy divides
-    them, and the layers of its largest pipeline stage."""
-    mem = memory_parts(sd["weights"], sd["gradients"], sd["optimizer"] + extra_state, sd["extra"], act_mem)
+    ``island_memory_gb``), the pacing stage's parameters before and after the sharding
+    strategy divides them, and the layers of the largest pipeline stage."""
+    b = busiest
+    mem = memory_parts(b["weights"], b["gradients"], b["optimizer"] + b["extra_state"], b["extra"], b["act"])
     return {
         "island_memory_parts_gb": {k: ops.broadcast(_f(v) / 1e9, full) for k, v in mem.items()},
         "island_params_per_gpu": ops.broadcast(_f(p_gpu), full),
@@ -313,11 +423,16 @@ def _pipeline(parts: PartTable, lay, topo: Topology, pp, m_int, v, t_mb, ct, Ls,
     return sch, _f(sch["p2p"]) * (_f(sch["p2p_bytes"]) / bw_pp + lat_pp)
 
 
-def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb, fp8_params=False) -> ShardInputs:
+def _shard_inputs(
+    ms, sh, topo, tp, pp, dp, cp, ep, wb, emb_here=True, head=True, fp8_params=False
+) -> ShardInputs:
     """What the sharding strategy sees: this GPU's parameters (its stage's layers, its
-    tensor-parallel slice, its local experts; the embedding, and the untied output head with
-    one stage), of its largest weight matrix (fused QKV, fc1, an expert's fc1 or the embedding)
-    and the bytes per element of weights, gradients and the optimizer. A MoE layer's
+    tensor-parallel slice, its local experts; the word embedding where the stage holds it
+    (``emb_here``: the first), the output layer where it holds that (``head``: the last; with one
+    stage only when untied: Megatron-LM's last stage keeps its own copy of a tied embedding,
+    ``LanguageModule.setup_embeddings_and_output_layer`` at NVIDIA/Megatron-LM@d98e8a64), of its
+    largest weight matrix (fused QKV, fc1, an expert's fc1 or the embedding) and the bytes per
+    element of weights, gradients and the optimizer. A MoE layer's
     shared experts are tensor-parallel like a dense MLP, not spread over ``ep``; the stage's dense
     layers (``dense_layers_local``) hold one ``ffn_hidden`` MLP each. With ``fp8_params`` the
     layers' weights are held and all-gathered in fp8 (1 byte; Megatron ``--fp8-param-gather``,
@@ -335,17 +450,15 @@ def _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb, fp8_params=False) -> Sha
     p_dense = params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0, **attn) / tp
     Ld = sh.dense_layers_local
     emb = ms.vocab * ms.hidden / tp
-    p_gpu = (
-        sh.layers_per_stage * p_layer
-        + ops.where(Ld > 0, Ld * (p_dense - p_layer), 0.0)
-        + emb * (1.0 + ops.where((pp == 1) & ops.logical_not(ops.as_bool(ms.tied)), 1.0, 0.0))
+    emb_gpu = emb * ops.where(ops.as_bool(emb_here), 1.0, 0.0) + emb * ops.where(
+        ops.as_bool(head) & ((pp > 1) | ops.logical_not(ops.as_bool(ms.tied))), 1.0, 0.0
     )
+    p_gpu = sh.layers_per_stage * p_layer + ops.where(Ld > 0, Ld * (p_dense - p_layer), 0.0) + emb_gpu
     gemm_in = ops.where(ms.swiglu, 2.0, 1.0) * ms.ffn_hidden  # Megatron fuses gate and up into fc1
     largest = ops.maximum(
         ops.maximum(ms.hidden * (ms.q_dim + 2.0 * ms.kv_dim), ms.hidden * gemm_in),
         ops.maximum(ms.hidden * gemm_in / ms.ffn_hidden * ffn, ms.vocab * ms.hidden),
     )
-    emb_gpu = emb * (1.0 + ops.where((pp == 1) & ops.logical_not(ops.as_bool(ms.tied)), 1.0, 0.0))
     gather16 = ops.where(wb > 2, 4.0, 2.0)
     held = ops.where(fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * wb) / p_gpu, wb)
     return ShardInputs(

@@ -12,6 +12,7 @@ import numpy as np
 from . import ops
 from .ops import Array
 from .reduce import over_islands
+from .stages import stage_layers
 
 __all__ = ["Reason", "REASONS", "reason_messages", "layout_reasons", "batch_split", "batch_reasons"]
 
@@ -28,6 +29,7 @@ class Reason(enum.IntFlag):
     PRECISION = 64
     SCHEDULE = 128
     STAGES = 256
+    STAGE_LAYERS = 512
 
 
 #: Reason -> (scenario key, message template); the key may hold ``{j}`` (the island).
@@ -52,6 +54,12 @@ REASONS: dict[int, tuple[str, str]] = {
         "the interleaved schedule needs the micro-batches ({m}) to be a multiple of pp ({pp})",
     ),
     Reason.STAGES: ("parallelism.pp", "pp x virtual_stages ({pv}) exceeds model.layers ({L})"),
+    Reason.STAGE_LAYERS: (
+        "parallelism.first_stage_layers",
+        "first_stage_layers / last_stage_layers must leave the rest of model.layers ({L}) to split "
+        "evenly over the other stages of pp ({pp}), and every stage's layers in whole chunks of "
+        "pp x virtual_stages ({pv}), as Megatron-LM requires",
+    ),
 }
 
 
@@ -104,11 +112,14 @@ def batch_split(global_batch, dp, micro_batch, island_batch=0.0):
     return b_isl, m, ops.maximum(ops.floor(m + 1e-9), 1.0)
 
 
-def batch_reasons(m, pp, virtual_stages, layers) -> Array:
-    """A batch that does not split into whole micro-batches, and too many stages for the layers
-    (``virtual_stages`` already 1 where ``pp = 1``)."""
+def batch_reasons(m, pp, virtual_stages, layers, first_stage_layers=0.0, last_stage_layers=0.0) -> Array:
+    """A batch that does not split into whole micro-batches, too many stages for the layers
+    (``virtual_stages`` already 1 where ``pp = 1``), and first / last stage layers that break
+    Megatron-LM's split rule (:func:`~.stages.stage_layers`)."""
     bits = ops.where(ops.absolute(m - ops.rint(m)) > 1e-9, Reason.BATCH_SPLIT, 0) | ops.where(
         m < 1 - 1e-9, Reason.BATCH_SPLIT, 0
     )
     bits = bits | ops.where(pp * virtual_stages > layers, Reason.STAGES, 0)
+    bad = stage_layers(layers, pp, virtual_stages, first_stage_layers, last_stage_layers).bad
+    bits = bits | ops.where(bad, Reason.STAGE_LAYERS, 0)
     return _bits(bits)

@@ -1,4 +1,4 @@
-"""Memory of the busiest GPU: model state (the sharding strategy's), activations in flight (the
+"""Memory of a pipeline stage's GPU (the evaluator keeps the busiest): model state (the sharding strategy's), activations in flight (the
 schedule's count) and the framework's own reservation."""
 
 from __future__ import annotations
@@ -101,18 +101,18 @@ def offload_kept(tr: Training, sh: Shapes) -> Array:
     return (Ls - k) / Ls
 
 
-def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, pp, in_flight) -> Array:
-    """Activation bytes of the busier of the first stage (``in_flight`` micro-batches through
-    the stage, as the schedule says) and the last (one micro-batch, plus the fp32 logits of the
-    fused cross-entropy); recompute adds one layer's working set while recomputing
-    (Korthikanti et al. 2022, Sec. 4 and 4.2.3; :func:`layer_activations`). Offloaded layers
-    (:func:`offload_kept`) leave the GPU for each micro-batch in flight."""
+def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, in_flight, logits_held=0.0) -> Array:
+    """Activation bytes of one pipeline stage of ``sh.layers_per_stage`` layers holding
+    ``in_flight`` micro-batches through them (the schedule's count for its rank) and, on the
+    last stage, ``logits_held`` micro-batches' fp32 logits (``s b V / t x 4`` bytes: the
+    vocab-parallel cross-entropy saves its softmax for the backward pass); recompute adds one
+    layer's working set while recomputing (Korthikanti et al. 2022, Sec. 4 and 4.2.3;
+    :func:`layer_activations`). Offloaded layers (:func:`offload_kept`) leave the GPU for each
+    micro-batch in flight."""
     stored, working = layer_activations(ms, tr, sh, tp, sp)
     stored = stored * offload_kept(tr, sh)
     logits = sh.tokens * ms.vocab / tp * 4.0  # logits in fp32 for the (fused, in-place) cross-entropy
-    first = stored * in_flight + working + ops.where(pp == 1, logits, 0.0)
-    last = stored + working + logits
-    return ops.maximum(first, ops.where(pp > 1, last, 0.0))
+    return stored * in_flight + working + logits * logits_held
 
 
 def total_memory(weights, gradients, optimizer, extra, activations) -> Array:

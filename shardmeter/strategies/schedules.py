@@ -2,9 +2,14 @@
 
 Narayanan et al. 2021 (arXiv 2104.04473), Sec. 2.2: with ``p`` stages and ``m`` micro-batches
 GPipe and 1F1B idle ``(p-1)`` micro-batch slots per step; the interleaved schedule with ``v``
-model chunks per GPU ``(p-1)/v`` and needs ``m`` a multiple of ``p``. Activations held by the
-first stage: all ``m`` micro-batches (GPipe) or ``min(m, p)`` (1F1B); interleaving holds
-``1 + (p-1)/(p v)`` times that (Korthikanti et al. 2022, Sec. 4.2.3). Each micro-batch crosses
+model chunks per GPU ``(p-1)/v`` and needs ``m`` a multiple of ``p``. Activations held by rank
+``r`` at its peak (:meth:`ClassicSchedule.in_flight_at`): all ``m`` micro-batches (GPipe);
+its warm-up forwards plus the one of the first steady 1F1B slot, as Megatron-LM's schedules
+count them (``megatron/core/pipeline_parallel/schedules.py`` ``get_pp_rank_microbatches`` at
+NVIDIA/Megatron-LM@d98e8a64): ``min(p - r, m)`` (1F1B: ``num_warmup_microbatches = p - r - 1``,
+Narayanan et al. 2021, Sec. 2.2) and, interleaved, ``min((p - r - 1) 2 + (v - 1) p + 1, m v)``
+model-chunk micro-batches, each ``1/v`` of the stage (rank 0 with ``m >= p``: ``p + (p-1)/v``,
+Korthikanti et al. 2022's ``1 + (p-1)/(p v)`` times ``p``, Sec. 4.2.3). Each micro-batch crosses
 every stage boundary forward and back once per model chunk: ``2 (v m + p - 1)`` transfers on a
 stage, counting the warm-up and drain.
 
@@ -67,6 +72,23 @@ class ClassicSchedule(SchedulePart):
         # the evaluator asks infeasible() itself, as the planner's pre-check does
         return PipeTerms(bubble_s=bubble, in_flight=held, p2p_transfers=p2p_transfers(pipe))
 
+    def in_flight_at(self, pipe: PipeInputs, opts: Any, rank: Array) -> Array:
+        """Rank ``rank``'s micro-batches in flight at its peak (see the module docstring)."""
+        pp, m, v = pipe.pp, pipe.micro_batches, pipe.virtual_stages
+        if self.in_flight == "all":
+            return m + 0.0 * rank
+        one_f_one_b = ops.minimum(pp - rank, m)
+        if not self.bubble_over_virtual:
+            return one_f_one_b
+        chunks = ops.minimum((pp - rank - 1.0) * 2.0 + (v - 1.0) * pp + 1.0, m * v)
+        return ops.where(v > 1, chunks / v, one_f_one_b)
+
+    def loss_in_flight(self, pipe: PipeInputs, opts: Any) -> Array:
+        """GPipe runs every forward pass first, so the last stage holds all ``m`` micro-batches'
+        saved logits; 1F1B and interleaved run each one's backward right after its forward
+        through the last chunk: one."""
+        return pipe.micro_batches if self.in_flight == "all" else ops.where(pipe.pp < 0, 0.0, 1.0)
+
 
 @attrs.frozen(kw_only=True)
 class DeepSpeedOptions:
@@ -123,3 +145,7 @@ class DeepSpeedSchedule(SchedulePart):
         fwd = act / pipe.tp if opts.pipe_partitioned else act
         bwd = act / pipe.tp if opts.grad_partitioned else act
         return PipeTerms(bubble_s=bubble, in_flight=held, p2p_transfers=sends, p2p_bytes=0.5 * (fwd + bwd))
+
+    def in_flight_at(self, pipe: PipeInputs, opts: Any, rank: Array) -> Array:
+        """``num_pipe_buffers``: ``min(p - stage_id, m)`` forward passes on stage ``rank``."""
+        return ops.minimum(pipe.pp - rank, pipe.micro_batches)

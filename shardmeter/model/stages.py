@@ -1,0 +1,83 @@
+"""Layers of each pipeline stage: an even split, or Megatron-LM's uneven first and last stages.
+
+Three stages stand for all of them (the ones a step's pace and the busiest GPU's memory can
+come from): the first (rank 0: the embedding, and the most micro-batches in flight), the
+busiest middle one (rank 1: the most in flight after rank 0) and the last (rank ``p - 1``: the
+output layer and the loss). With ``pp = 1`` the three are the one stage; with ``pp = 2`` the
+middle one is the last.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from . import ops
+from .ops import Array
+
+__all__ = ["StageLayers", "stage_layers", "even_stage_layers"]
+
+
+@attrs.frozen(kw_only=True)
+class StageLayers:
+    """Transformer layers on the ``first``, ``middle`` (rank 1) and ``last`` stages, and ``bad``:
+    the first/last split breaks Megatron-LM's rule (see :func:`stage_layers`)."""
+
+    first: Array
+    middle: Array
+    last: Array
+    bad: Array
+
+
+def even_stage_layers(layers, pp, v, rank) -> Array:
+    """Layers of stage ``rank`` when ``layers`` split over ``pp x v`` model chunks as evenly as
+    they can, the extra layers on the first chunks; a stage holds chunks ``rank``, ``rank + pp``,
+    ... (Megatron-LM's interleaved assignment, Narayanan et al. 2021, Sec. 2.2). Each chunk has
+    ``q = floor(L / (p v))`` layers, the first ``r = L - q p v`` one more, and
+    ``ceil((r - rank) / p)`` of the stage's ``v`` chunks are among them (``report._stage_layers``
+    is the same closed form on integers)."""
+    q = ops.floor(layers / (pp * v))
+    r = layers - q * pp * v
+    extra = ops.minimum(v, ops.maximum(0.0, -ops.floor((rank - r) / pp)))
+    return v * q + extra
+
+
+def stage_layers(layers, pp, v, first, last) -> StageLayers:
+    """Layers of the first, middle and last stages (``first`` / ``last`` > 0: set, 0: unset).
+
+    Unset, the split is :func:`even_stage_layers`. Set, as Megatron-LM's
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers``
+    (``megatron/core/transformer/transformer_block.py`` ``get_num_layers_to_build`` at
+    NVIDIA/Megatron-LM@d98e8a64): the stage(s) given hold that many layers and the others
+    (an unset end stage among them) ``(L - first - last) / (p - #set)`` each. Megatron-LM's
+    ``TransformerConfig.__post_init__`` refuses (``bad`` here) a remainder that does not divide
+    over the middle stages, middle layers without middle stages or the reverse, and, with
+    virtual stages, a first, last or middle count that is not a multiple of ``v``.
+    """
+    set_f, set_l = first > 0, last > 0
+    uneven = set_f | set_l
+    n_mid = pp - ops.where(set_f, 1.0, 0.0) - ops.where(set_l, 1.0, 0.0)
+    rest = layers - first - last
+    per_mid = rest / ops.maximum(n_mid, 1.0)
+    bad = uneven & (
+        (rest < 0)
+        | (n_mid < 0)
+        | ((rest > 0) != (n_mid > 0))
+        | ((n_mid > 0) & (ops.mod(rest, ops.maximum(n_mid, 1.0)) != 0))
+        | ((n_mid > 0) & (ops.mod(per_mid, v) != 0))
+        | (set_f & (ops.mod(first, v) != 0))
+        | (set_l & (ops.mod(last, v) != 0))
+    )
+    mid_u = ops.where(n_mid > 0, per_mid, 0.0)
+    last_rank = ops.maximum(pp - 1.0, 0.0)
+    first_n = ops.where(uneven, ops.where(set_f, first, mid_u), even_stage_layers(layers, pp, v, 0.0))
+    last_n = ops.where(
+        uneven,
+        ops.where(set_l & (pp > 1), last, ops.where(pp > 1, mid_u, first_n)),
+        even_stage_layers(layers, pp, v, last_rank),
+    )
+    mid_n = ops.where(
+        pp > 2,
+        ops.where(uneven, mid_u, even_stage_layers(layers, pp, v, 1.0)),
+        ops.where(pp > 1, last_n, first_n),
+    )
+    return StageLayers(first=first_n, middle=mid_n, last=last_n, bad=bad)
