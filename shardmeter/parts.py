@@ -122,7 +122,10 @@ class ShardInputs:
     average over this GPU's parameters); the degrees
     ``tp``, ``dp``, ``cp``; ``domain_gpus``: GPUs of the innermost network tier (a node, or an
     NVLink domain); ``params_largest_module``: of its largest weight matrix (one linear, the
-    unit DeepSpeed ZeRO-3 gathers; None: unknown, a layer).
+    unit DeepSpeed ZeRO-3 gathers; None: unknown, a layer); ``recompute_layers``: layers of the
+    stage whose forward full recompute re-runs in the backward pass (0: none);
+    ``params_last_module``: of a layer's last linear in forward order (the MLP's output
+    projection; 0: unknown, or a MoE layer's experts).
     """
 
     params_per_gpu: Array
@@ -136,6 +139,8 @@ class ShardInputs:
     cp: Array
     domain_gpus: Array
     params_largest_module: Array | None = None
+    recompute_layers: Array = 0.0
+    params_last_module: Array = 0.0
     param_gather_bytes: Array = attrs.field(
         default=attrs.Factory(lambda s: where(s.weight_bytes > 2, 4.0, 2.0), takes_self=True)
     )
@@ -171,6 +176,11 @@ class CommEvent:
     * ``per``: ``"micro_batch"`` (issued in every micro-batch, prefetched under that
       micro-batch's work) or ``"step"`` (once per step, bucketed under the last backward pass
       when ``[parallelism] dp_comm_overlap`` is on).
+    * ``window`` (``"micro_batch"`` events only): the work it may hide under: ``"micro_batch"``
+      (all of the micro-batch's work), or only the compute of one pass, ``"forward"``,
+      ``"recompute"`` or ``"backward"`` (the head's included), for a strategy that synchronises
+      the device between passes' layers so no transfer outlives its pass (DeepSpeed ZeRO-3 before
+      4912e0ad7, ``fetch_sync``).
     * ``exposed_fraction``: the share that can never hide (the first layer's gather, which
       nothing precedes); ``bucket_bytes`` / ``bucket_ranks``: the last gradient bucket, reduced
       after the backward pass ends and so always exposed (``None``: not bucketed).
@@ -184,6 +194,10 @@ class CommEvent:
     count: ArrayLike = 1.0
     flat: bool = False
     per: str = attrs.field(default="step", validator=attrs.validators.in_(("micro_batch", "step")))
+    window: str = attrs.field(
+        default="micro_batch",
+        validator=attrs.validators.in_(("micro_batch", "forward", "recompute", "backward")),
+    )
     exposed_fraction: ArrayLike = 0.0
     bucket_bytes: ArrayLike | None = None
     bucket_ranks: ArrayLike = 1.0

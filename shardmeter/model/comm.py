@@ -17,7 +17,8 @@ Overlap rules (each a window of work the transfer runs beside):
 * a sharding strategy's per-micro-batch events (prefetched gathers) hide under the micro-batch's
   whole work, its exposed TP/CP/EP communication included (a window of compute alone would hide
   the same time twice and make a faster GPU slow the step); their ``exposed_fraction`` never
-  hides;
+  hides; an event whose ``window`` is one pass (``forward``, ``recompute``, ``backward``) hides
+  only under that pass's share of the micro-batch's work, each pass on its own;
 * its per-step events (bucketed gradient reduction) hide, with ``dp_comm_overlap``, under the
   last micro-batch's backward pass and recompute with their exposed communication; the last
   bucket never hides.
@@ -166,19 +167,24 @@ def layer_comm(
 
 @attrs.frozen(kw_only=True)
 class PricedTraffic:
-    """A sharding strategy's events priced, by when they run: ``micro_batch_s`` (per micro-batch)
-    and its never-hidden share ``micro_batch_fixed_s``; ``step_s`` (per step) and ``bucket_s``
-    (its last bucket)."""
+    """A sharding strategy's events priced, by when they run: ``micro_batch_s`` (per micro-batch,
+    every window) and its never-hidden share ``micro_batch_fixed_s``; of it, ``forward_s``,
+    ``recompute_s`` and ``backward_s``: the events confined to one pass; ``step_s`` (per step)
+    and ``bucket_s`` (its last bucket)."""
 
     micro_batch_s: Array
     micro_batch_fixed_s: Array
     step_s: Array
     bucket_s: Array
+    forward_s: Array = 0.0
+    recompute_s: Array = 0.0
+    backward_s: Array = 0.0
 
 
 def price_traffic(events: Sequence[CommEvent], topo: Topology) -> PricedTraffic:
     """Seconds of each event on the topology, summed by when it runs."""
     mb = fixed = step = bucket = 0.0
+    passes: dict[str, Array] = {"forward": 0.0, "recompute": 0.0, "backward": 0.0}
     slow_bw, outer_lat = slowest_link(topo)
     for ev in events:
         t = ev.count * collective_time(
@@ -187,6 +193,8 @@ def price_traffic(events: Sequence[CommEvent], topo: Topology) -> PricedTraffic:
         if ev.per == "micro_batch":
             mb = mb + t
             fixed = fixed + t * ev.exposed_fraction
+            if ev.window in passes:
+                passes[ev.window] = passes[ev.window] + t
             continue
         step = step + t
         if ev.bucket_bytes is not None:
@@ -198,19 +206,38 @@ def price_traffic(events: Sequence[CommEvent], topo: Topology) -> PricedTraffic:
         micro_batch_fixed_s=ops.as_float(fixed),
         step_s=ops.as_float(step),
         bucket_s=ops.as_float(bucket),
+        forward_s=ops.as_float(passes["forward"]),
+        recompute_s=ops.as_float(passes["recompute"]),
+        backward_s=ops.as_float(passes["backward"]),
     )
 
 
-def exposed_traffic(pt: PricedTraffic, mb_window, bwd_window, dp_overlap):
+def exposed_traffic(pt: PricedTraffic, mb_window, bwd_window, dp_overlap, pass_windows=None):
     """``(micro-batch exposed, step exposed, window left)`` seconds of a strategy's traffic.
 
-    The micro-batch events beyond ``mb_window``, plus their fixed share; the step events beyond
-    the last backward pass (``bwd_window`` plus the micro-batch's exposed events, with
-    ``dp_overlap``), at least the last bucket; and what is left of that window after them
-    (where a cross-island all-reduce may still hide).
+    The micro-batch events beyond ``mb_window``, plus their fixed share; those confined to one
+    pass beyond that pass's window instead (``pass_windows``: the forward, recompute and
+    backward shares of ``mb_window``; ``None``: each pass's events hide under the whole window);
+    the step events beyond the last backward pass (``bwd_window`` plus the micro-batch's exposed
+    events, with ``dp_overlap``), at least the last bucket; and what is left of that window
+    after them (where a cross-island all-reduce may still hide).
     """
     mb = pt.micro_batch_s
-    mb_exposed = ops.where(mb > 0, ops.maximum(0.0, mb - mb_window) + pt.micro_batch_fixed_s, 0.0)
+    if pass_windows is None:
+        beyond = ops.maximum(0.0, mb - mb_window)
+    else:
+        w_f, w_r, w_b = pass_windows
+        confined = pt.forward_s + pt.recompute_s + pt.backward_s
+        free = mb - confined  # events that may hide anywhere in the micro-batch
+        beyond = (
+            ops.maximum(0.0, pt.forward_s - w_f)
+            + ops.maximum(0.0, pt.recompute_s - w_r)
+            + ops.maximum(0.0, pt.backward_s - w_b)
+        )
+        # what the confined events leave of the whole window is where the free ones hide
+        hidden = confined - beyond
+        beyond = beyond + ops.maximum(0.0, free - ops.maximum(0.0, mb_window - hidden))
+    mb_exposed = ops.where(mb > 0, beyond + pt.micro_batch_fixed_s, 0.0)
     step = pt.step_s
     window = ops.where(dp_overlap, bwd_window + mb_exposed, 0.0)
     last_bucket = ops.where(step > 0, ops.minimum(step, pt.bucket_s), 0.0)

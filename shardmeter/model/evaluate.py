@@ -131,6 +131,9 @@ def _sharding(parts: PartTable, shard: ShardInputs, topo: Topology, codes) -> di
             "mb_fixed_s": pt.micro_batch_fixed_s,
             "step_s": pt.step_s,
             "bucket_s": pt.bucket_s,
+            "forward_s": pt.forward_s,
+            "recompute_s": pt.recompute_s,
+            "backward_s": pt.backward_s,
         }
 
     return by_code(codes, run)
@@ -261,7 +264,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     for layers_r, emb_r, head_r, held_r in ranks:
         sh_r = local_shapes(ms, tr, tp, pp, cp, v, layers=layers_r)
         shard_r = _shard_inputs(
-            ms, sh_r, topo, tp, pp, dp, cp, ep, wb, emb_r, head_r, ops.as_bool(tr.fp8_params)
+            ms, sh_r, topo, tp, pp, dp, cp, ep, wb, emb_r, head_r, ops.as_bool(tr.fp8_params), tr
         )
         st_r = _state(parts, shard_r, lay.sharding)
         logits_r = ops.where(ops.as_bool(head_r), _f(sch["loss_held"]), 0.0)
@@ -324,7 +327,7 @@ def _stage(ms, tr, hw, topo, lay, parts, tp, pp, dp, cp, ep, v, sp, peak, peak16
     )
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
     offload_mb = _offload_exposed(ms, tr, hw, sh, ct, tp, sp)
-    shard = _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb, emb, head, ops.as_bool(tr.fp8_params))
+    shard = _shard_inputs(ms, sh, topo, tp, pp, dp, cp, ep, wb, emb, head, ops.as_bool(tr.fp8_params), tr)
     sd, fsdp_mb, dp_exposed, ar_window = _sharding_exposed(parts, shard, topo, lay, ct, mb_comm)
     return {
         "sh": sh,
@@ -393,12 +396,21 @@ def _sharding_exposed(parts: PartTable, shard: ShardInputs, topo: Topology, lay,
         micro_batch_fixed_s=_f(sd["mb_fixed_s"]),
         step_s=_f(sd["step_s"]),
         bucket_s=_f(sd["bucket_s"]),
+        forward_s=_f(sd["forward_s"]),
+        recompute_s=_f(sd["recompute_s"]),
+        backward_s=_f(sd["backward_s"]),
     )
+    mb_window = ct.compute + ct.memory_ops + mb_comm
+    # each pass's share of the micro-batch's work: its compute, with the elementwise kernels and
+    # exposed TP/CP/EP communication shared out in proportion (the head runs with the backward)
+    scale = mb_window / ops.maximum(ct.compute, 1e-30)
+    passes = (ct.forward * scale, ct.recompute * scale, (ct.backward + ct.head) * scale)
     exposed = exposed_traffic(
         priced,
-        ct.compute + ct.memory_ops + mb_comm,
+        mb_window,
         ct.backward + ct.recompute + mb_comm,
         ops.as_bool(lay.dp_comm_overlap),
+        pass_windows=passes,
     )
     sd["mb_s"], sd["step_s"] = priced.micro_batch_s, priced.step_s
     return (sd, *exposed)
@@ -424,7 +436,7 @@ def _pipeline(parts: PartTable, lay, topo: Topology, pp, m_int, v, t_mb, ct, Ls,
 
 
 def _shard_inputs(
-    ms, sh, topo, tp, pp, dp, cp, ep, wb, emb_here=True, head=True, fp8_params=False
+    ms, sh, topo, tp, pp, dp, cp, ep, wb, emb_here=True, head=True, fp8_params=False, tr=None
 ) -> ShardInputs:
     """What the sharding strategy sees: this GPU's parameters (its stage's layers, its
     tensor-parallel slice, its local experts; the word embedding where the stage holds it
@@ -461,7 +473,17 @@ def _shard_inputs(
     )
     gather16 = ops.where(wb > 2, 4.0, 2.0)
     held = ops.where(fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * wb) / p_gpu, wb)
+    if tr is None:
+        rec_layers: Any = 0.0
+    else:  # full recompute re-runs the forward of recompute_layers (0: all) of the stage
+        rl = _f(tr.recompute_layers)
+        all_layers = sh.layers_per_stage
+        rec_layers = ops.where(
+            _f(tr.recompute) == 2, ops.where(rl > 0, ops.minimum(rl, all_layers), all_layers), 0.0
+        )
     return ShardInputs(
+        recompute_layers=rec_layers,
+        params_last_module=ops.where(sh.moe, 0.0, ms.hidden * ms.ffn_hidden / tp),
         params_largest_module=largest / tp,
         params_per_gpu=p_gpu,
         params_per_layer=p_layer,

@@ -17,6 +17,7 @@ from .zero import (
     DEEPSPEED_PREFETCH_PARAMETERS,
     DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
     ZeroSharding,
+    ZeroThreeOptions,
 )
 
 _ZERO = "Rajbhandari et al. 2020, ZeRO (arXiv 1910.02054), Sec. 5"
@@ -54,8 +55,12 @@ def shardmeter_sharding_strategies():
         max_live_parameters=DEEPSPEED_MAX_LIVE_PARAMETERS,
         prefetch_parameters=DEEPSPEED_PREFETCH_PARAMETERS,
         reduce_bucket_elements=DEEPSPEED_REDUCE_BUCKET_ELEMENTS,
+        regather_recompute=True,
+        options=ZeroThreeOptions,
         description="DeepSpeed ZeRO-3: parameters too; all-gathered per layer in forward and backward "
-        "(prefetched), gradients reduce-scattered per layer, as flat rings over the data-parallel group.",
+        "(prefetched), and again for a full recompute's forward, gradients reduce-scattered per layer, "
+        "as flat rings over the data-parallel group; fetch_sync = true: DeepSpeed before 4912e0ad7 "
+        "(v0.3.13-v0.5.10), each pass hides only its own transfers.",
         source=_ZERO + "; flat collectives: Narayanan et al. 2021, Table 2 (ZeRO-3 per-GPU throughput halves "
         "as GPUs double at a fixed batch)",
     )

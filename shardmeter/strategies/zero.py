@@ -22,6 +22,7 @@ from ..parts import CommEvent, ShardingPart, ShardInputs, StateBytes
 
 __all__ = [
     "ZeroSharding",
+    "ZeroThreeOptions",
     "LAST_BUCKET_BYTES",
     "shard_group_size",
     "DEEPSPEED_MAX_LIVE_PARAMETERS",
@@ -40,6 +41,26 @@ LAST_BUCKET_BYTES = 25e6
 DEEPSPEED_MAX_LIVE_PARAMETERS = 1e9
 DEEPSPEED_PREFETCH_PARAMETERS = 5e7
 DEEPSPEED_REDUCE_BUCKET_ELEMENTS = 5e8
+
+
+@attrs.frozen(kw_only=True)
+class ZeroThreeOptions:
+    """``[parallelism]`` keys of ``zero3``.
+
+    ``fetch_sync``: DeepSpeed's ZeRO-3 parameter fetch as it was until 4912e0ad7 (2022-01-20,
+    "more fine grained synchronization for communication that allows blocking on less work";
+    releases v0.3.13-v0.5.10). Read: deepspeedai/DeepSpeed ``deepspeed/runtime/zero/stage3.py``
+    and ``partition_parameters.py`` at v0.3.13 (12a53b43, 2021-03-16): every submodule's
+    pre-forward and pre-backward hook (``fetch_sub_module``) waits for all in-flight gathers and
+    then ``torch.cuda.synchronize()`` (``_synchronize_communication``), ``_allgather_param``
+    synchronises the device again before each all-gather, and ``prefetch_next_sub_modules``
+    issues one prefetch (``stage3_prefetch_bucket_size``) only when none is in flight; the
+    gradient reduce-scatters (``reduction_stream``, ``overlap_comm`` on for stage 3) are caught
+    by the same device-wide synchronisations. So a transfer runs only beside the compute of the
+    submodules around it: the forward, recompute and backward passes each hide their own
+    transfers and no more (off: the micro-batch's work hides them all)."""
+
+    fetch_sync: bool = False
 
 
 def shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
@@ -67,6 +88,8 @@ class ZeroSharding(ShardingPart):
       parameters; else two gathered layers (FSDP). See :meth:`gathered_bytes`.
     * ``reduce_bucket_elements`` (0: none): DeepSpeed ZeRO-3's gradient reduce (IPG) buffer,
       held for the whole run.
+    * ``regather_recompute``: full recompute gathers the layers' parameters again (DeepSpeed
+      ZeRO-3's forward hooks fire in the recomputed forward; see :meth:`gathers_per_layer`).
     """
 
     shard_optimizer: bool = False
@@ -78,6 +101,7 @@ class ZeroSharding(ShardingPart):
     max_live_parameters: float = 0.0
     prefetch_parameters: float = 0.0
     reduce_bucket_elements: float = 0.0
+    regather_recompute: bool = False
 
     def bucket_bytes(self, opts: Any) -> float:
         """The last gradient bucket, bytes (always exposed after the backward pass)."""
@@ -99,6 +123,29 @@ class ZeroSharding(ShardingPart):
         largest = inp.params_per_layer if inp.params_largest_module is None else inp.params_largest_module
         live = ops.maximum(self.max_live_parameters, largest + self.prefetch_parameters)
         return ops.minimum(live, two_layers) * inp.weight_bytes
+
+    def gathers(self, inp: ShardInputs) -> tuple[Array, Array, Array]:
+        """Parameter all-gathers of the stage per micro-batch, in layers' worth: ``(forward,
+        recompute, backward)``.
+
+        FSDP / ZeRO-3: each layer once in forward and once in backward. DeepSpeed ZeRO-3 with
+        ``regather_recompute``: activation checkpointing re-runs each checkpointed layer's
+        forward inside the backward pass, and DeepSpeed's module hooks fetch its parameters
+        again (``pre_sub_module_forward_function`` -> ``fetch_sub_module``; the post-forward hook
+        released them, ``release_sub_module``). After that recomputed forward the layer's last
+        submodule is next used by the backward pass that follows at once, a reuse distance of
+        zero parameters, under ``stage3_max_reuse_distance`` (1e9), so ``_keep_for_later``
+        keeps it and the backward gathers the rest of the layer only (stage3.py@12a53b43,
+        ``PrefetchCoordinator.get_reuse_distance_in_numel``). Earlier submodules are further
+        from their backward use than any layer's last linear (4 h^2 for GPT-3 175B: 6e8
+        elements each; two of them, 1.2e9, separate the first MLP linear from its backward):
+        released."""
+        ls = ops.maximum(inp.layers_per_stage, 1.0)
+        if not self.regather_recompute:
+            return ls, 0.0, ls
+        rec = ops.minimum(inp.recompute_layers, ls)
+        kept = inp.params_last_module / ops.maximum(inp.params_per_layer, 1.0)
+        return ls, rec, ls - rec * ops.clip(kept, 0.0, 1.0)
 
     def state(self, inp: ShardInputs, opts: Any) -> StateBytes:
         """Bytes per GPU: each sharded state divided by the shard group; ZeRO-3 / FSDP also hold
@@ -122,8 +169,11 @@ class ZeroSharding(ShardingPart):
 
     def traffic(self, inp: ShardInputs, opts: Any) -> list[CommEvent]:
         """ZeRO-3 / FSDP: per micro-batch and layer two all-gathers of the layer's parameters
-        (forward, backward) and a reduce-scatter of its gradients over the shard group, the
-        first gather and the last reduction never hidden; HSDP adds one all-reduce of the gradient shard across domains per step.
+        (forward, backward; DeepSpeed ZeRO-3 a third for a full recompute, :meth:`gathers`) and
+        a reduce-scatter of its gradients over the shard group, the first gather and the last
+        reduction never hidden; with ``fetch_sync`` (:class:`ZeroThreeOptions`) each pass's
+        transfers hide under that pass only. HSDP adds one all-reduce of the gradient shard
+        across domains per step.
         DDP: one all-reduce of the gradients per step; ZeRO-1/2: a reduce-scatter of the
         gradients and an all-gather of the updated parameters (Rajbhandari et al. 2020, Sec. 7:
         the same 2 x volume as an all-reduce)."""
@@ -139,17 +189,27 @@ class ZeroSharding(ShardingPart):
             # Sec. 3.3.1, Fig. 5): one of the 2 L gathers and one of the L reductions exposed.
             n = shard_group_size(inp, self.shard_group == "node")
             ls = ops.maximum(inp.layers_per_stage, 1.0)
+            g_f, g_r, g_b = self.gathers(inp)
+            sync = bool(getattr(opts, "fetch_sync", False))
+            layer_ag = dict(
+                collective="all_gather",
+                bytes=param_msg / ls,
+                group_size=n,
+                group_stride=inp.tp,
+                flat=self.flat_collectives,
+                per="micro_batch",
+            )
+            if sync:  # each pass's gathers on their own (:class:`ZeroThreeOptions`)
+                gathers = [
+                    CommEvent(count=g_f, window="forward", exposed_fraction=1.0 / g_f, **layer_ag),
+                    CommEvent(count=g_r, window="recompute", **layer_ag),
+                    CommEvent(count=g_b, window="backward", **layer_ag),
+                ]
+            else:  # one event: all hide under the micro-batch's work, the first never
+                total = g_f + g_r + g_b
+                gathers = [CommEvent(count=total, exposed_fraction=1.0 / total, **layer_ag)]
             events = [
-                CommEvent(
-                    collective="all_gather",
-                    bytes=param_msg / ls,
-                    group_size=n,
-                    group_stride=inp.tp,
-                    count=2.0 * ls,
-                    flat=self.flat_collectives,
-                    per="micro_batch",
-                    exposed_fraction=1.0 / (2.0 * ls),
-                ),
+                *gathers,
                 CommEvent(
                     collective="reduce_scatter",
                     bytes=grad_msg / ls,
@@ -158,6 +218,7 @@ class ZeroSharding(ShardingPart):
                     count=ls,
                     flat=self.flat_collectives,
                     per="micro_batch",
+                    window="backward" if sync else "micro_batch",
                     exposed_fraction=1.0 / ls,
                 ),
             ]
