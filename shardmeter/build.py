@@ -180,7 +180,7 @@ def _training(res: Resolved, row) -> Training:
     n = len(isls)
     return Training(
         global_batch=row([t.global_batch] * n),
-        micro_batch=row([t.micro_batch] * n),
+        micro_batch=row([res.scenario.micro_batch(j) for j in range(n)]),
         island_batch=row([0.0] * n),
         recompute=row([RECOMPUTE_CODES[t.recompute]] * n),
         materialized=row([t.attention == "materialized"] * n),

@@ -10,7 +10,7 @@ import attrs
 
 from .confidence import confidence_of
 from .model.evaluate import BREAKDOWN_TERMS
-from .model.feasibility import Reason, reason_messages
+from .model.feasibility import REASONS, Reason, reason_messages
 from .model.memory import MEMORY_PARTS
 from .model.stages import stage_layers
 from .pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
@@ -275,7 +275,7 @@ def _island_layout(
         "sharding": par.sharding,
         "schedule": par.schedule,
         "virtual_stages": v,
-        "micro_batch": sc.training.micro_batch,
+        "micro_batch": sc.micro_batch(j),
         "grad_accumulation": round(float(_at(out["micro_batches"], row, j))),
         "batch_per_step": float(_at(out["island_batch"], row, j)),
         "layers_per_stage": largest,
@@ -311,6 +311,17 @@ def _layout(res: Resolved, out: dict[str, Any], row: int, assumed: list[str]) ->
     return top
 
 
+def batch_split_key(sc: Any, j: int) -> str:
+    """The key a batch that does not split on island ``j`` names: ``island[j].micro_batch`` when
+    the island sets its own, ``training.micro_batch`` when another island does, else (no island
+    sets one: as before the per-island key) ``training.global_batch``."""
+    if sc.islands[j].micro_batch is not None:
+        return f"island[{j}].micro_batch"
+    if any(isl.micro_batch is not None for isl in sc.islands):
+        return "training.micro_batch"
+    return REASONS[Reason.BATCH_SPLIT][0]
+
+
 def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
     """Each island's reason bits as ``key: message`` lines (the key names the island's own
     parallelism when it has one)."""
@@ -333,7 +344,7 @@ def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
             "used": isl.gpus_used,
             "gpus": isl.gpus,
             "bi": _fmt_int(_at(out["island_batch"], row, j)),
-            "mbs_dp": sc.training.micro_batch * isl.dp,
+            "mbs_dp": sc.micro_batch(j) * isl.dp,
             "mem_gb": _Figure(_at(out["island_memory_gb"], row, j)),
             "cap_gb": _Figure(_at(out["_mem_cap_gb"], row, j)),
             "m": _fmt_int(_at(out["micro_batches"], row, j)),
@@ -351,6 +362,8 @@ def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
                 label = key.format(j=j)
             else:
                 label = f"{prefix}{key}" if not key.startswith("training") else key
+            if key == REASONS[Reason.BATCH_SPLIT][0]:
+                label = batch_split_key(sc, j)
             where = f" (island '{isl.name}')" if n_isl > 1 else ""
             reasons.append(f"{label}: {msg}{where}")
     return reasons

@@ -313,6 +313,9 @@ class IslandSpec:
     parallelism: ParallelismSpec | None = None
     #: this island's own uplink to the other islands (a link name or table); None: ``[network] link``
     uplink: Any = None
+    #: this island's own sequences per micro-batch (ShardMeter's extension of the contract);
+    #: None: ``training.micro_batch``
+    micro_batch: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
 
 
 @attrs.frozen(kw_only=True)
@@ -366,6 +369,12 @@ class Scenario:
     #: the ``table.key`` values ``training.framework``'s profile set (not written in the file)
     framework_keys: tuple[str, ...] = ()
     file: str | None = None
+
+    def micro_batch(self, j: int) -> int:
+        """Island ``j``'s sequences per micro-batch: its own ``micro_batch``, else
+        ``training.micro_batch``."""
+        own = self.islands[j].micro_batch
+        return self.training.micro_batch if own is None else own
 
     def to_dict(self) -> dict[str, Any]:
         """The scenario as plain tables (inverse of loading, presets expanded)."""

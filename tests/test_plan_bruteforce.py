@@ -1,7 +1,9 @@
 """The per-island planner against a brute force: on a small heterogeneous space (two islands of
-two GPU types, a few layouts each, every node count) every island-layout pair x every integer
-split of the global batch is scored by the model itself, and ``plan`` must find the same
-fastest plan, the same cheapest, and the same Pareto front of (wall-clock, cost). The same on
+two GPU types, a few layouts and two micro-batch sizes each, every node count) every
+island-layout pair x every integer split of the global batch is scored by the model itself, and
+``plan`` must find the same fastest plan, the same cheapest, and the same Pareto front of
+(wall-clock, cost). Each island's micro-batch is its own (``[[island]] micro_batch``), so the
+brute force pairs every micro-batch of one island with every one of the other. The same on
 twin islands (one GPU type, two prices), whose identical candidates the planner scores once."""
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from shardmeter.model.evaluate import evaluate
 from shardmeter.model.inputs import ModelInputs
 from shardmeter.scenario import load_scenario
 
-GB = 16  # global batch: every split of 16 sequences between the islands is tried
+GB = 48  # global batch: every split of 48 sequences between the islands is tried
 PRICE = {"name": "cloud-on-demand", "egress_usd_per_gb": 0.0}
 BASE = {
     "model": {"layers": 8, "hidden": 4096, "heads": 32, "vocab": 32000, "seq_len": 4096},
@@ -32,13 +34,15 @@ BASE = {
     "parallelism": {"tp": 1, "pp": 1, "schedule": "1f1b"},
     "sync": {"strategy": "diloco", "inner_steps": 20},
 }
-#: The space: tp and pp in {1, 2}, two shardings, 0, 1 or 2 nodes per island (4 GPUs each).
+#: The space: tp and pp in {1, 2}, two shardings, micro-batch 1 or 2, 0, 1 or 2 nodes per
+#: island (4 GPUs each).
+MBS = [1, 2]
 ONLY = {
     "tp": [1, 2],
     "pp": [1, 2],
     "cp": [1],
     "sp": [False],
-    "mbs": [1],
+    "mbs": MBS,
     "recompute": ["none"],
     "schedule": ["1f1b"],
     "sharding": ["none", "fsdp"],
@@ -49,9 +53,10 @@ SHAPES = [
 ]
 
 
-def _island_options(j: int) -> list[tuple[int, dict | None]]:
-    """(nodes, parallelism) of island ``j``: dropped, or 1 or 2 nodes with every shape."""
-    return [(0, None)] + [(n, s) for n in (1, 2) for s in SHAPES]
+def _island_options(j: int) -> list[tuple[int, dict | None, int]]:
+    """(nodes, parallelism, micro-batch) of island ``j``: dropped, or 1 or 2 nodes with every
+    shape and micro-batch."""
+    return [(0, None, 0)] + [(n, s, mb) for n in (1, 2) for s in SHAPES for mb in MBS]
 
 
 #: Twin islands: the same GPU, nodes and links (the planner scores one island's candidates for
@@ -64,21 +69,23 @@ TWINS["island"][1] |= {
 
 
 def _brute(sync: dict, base: dict = BASE) -> np.ndarray:
-    """(step, cost per step, islands used) of every feasible plan of the space, scored by the
-    model."""
+    """(step, cost per step, islands used, micro-batches differ) of every feasible plan of the
+    space, scored by the model."""
     est = Estimator()
     found = []
     for opts in itertools.product(_island_options(0), _island_options(1)):
-        used = [j for j, (n, _) in enumerate(opts) if n > 0]
+        used = [j for j, (n, _, _) in enumerate(opts) if n > 0]
         if not used:
             continue
         data = copy.deepcopy(base) | {"sync": dict(sync)}
         kept = []
         for j in used:
-            n, par = opts[j]
+            n, par, mb = opts[j]
             gpus = n * 4
             rep = par["tp"] * par["pp"]
-            kept.append(data["island"][j] | {"nodes": n, "parallelism": par | {"dp": gpus // rep}})
+            kept.append(
+                data["island"][j] | {"nodes": n, "micro_batch": mb, "parallelism": par | {"dp": gpus // rep}}
+            )
         data["island"] = kept
         if len(kept) == 1:
             data.pop("sync")
@@ -87,7 +94,7 @@ def _brute(sync: dict, base: dict = BASE) -> np.ndarray:
         res = est.resolve(sc)
         inp, table = est.inputs(res)
         cols = inp.columns()
-        q = [isl["parallelism"]["dp"] for isl in kept]  # sequences per micro-batch per island
+        q = [isl["parallelism"]["dp"] * isl["micro_batch"] for isl in kept]  # sequences per micro-batch
         splits = [
             s
             for s in itertools.product(range(1, GB + 1), repeat=len(kept))
@@ -104,8 +111,10 @@ def _brute(sync: dict, base: dict = BASE) -> np.ndarray:
         out["island_gpus"] = np.broadcast_to(out["island_gpus"], (len(splits), len(kept)))
         ok = np.broadcast_to(out["feasible"], (len(splits),)).astype(bool)
         cost = _cost_per_step(out, _objective(sc, est, "cost", 1, None, None))
+        mixed = len({isl["micro_batch"] for isl in kept}) > 1
         found += [
-            (float(t), float(c), len(kept)) for t, c in zip(out["step_time_s"][ok], cost[ok], strict=True)
+            (float(t), float(c), len(kept), mixed)
+            for t, c in zip(out["step_time_s"][ok], cost[ok], strict=True)
         ]
     return np.asarray(found)
 
@@ -147,6 +156,17 @@ def test_the_brute_force_space_is_heterogeneous_and_not_trivial(case):
     # the front mixes plans on one island and on both (both GPU types, unless twins)
     used = {tuple(i["name"] for i in p["islands"] if not i.get("dropped")) for p in doc["plans"]}
     assert ("h", "a") in used and len(used) >= 2
+    if scenario["island"][0]["gpu"] != scenario["island"][1]["gpu"]:
+        # a point of the front that only plans with a micro-batch per island reach, and the
+        # plan's scenario says so island by island
+        mixed_only = [all(p[3] for p in pts if (p[0], p[1]) == point) for point in map(tuple, _front(pts))]
+        assert any(mixed_only)
+        mixed = [p for p in doc["plans"] if isinstance(p["training"]["micro_batch"], list)]
+        assert mixed
+        for p in mixed:
+            isl = p["scenario"]["island"]
+            assert [i["micro_batch"] for i in isl] == p["training"]["micro_batch"]
+            assert len(set(p["training"]["micro_batch"])) == 2
 
 
 @pytest.mark.parametrize("objective", ["time", "cost"])

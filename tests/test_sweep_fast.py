@@ -85,6 +85,16 @@ GRIDS = [
             ("sync.strategy", ["allreduce", "diloco"]),
         ],
     ),
+    # an island's own micro_batch: training.micro_batch (fast) sets the other islands only;
+    # batch splits that fail on either name their own key
+    (
+        MULTI | {"island": [MULTI["island"][0] | {"micro_batch": 2}, *MULTI["island"][1:]]},
+        [
+            ("training.micro_batch", [1, 3, 4]),
+            ("island[0].micro_batch", [2, 3]),
+            ("training.global_batch", [320, 480]),
+        ],
+    ),
 ]
 
 

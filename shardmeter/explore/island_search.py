@@ -1,9 +1,9 @@
 """Per-island layouts for ``shardmeter plan`` over several islands, searched by decomposition.
 
 Each island gets its own replica shape (``tp``, ``pp``, ``cp``, ``ep``, ``sp``), data-parallel
-size (the nodes it uses, ``0`` = dropped), schedule and sharding, and its own share of the
-global batch; micro-batch size, recompute and the sync strategy are common to all islands (the
-scenario has no per-island key for the first two).
+size (the nodes it uses, ``0`` = dropped), schedule, sharding and micro-batch size
+(``[[island]] micro_batch``), and its own share of the global batch; recompute and the sync
+strategy are common to all islands (the scenario has no per-island ``recompute``).
 
 1. **Per island** (:func:`_island_candidates`): every island layout x option is scored by the
    full model in one batch whose rows hold one candidate for *every* island (row ``k`` gives
@@ -20,9 +20,13 @@ scenario has no per-island key for the first two).
    their cells packed into the batch's island slots, and share their lines and curves.
 2. **Curves**: for each island, node count, micro-batch, recompute, sync option and number of
    islands used, the shortest finish time (:func:`~shardmeter.model.islands.island_finish`) at
-   every share ``b`` of the global batch.
-3. **Combination**: for every *class* (node count per island, micro-batch, recompute, sync
-   option) the shares are split by an exact min-max (:func:`~shardmeter.model.islands.min_max_shares`).
+   every share ``b`` of the global batch; and the *free* curve (:data:`FREE_MBS`), the
+   shortest of those over the island's micro-batches at each share (each island's micro-batch
+   is its own, so its best one is taken there, and no product of micro-batches is formed).
+3. **Combination**: for every *class* (node count per island, micro-batch common to the
+   islands or free, recompute, sync option) the shares are split by an exact min-max
+   (:func:`~shardmeter.model.islands.min_max_shares`). The free classes alone are exact (and
+   count the plans); the common ones are the alternatives a top-K lists next to them.
    Within a class the cost is ``step x sum of the rented GPUs' prices + egress``, increasing in
    the step, so the class's fastest plan is also its cheapest: the fastest plan, the cheapest
    and the Pareto front over all classes are exact over this space. No product of layouts is
@@ -528,8 +532,13 @@ def search_islands(sc, est, obj: dict[str, Any], only, max_gpus, node_options=No
     sync_red, sync_group = _reduced_sync(sync_full)
     axes = [sync_red if a.name == "sync" else a for a in axes]
     layout["_bits"] = np.zeros(len(layout["tp"]), dtype=np.int64)
+    n_mbs = next((len(a) for a in axes if a.name == "micro_batch"), 1)
+    if n_mbs >= FREE_MBS:
+        raise ShardMeterError(f"plan: at most {FREE_MBS - 1} micro-batch sizes per island (--only mbs=...)")
     _check_classes(
-        node_opts, [len(a) for a in axes if a.name in ("micro_batch", "recompute")], len(sync_full)
+        node_opts,
+        [n_mbs + (n_mbs > 1), *(len(a) for a in axes if a.name == "recompute")],
+        len(sync_full),
     )
     space = Space(
         base,
@@ -575,11 +584,39 @@ def search_islands(sc, est, obj: dict[str, Any], only, max_gpus, node_options=No
     }
 
 
+#: The micro-batch code of a class whose islands each take their own best micro-batch.
+FREE_MBS = 63
+
+
+def _class_key(node_index, mbs_code, rec_code):
+    """One integer per (node index, micro-batch code, recompute code); ``mbs_code`` below
+    :data:`FREE_MBS`, or it for the island's best over its micro-batches."""
+    return (node_index * 64 + mbs_code) * 64 + rec_code
+
+
+def _with_free(curves: dict[int, tuple[np.ndarray, np.ndarray]]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """``curves`` plus, per (node index, recompute code), the :data:`FREE_MBS` curve: the
+    shortest of its micro-batches' curves at every share, and that curve's pair (ties: the
+    lowest code)."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for k in sorted(curves):
+        groups.setdefault((k // 4096, k % 64), []).append(k)
+    out = dict(curves)
+    for (nk, rc), ks in groups.items():
+        fin = np.stack([curves[k][0] for k in ks])
+        arg = np.stack([curves[k][1] for k in ks])
+        best = np.argmin(fin, axis=0)  # the first of equal minima
+        cols = np.arange(fin.shape[1])
+        out[_class_key(nk, FREE_MBS, rc)] = (fin[best, cols], arg[best, cols])
+    return out
+
+
 def _lines(ctx: _Ctx, cand, j: int, grp: int) -> dict[str, np.ndarray] | None:
     """Island ``j``'s feasible lines (layout x inner option of sync group ``grp``): step at
     ``m = d`` and slope per ``d`` micro-batches, largest ``m / d``, window, gradient bytes,
-    class key (node index, micro-batch code, recompute code), share quantum, and the id of
-    their (key, quantum, largest ``m``) group. ``None`` when none is feasible."""
+    class key (node index, micro-batch code, recompute code: :func:`_class_key`), share
+    quantum, and the id of their (key, quantum, largest ``m``) group. ``None`` when none is
+    feasible."""
     sp = ctx.space
     r_all = np.arange(sp.R_in, dtype=np.int64)[None, :]
     in_grp = _codes_of(ctx, "sync", cand["prefix"][:, None], r_all) == grp
@@ -589,8 +626,7 @@ def _lines(ctx: _Ctx, cand, j: int, grp: int) -> dict[str, np.ndarray] | None:
         return None
     p0 = cand["prefix"][Lidx]
     nk0 = sp.layout["_k"][ctx.li[p0]]
-    mb0 = _codes_of(ctx, "micro_batch", p0, Ridx)
-    key = (nk0 * 64 + mb0) * 64 + _codes_of(ctx, "recompute", p0, Ridx)
+    key = _class_key(nk0, _codes_of(ctx, "micro_batch", p0, Ridx), _codes_of(ctx, "recompute", p0, Ridx))
     q = cand["d"][Lidx, j] * ctx.q[p0, j]
     km = kmem[Lidx, Ridx]
     w = np.int64(ctx.gb + 1)  # q and km are at most the global batch
@@ -653,7 +689,7 @@ def _curves(ctx: _Ctx, lines, table: PartTable, sync_code: int, n_used: int, net
         ukeys, fin, arg, pairs = _envelope(ctx, ln, a, finish)
     width = ctx.gb + 1
     f2, a2 = fin.reshape(len(ukeys), width), arg.reshape(len(ukeys), width)
-    return {int(kk): (f2[i], a2[i]) for i, kk in enumerate(ukeys)}, pairs
+    return _with_free({int(kk): (f2[i], a2[i]) for i, kk in enumerate(ukeys)}), pairs
 
 
 def _common_finish(table: PartTable, sync_code: int, n_used: int, net, ln) -> bool:
@@ -747,7 +783,11 @@ def _share_counts(ctx: _Ctx, ln) -> dict[int, np.ndarray]:
     ukeys, kidx = np.unique(key, return_inverse=True)
     width = ctx.gb + 1
     flat = np.bincount(kidx.ravel()[g] * width + k * q[g], weights=n[g], minlength=ukeys.size * width)
-    return {int(kk): flat[i * width : (i + 1) * width] for i, kk in enumerate(ukeys)}
+    out = {int(kk): flat[i * width : (i + 1) * width] for i, kk in enumerate(ukeys)}
+    for kk in list(out):  # the free class: the lines of every micro-batch
+        free = _class_key(kk // 4096, FREE_MBS, kk % 64)
+        out[free] = out.get(free, 0) + out[kk]
+    return out
 
 
 def _plans_at(total: int, counts: list[np.ndarray]) -> float:
@@ -802,8 +842,12 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
     price = np.array([gpu_hour_usd(isl) for isl in islands], dtype=float)
     e_price = np.array([egress_usd_per_gb(isl, resolved.network) for isl in islands], dtype=float)
     gpn = np.array([isl.gpus_per_node for isl in islands], dtype=float)
+    mbs = ctx.g("training.micro_batch")  # (prefixes, islands): each island's own micro-batch
     mbs_axis = next((a for a in space.axes if a.name == "micro_batch"), None)
     mbs_n = len(mbs_axis) if mbs_axis is not None else 1
+    # every micro-batch common to the islands (the alternatives top-K lists), then each island
+    # its own best (the exact optimum; it alone counts the plans, which it all covers)
+    mbs_classes = [*range(mbs_n), FREE_MBS] if mbs_n > 1 else [0]
     rec_axis = next((a for a in space.axes if a.name == "recompute"), None)
     rec_n = len(rec_axis) if rec_axis is not None else 1
     choices = [[-1 if v == 0 else pos[j].index(v) for v in node_opts[j]] for j in range(n)]
@@ -853,9 +897,9 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
             pace = ring_pace(up[used], lat[used]) if n_used > 1 else None
             if any(c[1] is None for c in per):
                 continue
-            for mc in range(mbs_n):
+            for mc in mbs_classes:
                 for rc in range(rec_n):
-                    ck = [(combo[j] * 64 + mc) * 64 + rc for j in used]
+                    ck = [_class_key(combo[j], mc, rc) for j in used]
                     if any(k not in c[0] for k, c in zip(ck, per, strict=True)):
                         continue
                     cs = [c[0][k][0] for k, c in zip(ck, per, strict=True)]
@@ -870,18 +914,23 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
                         folds[fk] = (h, args)
                     h, args = folds[fk]
                     fin, shares = unfold_min_max(h, args, cs[-1] if n_used > 1 else None, ctx.gb)
-                    represented += _plans_at(ctx.gb, [counts(j, o, k) for j, k in zip(used, ck, strict=True)])
+                    if mc == mbs_classes[-1]:
+                        represented += _plans_at(
+                            ctx.gb, [counts(j, o, k) for j, k in zip(used, ck, strict=True)]
+                        )
                     if shares is None:
                         continue
                     picks: list[dict[str, Any]] = []
-                    for k, c, b in zip(ck, per, shares, strict=True):
+                    for j, k, c, b in zip(used, ck, per, shares, strict=True):
                         idx = int(c[0][k][1][b])
                         pr = c[1]
+                        p = int(cand["prefix"][pr["pl"][idx]])
                         picks.append(
                             {
-                                "prefix": int(cand["prefix"][pr["pl"][idx]]),
+                                "prefix": p,
+                                "micro_batch": int(mbs[p, j]),
                                 "inner": int(pr["pr"][idx]),
-                                "m": int(pr["k"][idx] * cand["d"][pr["pl"][idx], used[len(picks)]]),
+                                "m": int(pr["k"][idx] * cand["d"][pr["pl"][idx], j]),
                                 "share": int(b),
                                 "step": float(pr["t"][idx]),
                                 "egress": float(pr["egress"][idx]),
@@ -902,7 +951,6 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
                             "cost_step": gpu + egress,
                             "factor": factor(o, n_used, params),
                             "sync": o,
-                            "mbs": mc,
                             "recompute": rc,
                             "islands": dict(zip(used, picks, strict=True)),
                             "nodes": {j: pos[j][combo[j]] for j in used},
@@ -957,15 +1005,15 @@ def select(cands: list[dict[str, Any]], obj: dict[str, Any]) -> tuple[list[dict[
 
 
 def describe(raw: dict[str, Any], sc, c: dict[str, Any], ctx_data) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The scenario ``estimate`` takes for plan ``c`` (islands kept, each with its nodes and its
-    own ``parallelism`` table, ``batch_split = "balanced"``) and the plan's readable dict."""
+    """The scenario ``estimate`` takes for plan ``c`` (islands kept, each with its nodes, its
+    own ``parallelism`` table and, where the islands' differ, its own ``micro_batch``;
+    ``batch_split = "balanced"``) and the plan's readable dict."""
     import copy
 
     space, ctx, sync_full = ctx_data
     data = copy.deepcopy(raw)
     isl_raw = data["island"]
     axes = {a.name: a for a in space.axes}
-    mbs_ov = axes["micro_batch"].overrides[c["mbs"]] if "micro_batch" in axes else {}
     kept, entries, pars = [], [], []
     for j, isl in enumerate(sc.islands):
         if j not in c["islands"]:
@@ -994,6 +1042,7 @@ def describe(raw: dict[str, Any], sc, c: dict[str, Any], ctx_data) -> tuple[dict
         d = dict(isl_raw[j])
         d["nodes"] = int(c["nodes"][j])
         d["parallelism"] = dict(par)
+        d["micro_batch"] = pk["micro_batch"]
         kept.append(d)
         entries.append(
             {
@@ -1003,13 +1052,18 @@ def describe(raw: dict[str, Any], sc, c: dict[str, Any], ctx_data) -> tuple[dict
                 "dp": par["dp"],
                 "gpus": par["dp"] * par["tp"] * par["pp"] * par["cp"],
                 "batch_share": pk["share"],
+                "micro_batch": pk["micro_batch"],
                 "micro_batches": pk["m"],
                 "parallelism": par,
             }
         )
     data["island"] = kept
     tr = data.setdefault("training", {})
-    tr.update({k.split(".", 1)[1]: v for k, v in mbs_ov.items()})
+    mbs = [d["micro_batch"] for d in kept]
+    if len(set(mbs)) == 1:  # one micro-batch: the scenario's own key, as without per-island ones
+        tr["micro_batch"] = mbs[0]
+        for d in kept:
+            del d["micro_batch"]
     if "recompute" in axes:
         tr.update({k.split(".", 1)[1]: v for k, v in axes["recompute"].overrides[c["recompute"]].items()})
     sync_ov = sync_full.overrides[c["sync"]]
@@ -1027,7 +1081,8 @@ def describe(raw: dict[str, Any], sc, c: dict[str, Any], ctx_data) -> tuple[dict
     }
     plan = {
         "parallelism": common,
-        "training": {"micro_batch": tr.get("micro_batch"), "recompute": tr.get("recompute")},
+        # one micro-batch, or one per island kept where they differ (as ``parallelism``'s keys)
+        "training": {"micro_batch": mbs[0] if len(set(mbs)) == 1 else mbs, "recompute": tr.get("recompute")},
         "islands": entries,
         "scenario": data,
     }

@@ -123,7 +123,7 @@ def plan_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
             q.get("cost_to_quality_usd"),
             rep.get("gpus"),
             rep.get("mfu"),
-            tr.get("micro_batch"),
+            _joined(tr.get("micro_batch")),
             tr.get("recompute"),
             _sync(p),
         ]
@@ -131,6 +131,11 @@ def plan_rows(doc: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
             row += list(isl)
         rows.append(row)
     return header, rows
+
+
+def _joined(v: Any) -> Any:
+    """A per-island list (one value per island kept) as the table writes it, ``1/2``."""
+    return "/".join(str(x) for x in v) if isinstance(v, list) else v
 
 
 def _cell(v: Any) -> str:

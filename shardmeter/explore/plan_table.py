@@ -225,7 +225,7 @@ def _plan_cells(p, best, objective: str, multi: bool, per_tok, quality: bool = F
         "/".join(x if x == "-" else "y" if x else "n" for x in sp)
         if isinstance(sp, list)
         else ("y" if sp else "n"),
-        tr["micro_batch"],
+        _per_island(_spread(tr["micro_batch"], kept)),
         sched,
         tr["recompute"],
         _per_island(par["sharding"]),

@@ -211,10 +211,12 @@ class Space:
 
 
 def plan_raw(sc: Scenario) -> dict[str, Any]:
-    """The scenario as raw tables with island-level layouts removed (a plan sets one layout)."""
+    """The scenario as raw tables with island-level layouts and micro-batches removed (a plan
+    sets them)."""
     raw = sc.to_dict()
     for isl in raw["island"]:
         isl.pop("parallelism", None)
+        isl.pop("micro_batch", None)
     raw.setdefault("parallelism", {}).pop("dp", None)
     return raw
 

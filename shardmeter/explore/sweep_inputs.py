@@ -88,7 +88,10 @@ def fast_keys(keys: Sequence[str], sc: Scenario) -> dict[str, FastKey]:
         elif k.startswith("parallelism.") and k[12:] in _DEGREES and not any(own):
             out[k] = FastKey(k, f"layout.{k[12:]}", tuple(range(n)), "parallelism", k[12:])
         elif k in _TRAINING:
-            out[k] = FastKey(k, k, tuple(range(n)), "training", _TRAINING[k])
+            # an island's own micro_batch is not training.micro_batch's to set
+            own_mbs = k == "training.micro_batch"
+            keep = tuple(j for j, isl in enumerate(sc.islands) if not (own_mbs and isl.micro_batch))
+            out[k] = FastKey(k, k if keep else None, keep, "training", _TRAINING[k])
         elif k in _NETWORK:
             field, col = _NETWORK[k]
             out[k] = FastKey(k, col if n > 1 else None, tuple(range(n)) if n > 1 else (), "network", field)

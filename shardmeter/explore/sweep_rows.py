@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from ..model.evaluate import BREAKDOWN_TERMS
-from ..model.feasibility import REASONS
+from ..model.feasibility import REASONS, Reason
 from ..pricing import egress_usd, egress_usd_per_gb, gpu_hour_usd, gpu_time_usd
-from ..report import _Figure, _fmt_int
+from ..report import _Figure, _fmt_int, batch_split_key
 from ..words import regime_of
 
 __all__ = ["SweepRow", "row_fields", "RATE_FIELDS"]
@@ -160,7 +160,7 @@ class _ReasonRows:
         names = ("tp", "pp", "cp", "ep", "dp", "virtual_stages")
         self.lay = {k: per_island(cols[f"layout.{k}"], np.int64) for k in names}
         self.gpus = per_island(_col(cols, "topology.nodes") * _col(cols, "topology.gpus_per_node"), np.int64)
-        self.mbs = _col(cols, "training.micro_batch")[:, 0].astype(np.int64).tolist()
+        self.mbs = per_island(_col(cols, "training.micro_batch"), np.int64)
         self.bits = per_island(out["reasons"], np.int64)
         self.out = {
             k: per_island(out[k])
@@ -188,7 +188,7 @@ class _ReasonRows:
                 "used": tp * pp * cp * dp,
                 "gpus": self.gpus[j][r],
                 "bi": _fmt_int(out["island_batch"][j][r]),
-                "mbs_dp": self.mbs[r] * dp,
+                "mbs_dp": self.mbs[j][r] * dp,
                 "mem_gb": _Figure(out["island_memory_gb"][j][r]),
                 "cap_gb": _Figure(out["_mem_cap_gb"][j][r]),
                 "m": _fmt_int(out["micro_batches"][j][r]),
@@ -209,6 +209,8 @@ class _ReasonRows:
                     label = key.format(j=j)
                 else:
                     label = f"{prefix}{key}" if not key.startswith("training") else key
+                if bit == int(Reason.BATCH_SPLIT):
+                    label = batch_split_key(res.scenario, j)
                 reasons.append(f"{label}: {msg}{where}")
         return reasons
 
