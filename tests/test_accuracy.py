@@ -32,9 +32,8 @@ def test_every_bundled_case_is_compared_or_listed(result):
 
 
 def test_overall_mape_does_not_regress(result):
-    # 5.6 % while the accuracy issue's mechanisms land one by one (frameworks: Megatron-LM's
-    # gradient reduction after the backward pass); re-pinned after the refit
-    assert result["overall_mape"] <= 0.057
+    # 5.3 % after the accuracy issue's mechanisms and the refit (README, "Accuracy")
+    assert result["overall_mape"] <= 0.055
 
 
 @pytest.mark.parametrize(
@@ -49,17 +48,15 @@ def test_overall_mape_does_not_regress(result):
         "nemo-longseq",
     ],
 )
-def test_no_source_group_above_twelve_percent(result, group):
-    # the bar is 12 %; narayanan2021 is 12.1 % since its ZeRO-3 530B / 640 GPU run fits in memory
-    # and is compared (+51 % tokens/s: the ZeRO-3 traffic model, not memory); others <= 7.0 %
-    bar = 0.125 if group in ("narayanan2021",) else 0.105
-    assert result["mape_by_group"][group] <= bar
+def test_no_source_group_above_ten_percent(result, group):
+    # the accuracy issue's bar; worst today: narayanan2021 8.9 %, megatron-readme-2020 8.6 %
+    assert result["mape_by_group"][group] <= 0.10
 
 
 def test_only_known_memory_failures(result):
-    # one layout the memory model puts over capacity (README, "Accuracy"): Nemotron-4 340B fp8
+    # every throughput run fits in memory (Nemotron-4 340B fp8 since TE's fp8 GEMM inputs count)
     others = [f for f in result["failures"] if f["group"] != "torchao-float8"]
-    assert len(others) <= 1
+    assert not others
     assert all("GB per GPU" in f["error"] for f in others)
     # torchao-float8 (reserved peaks): a failure there may only be a prediction above the bound
     # (the 4 B200 runs of torchtitan 2025-08: the model keeps the loss's fp32 copy of the logits,

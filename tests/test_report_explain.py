@@ -224,8 +224,8 @@ def _row(text: str, label: str) -> str:
 def test_the_cost_line_shows_rate_hours_source_and_date(gpt3):
     r, _ = gpt3
     cb = r.cost_breakdown_usd
-    assert f"{cb['gpu_hours'] / 1e3:.1f}" == "522.9" and f"{cb['total_usd'] / 1e6:.2f}" == "1.05"
-    expected = "$1.05 M = 1.05 M (2.00 $/GPU-h x 522.9 k GPU-h, cloud-on-demand, 2026-06)"
+    assert f"{cb['gpu_hours'] / 1e3:.1f}" == "519.8" and f"{cb['total_usd'] / 1e6:.2f}" == "1.04"
+    expected = "$1.04 M = 1.04 M (2.00 $/GPU-h x 519.8 k GPU-h, cloud-on-demand, 2026-06)"
     assert _row(str(r), "cost") == expected
 
 
@@ -238,9 +238,9 @@ def test_the_cost_line_between_islands_names_the_egress(two_dc):
     )
     west = _row(text, "dc-west")
     assert re.search(
-        r"\b2\.69 +365,319 +\$982,707 +\$5,920,426 +\$6,903,133 +cloud-on-demand, 2026-06$", west
+        r"\b2\.69 +364,294 +\$979,951 +\$5,920,426 +\$6,900,378 +cloud-on-demand, 2026-06$", west
     )
-    assert re.search(r"\b0\.93 +365,319 +\$339,154 +\$0 +\$339,154 +owned, 2026-06$", _row(text, "dc-east"))
+    assert re.search(r"\b0\.93 +364,294 +\$338,203 +\$0 +\$338,203 +owned, 2026-06$", _row(text, "dc-east"))
 
 
 def test_the_table_shows_the_layout_and_memory_blocks(gpt3):
