@@ -138,23 +138,6 @@ def test_the_network_tiers_example_in_the_scenario_reference_loads_and_runs(tmp_
     assert report.feasible, report.reasons
 
 
-#: Keys the scenario reference lists under "Planned (not yet accepted)": (the name it gives, a --set
-#: that uses it). When one is implemented this fails: document it as working and move it up.
-PLANNED: list[tuple[str, str]] = []
-
-
-@pytest.mark.parametrize(("name", "override"), PLANNED, ids=[p[0] for p in PLANNED])
-def test_keys_listed_as_planned_are_still_rejected(name, override):
-    assert name in _section(SCENARIO_DOC, "## Planned (not yet accepted)"), name
-    sc = {
-        "model": {"preset": "llama3-8b"},
-        "training": {"global_batch": 64},
-        "island": [{"gpu": "h100-sxm", "nodes": 1}],
-    }
-    with pytest.raises(ScenarioError):
-        shardmeter.estimate(sc, overrides=[override])
-
-
 def _documented_commands() -> list[str]:
     block = re.search(r"```\n(.*?)```", _section(SCENARIO_DOC, "## Commands"), re.S).group(1)
     return sorted({m.group(1) for m in re.finditer(r"^shardmeter (\w+)", block, re.M)})

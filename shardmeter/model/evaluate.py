@@ -118,15 +118,9 @@ def _sharding(parts: PartTable, shard: ShardInputs, topo: Topology, codes) -> di
 
     def run(code: int) -> dict[str, Any]:
         part, opts = parts.get("sharding", code)
-        st = part.state(shard, opts)
         pt = price_traffic(part.traffic(shard, opts), topo)
         return {
-            "weights": st.weights,
-            "gradients": st.gradients,
-            "optimizer": st.optimizer,
-            "param_shards": st.param_shards,
-            "optimizer_shards": st.optimizer_shards,
-            "extra": st.extra,
+            **_state_fields(part.state(shard, opts)),
             "mb_s": pt.micro_batch_s,
             "mb_fixed_s": pt.micro_batch_fixed_s,
             "step_s": pt.step_s,
@@ -355,20 +349,24 @@ def _pick(c, a, b):
     return ops.where(c, a, b)
 
 
+def _state_fields(st) -> dict[str, Any]:
+    """A sharding part's :class:`~shardmeter.parts.ShardState` as the dict the model carries."""
+    return {
+        "weights": st.weights,
+        "gradients": st.gradients,
+        "optimizer": st.optimizer,
+        "param_shards": st.param_shards,
+        "optimizer_shards": st.optimizer_shards,
+        "extra": st.extra,
+    }
+
+
 def _state(parts: PartTable, shard: ShardInputs, codes) -> dict[str, Any]:
     """The sharding strategy's state bytes of one stage (no traffic)."""
 
     def run(code: int) -> dict[str, Any]:
         part, opts = parts.get("sharding", code)
-        st = part.state(shard, opts)
-        return {
-            "weights": st.weights,
-            "gradients": st.gradients,
-            "optimizer": st.optimizer,
-            "param_shards": st.param_shards,
-            "optimizer_shards": st.optimizer_shards,
-            "extra": st.extra,
-        }
+        return _state_fields(part.state(shard, opts))
 
     return by_code(codes, run)
 
