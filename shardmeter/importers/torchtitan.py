@@ -416,6 +416,9 @@ def _training(s: Settings, d: Draft, file: str, world: int) -> None:
                 f"data-parallel degree {dp} (torchtitan asserts it)",
             )
     d.set("training.global_batch", gbs, why)
+    d.set(
+        "training.framework", "torchtitan", "a torchtitan job: its profile fills what the config leaves out"
+    )
     if pp > 1:
         mbs = _int(s, "parallelism.pipeline_parallel_microbatch_size", 1, file)
         if mbs < 1 or local % mbs:
