@@ -444,3 +444,26 @@ def test_an_odd_inner_dimension_pays_its_last_k_block():
     b = F.gemm_time(m, n, 4160, **_H200)
     assert a == pytest.approx(b, rel=1e-12)
     assert a > F.gemm_time(m, n, 4096, **_H200) * 4097 / 4096
+
+
+_A100 = dict(peak_flops=312e12, efficiency=0.7, hbm_bytes_s=1.555e12 * 0.9, sm_count=108)
+
+
+def test_a_batched_kernel_fills_the_sms_with_all_its_gemms():
+    """Megatron's attention scores: one ``torch.baddbmm`` over 15 heads x 16 sequences of
+    [1024, 128] @ [128, 1024]. Alone, one such GEMM has 8 x 4 = 32 tiles of 128x256 on 108 A100
+    SMs: one wave 32 / 108 full (64 tiles of 128x128: 64 / 108). As one strided-batched kernel
+    its 240 x 64 = 15360 tiles of 128x128 run in ceil(15360 / 108) = 143 waves, 15360 / 15444
+    full (better than 7680 tiles of 128x256 in 72 waves, 7680 / 7776), with one overhead."""
+    m = n = 1024
+    k, b = 128, 240
+    batched = F.gemm_time(m, n, k, **_A100, batch=b)
+    fill = 15360 / (143 * 108)
+    flop = b * 2.0 * m * n * 128 / (_A100["peak_flops"] * _A100["efficiency"] * fill)
+    t_in = b * 2.0 * (m * k + k * n) / _A100["hbm_bytes_s"]
+    out = b * 2.0 * m * n / _A100["hbm_bytes_s"]
+    assert batched == pytest.approx(max(flop, t_in) + out + F.KERNEL_OVERHEAD_S, rel=1e-12)
+    # the same GEMMs as 240 kernels one after another: each a third-full wave, each its overhead
+    separate = F.gemm_time(m, n, k, **_A100, count=b)
+    assert separate > 2.5 * batched
+    assert F.gemm_time(m, n, k, **_A100, count=2, batch=b) == pytest.approx(2 * batched, rel=1e-12)

@@ -189,9 +189,21 @@ def micro_batch_compute(
         + 2 * KERNEL_OVERHEAD_S
     )
     score_el = heads_t * T * s  # score matrix elements of this GPU
+    # Materialised scores: Q K^T and P V as two batched GEMMs over the micro-batch's sequences x
+    # local heads (Megatron-LM megatron/model/transformer.py, CoreAttention: ``torch.baddbmm`` on
+    # ``[b * np, sq, hn]`` and ``torch.bmm``), each one kernel (formulas.gemm_time ``batch``),
+    # plus the scale-mask-softmax and dropout passes over the scores at HBM bandwidth.
     t_mat_f = (
         gemm_time(
-            sh.seq_local, s, ms.q_dim / ms.heads, peak16, eff, hbm, sms, count=2.0 * heads_t * tr.micro_batch
+            sh.seq_local,
+            s,
+            ms.q_dim / ms.heads,
+            peak16,
+            eff,
+            hbm,
+            sms,
+            count=2.0,
+            batch=heads_t * tr.micro_batch,
         )
         + 9.0 * score_el / hbm
     )

@@ -292,8 +292,13 @@ def offload_exposed_s(k, layers, transfer_s, layer_s):
     return ops.where(k > 0, ops.maximum(0.0, ops.maximum(one, many)), 0.0)
 
 
-def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_el=2.0, count=1.0):
-    """Time of ``count`` GEMMs ``[m,k] @ [k,n]`` (seconds).
+def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_el=2.0, count=1.0, batch=1.0):
+    """Time of ``count`` kernels, each ``batch`` GEMMs ``[m,k] @ [k,n]`` (seconds).
+
+    ``count`` kernels run one after another (each pays its own waves and overhead); the
+    ``batch`` GEMMs of one batched kernel (cuBLAS ``gemmStridedBatched``, what ``torch.bmm`` and
+    ``torch.baddbmm`` launch: one grid whose z dimension is the batch) share its waves and its
+    one kernel overhead: their ``batch x tiles`` tiles fill the SMs together.
 
     A roofline with tile and wave quantisation (NVIDIA, "Matrix Multiplication Background
     User's Guide", Sec. 3.1-3.2): the output is cut into ``tm x tn`` tiles and every tile does a
@@ -323,17 +328,18 @@ def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_
     k_pad = ops.ceil(k / k_block) * k_block / ops.maximum(k, 1.0)
     best = None
     for tm, tn in ((128.0, 256.0), (128.0, 128.0)):
-        tiles = ops.ceil(m / tm) * ops.ceil(n / tn)
+        per_gemm = ops.ceil(m / tm) * ops.ceil(n / tn)
+        tiles = per_gemm * batch
         split = ops.maximum(ops.minimum(ops.floor(sms / tiles), ops.floor(k / 512.0)), 1.0)
         work = tiles * split
         waves = ops.ceil(work / ops.maximum(sms, 1.0))
         q = ops.where(sms > 0, work / ops.maximum(waves * sms, 1.0), 1.0)
-        useful = m * n / (tiles * tm * tn)  # tile quantisation: the share of tile work kept
+        useful = m * n / (per_gemm * tm * tn)  # tile quantisation: the share of tile work kept
         q = q * useful
         best = q if best is None else ops.maximum(best, q)
-    t_flop = flops * k_pad / (peak_flops * efficiency * best)
-    t_in = bytes_per_el * (m * k + k * n) / hbm_bytes_s
-    t_out = 2.0 * m * n / hbm_bytes_s
+    t_flop = batch * flops * k_pad / (peak_flops * efficiency * best)
+    t_in = batch * bytes_per_el * (m * k + k * n) / hbm_bytes_s
+    t_out = batch * 2.0 * m * n / hbm_bytes_s
     return count * (ops.maximum(t_flop, t_in) + t_out + KERNEL_OVERHEAD_S)
 
 
