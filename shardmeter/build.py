@@ -32,8 +32,10 @@ __all__ = ["build_inputs", "tier_arrays", "balanced_shares", "COMPILED_LOSS_FRAM
 #: torchtitan (``build_cross_entropy_loss``, torchtitan/components/loss.py @ 6fc499f6, since
 #: bbb1b616, 2025-04-02). A scenario without ``training.framework`` is read as torchtitan's
 #: recipe here (the bundled torchao runs are torchtitan's). The other profiles keep an fp32
-#: loss with ``compile = true``: there it means fused norm and activation kernels (Megatron's
-#: vocab-parallel cross-entropy upcasts to fp32; llm-foundry and fms-fsdp leave the loss eager).
+#: loss with ``compile = true``, the count the model had: there it means fused norm and
+#: activation kernels (Megatron's vocab-parallel cross-entropy in fp32; fms-fsdp compiles the
+#: model and computes its loss outside it, fms_fsdp/utils/train_utils.py @ 5a296afe;
+#: llm-foundry's loss is not checked).
 COMPILED_LOSS_FRAMEWORKS = frozenset({"torchtitan"})
 
 
