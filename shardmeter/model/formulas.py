@@ -201,6 +201,7 @@ def activation_bytes_per_layer(
     experts_per_token=1,
     s_kv=None,
     dropout=True,
+    compiled=False,
 ):
     """Activation memory of one layer for one micro-batch (bytes, 16-bit activations).
 
@@ -230,8 +231,34 @@ def activation_bytes_per_layer(
       layer's backward runs. Llama 3 8B (h = q = 4096, kv = 1024, ffn = 14336, 32 heads, no
       TP): ``63 616`` bytes per token per layer, against ``139 264`` that the fused-attention
       selective count keeps. A MoE layer scales the MLP terms by its active experts.
+    * op recompute under torch.compile (``compiled``): torchtitan checkpoint-wraps each block,
+      then compiles it whole (``apply_ac`` before ``apply_compile``, ``torch.compile(block,
+      fullgraph=True)``, torchtitan/models/llama3/infra/parallelize.py @ 6fc499f6), so the SAC
+      policy only tags the traced ops and AOTAutograd's min-cut partitioner picks what is saved
+      (``min_cut_rematerialization_partition``, torch/_functorch/partitioners.py at
+      pytorch/pytorch@5c488690, v2.14.1): ``MUST_SAVE`` bans a node's recomputation
+      (``should_ban_recomputation``: "marked MUST_SAVE"), the cut saves only forward values
+      the backward reads, and ``_extract_fwd_bwd_modules`` drops any saved value with no
+      backward user. Eager SAC instead stores every ``MUST_SAVE`` output as it runs
+      (``_CachingTorchDispatchMode``, torch/utils/checkpoint.py, same commit). The w2 output
+      is read by no backward op (the residual add's backward saves nothing; w2's matrix
+      multiply needs its input and weight), so compiled it is not kept: ``63 616 - 2 h =
+      55 424`` bytes per token per layer for Llama 3 8B. Every other saved-list output is read
+      (wq's through the rotary embedding into SDPA's backward, wv's and SDPA's output and
+      log-sum-exp by SDPA's backward, SDPA's output by wo's weight gradient, w1's by SiLU's
+      and the gate product's backward, the block input by the recomputed norms and
+      residual). A MoE layer is left as counted: torchtitan's routed experts run
+      ``torch._grouped_mm`` (torchtitan/models/moe.py @ 6fc499f6), an op its save list does
+      not name, so the count above is not theirs either, compiled or not. Measured with saved-tensor hooks on a
+      torchtitan-shaped Llama block under Inductor (``benchmarks/saved_tensors_check.py``,
+      torch 2.14.1 on CPU): eager op SAC keeps exactly this count, compiled the count less
+      w2's output. Without recompute and with full recompute the compiled block keeps what
+      this count already holds (the 16-bit tensors and two fp32 norm scalars per token; full:
+      the block input), so ``compiled`` changes nothing there; eager PyTorch keeps more (the
+      fp32 copies of its composite RMSNorm and rotary embedding), not counted.
 
-    ``recompute`` is 0 (none), 1 (selective), 2 (full) or 3 (op); ``s`` is the
+    ``recompute`` is 0 (none), 1 (selective), 2 (full) or 3 (op); ``compiled``: a dense block runs
+    under torch.compile (only op recompute changes); ``s`` is the
     sequence length held by this GPU (``seq/cp``), ``s_kv`` the keys each
     query attends to (default ``s``). ``dropout=False`` (models trained without
     dropout, e.g. Llama, MPT) drops the paper's 1-byte masks: ``2 s b h`` of
@@ -253,7 +280,9 @@ def activation_bytes_per_layer(
     per_layer = ops.where(sp, repl / tp, repl) + (att + mlp + score) / tp
     saved_mm = s * b * (2.0 * q_dim + 2.0 * kv_dim + 2.0 * ffn * experts_per_token)  # wq, wv, w1
     sdpa = s * b * (2.0 * q_dim + 4.0 * heads) + ops.where(materialized, 2.0 * heads * s * s_kv * b, 0.0)
-    w2 = ops.where(swiglu, 2.0 * sbh * experts_per_token, 0.0)
+    w2 = ops.where(
+        ops.as_bool(swiglu) & ops.logical_not(ops.as_bool(compiled)), 2.0 * sbh * experts_per_token, 0.0
+    )
     rs = ops.where(sp & (tp > 1), 4.0 * sbh / tp, 0.0)
     op_store = full_store + (saved_mm + sdpa) / tp + w2 + rs
     return ops.where(recompute == 2, full_store, ops.where(recompute == 3, op_store, per_layer)), per_layer

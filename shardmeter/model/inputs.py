@@ -80,8 +80,10 @@ class Training:
     ``materialized`` attention (bool), ``weight_bytes`` per parameter, ``fp8`` GEMMs (bool);
     ``recompute_layers`` (with full recompute: layers recomputed per stage and model chunk, 0 =
     all), ``offload_layers`` (layers per stage whose activations go to host memory),
-    ``compile`` (fused elementwise kernels; 0 = eager PyTorch), ``fp8_recipe``
-    (:data:`FP8_RECIPE_CODES`) and ``fp8_params`` (weights held and gathered in fp8)."""
+    ``compile`` (fused elementwise kernels; 0 = eager PyTorch; with op recompute, torchtitan's
+    torch.compile of each block), ``fp8_recipe`` (:data:`FP8_RECIPE_CODES`), ``fp8_params``
+    (weights held and gathered in fp8) and ``compiled_loss`` (the cross-entropy runs under
+    torch.compile: bf16 logits kept, not fp32; :func:`~.memory.logits_bytes_per_element`)."""
 
     global_batch: Array
     micro_batch: Array
@@ -96,6 +98,7 @@ class Training:
     compile: Array = 1.0
     fp8_recipe: Array = 0.0
     fp8_params: Array = 0.0
+    compiled_loss: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)

@@ -13,6 +13,7 @@ from .ops import Array
 __all__ = [
     "activation_memory",
     "layer_activations",
+    "logits_bytes_per_element",
     "offload_kept",
     "total_memory",
     "memory_parts",
@@ -33,7 +34,9 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple[Array, Array]:
     """``(stored, working)``: activation bytes one micro-batch keeps for the stage's layers
     (under the recompute mode, before any offload; :func:`~.formulas.activation_bytes_per_layer`),
-    and the working set of the layer being recomputed in backward. With ``recompute_layers``
+    and the working set of the layer being recomputed in backward. Op recompute under
+    ``compile`` keeps only the saved-list outputs the backward reads (no dense w2 output;
+    :func:`~.formulas.activation_bytes_per_layer`). With ``recompute_layers``
     (full recompute of the first k layers of each chunk, :func:`~.compute.full_recompute_share`)
     the recomputed share keeps its input and the rest all their activations. Full recompute's
     working set is the layer's full activations (Korthikanti et al. 2022, Sec. 4.2.3); op
@@ -43,8 +46,9 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple
     of one ``ffn_hidden`` MLP. Multi-head latent attention is counted as standard attention at
     the query/key head width."""
     rec = tr.recompute
+    compiled = ops.as_bool(tr.compile)
 
-    def per_layer(ffn, k):
+    def per_layer(ffn, k, compiled):
         return activation_bytes_per_layer(
             sh.seq_local,
             tr.micro_batch,
@@ -61,17 +65,20 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple
             k,
             s_kv=ms.seq_len,
             dropout=ops.as_bool(ms.dropout),
+            compiled=compiled,
         )
 
     stored, full = per_layer(
-        sh.ffn_local * tp, ops.where(sh.moe, ms.experts_per_token + ms.shared_experts, 1.0)
+        sh.ffn_local * tp,
+        ops.where(sh.moe, ms.experts_per_token + ms.shared_experts, 1.0),
+        compiled & ops.logical_not(sh.moe),
     )
     # fp8 GEMMs whose recipe keeps the fp8 copy of their inputs for backward (fp8.py)
     h_rep = ms.hidden * ops.where(sp, 1.0 / tp, 1.0)
     k_act = ops.where(sh.moe, ms.experts_per_token + ms.shared_experts, 1.0)
     stored = stored - activation_saving(tr, sh.tokens, h_rep, sh.q_local, sh.ffn_local * k_act, rec)
     Ld = sh.dense_layers_local
-    stored_d, full_d = per_layer(ms.ffn_hidden, 1.0)
+    stored_d, full_d = per_layer(ms.ffn_hidden, 1.0, compiled)
     stored_d = stored_d - activation_saving(tr, sh.tokens, h_rep, sh.q_local, ms.ffn_hidden / tp, rec)
     share = full_recompute_share(tr, sh)
     stored = share * stored + (1.0 - share) * full
@@ -101,17 +108,41 @@ def offload_kept(tr: Training, sh: Shapes) -> Array:
     return (Ls - k) / Ls
 
 
+def logits_bytes_per_element(tr: Training) -> Array:
+    """Bytes per logit that the loss keeps for the backward pass: 4 for an fp32 cross-entropy,
+    2 for a torch.compiled one (``tr.compiled_loss``).
+
+    * fp32: Megatron's vocab-parallel cross-entropy upcasts the logits and keeps its softmax
+      in place of them (``s b V / t x 4``); eager PyTorch's
+      ``F.cross_entropy(pred.float(), ...)`` keeps ``log_softmax``'s fp32 output (its
+      backward reads its output; the upcast's backward reads nothing).
+    * torch.compile: torchtitan compiles its loss with ``training.compile``
+      (``build_cross_entropy_loss``: ``torch.compile(cross_entropy_loss)``,
+      torchtitan/components/loss.py @ 6fc499f6, since bbb1b616, 2025-04-02; ``[compile]
+      components`` to compile the model and the loss separately came in 08b8b244,
+      2025-08-20), and its ``train.py`` deletes ``pred`` before ``loss.backward()``. Inductor
+      fuses the upcast, log-softmax and gather; the partitioner saves the bf16 logits (the
+      graph's input) and two fp32 numbers per token (row max, log-sum-exp), not an fp32 copy.
+      Measured with saved-tensor hooks (``benchmarks/saved_tensors_check.py``, torch 2.14.1 on
+      CPU): eager 4.00, compiled 2.00 bytes per logit.
+
+    The loss's backward holds, for a moment and before any layer's recompute, the saved
+    logits and their gradient (compiled: 2 + 2 bytes, the gradient bf16; eager: 4 + 4 + 4,
+    the log-softmax, nll_loss's fp32 gradient and log_softmax's): not added, in either case."""
+    return ops.where(ops.as_bool(tr.compiled_loss), 2.0, 4.0)
+
+
 def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, in_flight, logits_held=0.0) -> Array:
     """Activation bytes of one pipeline stage of ``sh.layers_per_stage`` layers holding
     ``in_flight`` micro-batches through them (the schedule's count for its rank) and, on the
-    last stage, ``logits_held`` micro-batches' fp32 logits (``s b V / t x 4`` bytes: the
-    vocab-parallel cross-entropy saves its softmax for the backward pass); recompute adds one
-    layer's working set while recomputing (Korthikanti et al. 2022, Sec. 4 and 4.2.3;
-    :func:`layer_activations`). Offloaded layers (:func:`offload_kept`) leave the GPU for each
-    micro-batch in flight."""
+    last stage, ``logits_held`` micro-batches' logits as the loss keeps them (``s b V / t``
+    elements of :func:`logits_bytes_per_element` bytes: fp32, or bf16 under a compiled loss);
+    recompute adds one layer's working set while recomputing (Korthikanti et al. 2022, Sec. 4
+    and 4.2.3; :func:`layer_activations`). Offloaded layers (:func:`offload_kept`) leave the
+    GPU for each micro-batch in flight."""
     stored, working = layer_activations(ms, tr, sh, tp, sp)
     stored = stored * offload_kept(tr, sh)
-    logits = sh.tokens * ms.vocab / tp * 4.0  # logits in fp32 for the (fused, in-place) cross-entropy
+    logits = sh.tokens * ms.vocab / tp * logits_bytes_per_element(tr)
     return stored * in_flight + working + logits * logits_held
 
 
