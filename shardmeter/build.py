@@ -25,18 +25,7 @@ from .model.inputs import (
 from .records import Interconnect
 from .resolve import Resolved, ResolvedIsland
 
-__all__ = ["build_inputs", "tier_arrays", "balanced_shares", "COMPILED_LOSS_FRAMEWORKS"]
-
-#: Stacks whose ``training.compile`` also puts the cross-entropy under torch.compile (bf16
-#: logits kept for the backward pass, :func:`~shardmeter.model.memory.logits_bytes_per_element`):
-#: torchtitan (``build_cross_entropy_loss``, torchtitan/components/loss.py @ 6fc499f6, since
-#: bbb1b616, 2025-04-02). A scenario without ``training.framework`` is read as torchtitan's
-#: recipe here (the bundled torchao runs are torchtitan's). The other profiles keep an fp32
-#: loss with ``compile = true``, the count the model had: there it means fused norm and
-#: activation kernels (Megatron's vocab-parallel cross-entropy in fp32; fms-fsdp compiles the
-#: model and computes its loss outside it, fms_fsdp/utils/train_utils.py @ 5a296afe;
-#: llm-foundry's loss is not checked).
-COMPILED_LOSS_FRAMEWORKS = frozenset({"torchtitan"})
+__all__ = ["build_inputs", "tier_arrays", "balanced_shares"]
 
 
 def _array_row(values) -> np.ndarray:
@@ -204,7 +193,7 @@ def _training(res: Resolved, row) -> Training:
         fp8_params=row(
             [t.fp8_params and t.precision == "fp8" and "fp8" in isl.gpu.peak_tflops for isl in isls]
         ),
-        compiled_loss=row([t.compile and (t.framework or "torchtitan") in COMPILED_LOSS_FRAMEWORKS] * n),
+        compiled_loss=row([t.compile and bool(getattr(res.framework, "compiled_loss", False))] * n),
     )
 
 

@@ -412,6 +412,11 @@ class FrameworkPart(Part):
 
     kind: ClassVar[str] = "framework"
 
+    #: Behaviour no key states: with ``training.compile = true`` the stack's loss runs under
+    #: torch.compile too, so the cross-entropy's fp32 upcast is fused and the backward keeps
+    #: the bf16 logits (2 bytes an element, not 4; :func:`~shardmeter.model.memory.logits_bytes_per_element`).
+    compiled_loss: ClassVar[bool] = False
+
     def defaults(self, tables: Mapping[str, Any], gpus: Sequence[HardwareProfile]) -> FrameworkDefaults:
         """The defaults this stack sets, ``{dotted key: (value, why)}`` with keys ``training.*``
         or ``parallelism.*``; ``why`` names the stack's own code or documentation.

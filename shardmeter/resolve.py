@@ -85,6 +85,8 @@ class Resolved:
     network: Interconnect | None
     #: the ``[sync] convergence`` model (a ConvergencePart); None: convergence is not priced
     convergence: Part | None = None
+    #: the ``training.framework`` profile (a FrameworkPart); None: no stack named
+    framework: Part | None = None
 
 
 def resolve_part(reg, kind: str, ref: Any, path: str, file: str | None):
@@ -223,6 +225,9 @@ def resolve_scenario(
         network = resolve_part(reg, "interconnect", net_ref, "network.link", file)
     elif sc.network is not None and "network" not in levels:  # unused, but must be well-formed
         resolve_part(reg, "interconnect", sc.network.link, "network.link", file)
+    framework = None
+    if sc.training.framework is not None:
+        framework = reg.get("framework", sc.training.framework, path="training.framework", file=file)
     if overlays:
         sc = attrs.evolve(sc, notes=sc.notes + tuple(_overlay_notes(overlays, islands, network)))
     return Resolved(
@@ -232,6 +237,7 @@ def resolve_scenario(
         sync_options=sync_opts,
         network=network,
         convergence=convergence,
+        framework=framework,
     )
 
 

@@ -135,13 +135,11 @@ def test_a_middle_stage_with_more_layers_is_the_busiest():
 
 def test_the_last_stage_with_its_logits_is_the_busiest_with_a_large_vocabulary():
     d = copy.deepcopy(_SMALL)
-    d["model"] |= {"vocab": 512_000}
+    d["model"] |= {"vocab": 256_000}
     d["parallelism"] |= {"first_stage_layers": 1, "last_stage_layers": 1}
     per_mb_layer = _act(_SMALL) * 1e9 / 16  # one layer, one micro-batch
-    # s b V / t x 2 bytes, one micro-batch in flight: with compile = true and no framework the
-    # loss is torch.compiled (torchtitan's recipe) and keeps bf16 logits (logits_bytes_per_element)
-    logits = 2048 * 512_000 * 2
-    # rank 3: 1 layer x 1 in flight + logits (2.1 GB) beats rank 1's 21 layer-micro-batches
+    logits = 2048 * 256_000 * 4  # s b V / t x 4 bytes of fp32 logits, one micro-batch in flight
+    # rank 3: 1 layer x 1 in flight + logits (5.4 GB) beats rank 1's 21 layer-micro-batches
     assert 21 * per_mb_layer < per_mb_layer + logits
     assert _act(d) * 1e9 == pytest.approx(per_mb_layer + logits, rel=1e-12)
 

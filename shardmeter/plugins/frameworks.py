@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
@@ -195,7 +195,11 @@ class DeepSpeed(FrameworkPart):
 
 @attrs.frozen(kw_only=True)
 class TorchTitan(FrameworkPart):
-    """torchtitan (FSDP2, PyTorch-native TP/PP/CP)."""
+    """torchtitan (FSDP2, PyTorch-native TP/PP/CP). With ``compile`` its loss is compiled too:
+    ``build_cross_entropy_loss`` wraps it in ``torch.compile`` when ``training.compile`` is set
+    (torchtitan/components/loss.py at 6fc499f6; since bbb1b616, 2025-04-02)."""
+
+    compiled_loss: ClassVar[bool] = True
 
     def defaults(self, tables, gpus) -> FrameworkDefaults:
         out: FrameworkDefaults = {
