@@ -298,14 +298,8 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
         ):
             x = np.asarray(out[name])
             stacked = S > 1 and x.ndim == 3 + kx  # else the same at every count
-            x = _merge_inner(x, radix, 1)
-            x = (
-                _unpack_cells(x, len(pb), R, r)
-                if packed
-                else np.broadcast_to(x, (*np.shape(x)[:-3], len(pb), R, r))
-            )
             for s, rs in enumerate(res):
-                rs[k][sl] = x[s] if stacked else x
+                _store(rs[k][sl], x[s] if stacked else x, radix, n if packed else r)
         x = np.asarray(out["params"])
         x = x[0] if S > 1 and x.ndim == 2 + kx else x  # the model's parameters: the same at every count
         x = _merge_inner(x, radix, 0)
@@ -316,6 +310,24 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
         for rs in res:
             rs["params"][sl, :, 0] = x
     return [rs | {"ok": rs["bits"] == 0} for rs in res]
+
+
+def _store(dst: np.ndarray, x: np.ndarray, radix: tuple[int, ...], slots: int) -> None:
+    """Write one count's model output ``x`` (what broadcasts to ``(rows, *radix, slots)``) into
+    ``dst`` (``(P, R_in, r)``, C-contiguous): row ``g``'s slot ``s`` is cell ``g slots + s``, that
+    is prefix ``(g slots + s) // r`` on island ``s % r`` (:func:`_pack_cells`' numbering; without
+    packing ``slots = r`` and a row is a prefix), the inner axes row-major as ``R_in``. One strided
+    copy, in place of merging, unpacking and assigning."""
+    P, r = dst.shape[0], dst.shape[2]
+    nr = slots // r  # prefixes per row
+    rows = -(-P // nr)
+    d = dst.reshape(P, *radix, r)
+    src = np.broadcast_to(x, (rows, *radix, slots)).reshape(rows, *radix, nr, r)
+    src = np.moveaxis(src, -2, 1)  # (rows, prefixes of the row, *radix, r)
+    full = P // nr
+    np.copyto(d[: full * nr].reshape(full, nr, *radix, r), src[:full], casting="unsafe")
+    if full * nr < P:
+        np.copyto(d[full * nr :], src[full, : P - full * nr], casting="unsafe")
 
 
 def _inner_radix(sp: Space) -> tuple[int, ...]:
@@ -398,18 +410,6 @@ def _pack_cells(x: np.ndarray, n: int) -> np.ndarray:
     c = np.minimum(np.arange(G * n), P * r - 1)
     flat = np.moveaxis(x, 2, 1).reshape(P * r, R)[c]
     return np.moveaxis(flat.reshape(G, n, R), 1, 2)
-
-
-def _unpack_cells(x, P: int, R: int, r: int) -> np.ndarray:
-    """:func:`_pack_cells`'s inverse: packed outputs (what broadcasts to ``(..., G, R, n)``,
-    leading axes kept) as ``(..., P, R, r)``."""
-    x = np.asarray(x)
-    n = x.shape[-1]
-    G = -(-P * r // n)
-    lead = x.shape[:-3] if x.ndim > 3 else ()
-    x = np.broadcast_to(x, (*lead, G, R, n))
-    flat = np.swapaxes(x, -1, -2).reshape(*lead, G * n, R)[..., : P * r, :]
-    return np.swapaxes(flat.reshape(*lead, P, r, R), -1, -2)
 
 
 def _island_candidates(ctx: _Ctx) -> dict[str, Any]:
