@@ -62,7 +62,7 @@ __all__ = ["search_islands", "MAX_CLASSES"]
 #: Most classes (node count per island x micro-batch x recompute x sync option) combined.
 MAX_CLASSES = 2_000_000
 #: Model input cells (candidates x islands) per ``evaluate`` call.
-EVAL_CELLS = 1 << 16
+EVAL_CELLS = 1 << 18
 
 
 def _node_options(sc, only, given=None) -> list[list[int]]:
