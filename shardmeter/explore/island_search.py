@@ -62,7 +62,7 @@ __all__ = ["search_islands", "MAX_CLASSES"]
 #: Most classes (node count per island x micro-batch x recompute x sync option) combined.
 MAX_CLASSES = 2_000_000
 #: Model input cells (candidates x islands) per ``evaluate`` call.
-EVAL_CELLS = 1 << 16
+EVAL_CELLS = 1 << 18
 
 
 def _node_options(sc, only, given=None) -> list[list[int]]:
@@ -237,12 +237,21 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
     computed once per cell and broadcast, and only the schedule, activation and ``m``-scaled
     terms are computed ``S`` times (elementwise, so each count's values are those of its own call).
 
+    The inner options are not one axis of ``R_in`` but one broadcast axis per inner axis
+    (:func:`_inner_split`: recompute x sharding x sync), so a term reads only the axes it
+    depends on: the compute of a prefix at each recompute option, not at every sharding and sync
+    option beside it. Row-major, those axes are the options' mixed-radix order, so the outputs
+    reshape back to ``R_in`` options; every value is the same elementwise formula on the same
+    inputs, only broadcast differently.
+
     Islands of one class (:func:`_island_classes`) at the same ``m`` are scored once: the cells
     of the representative islands are packed, several prefixes to a row, into the island slots
     of the batch (each island's step, reasons, window and gradient bytes read its own slot's
     inputs only, the parameters the model's alone), then spread back over the islands."""
     sp = ctx.space
     R, n = sp.R_in, sp.n_islands
+    radix = _inner_radix(sp)
+    kx = len(radix)
     reps = ctx.isl
     r = len(reps)
     packed = r < n
@@ -261,17 +270,21 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
         }
         for _ in range(S)
     ]
-    inner = sp.inner_columns()
+    inner = _inner_split(sp, radix)
     for lo in range(0, P, per):
         pb = prefixes[lo : lo + per]
         q = ctx.q[pb][:, None, :]
-        batch = [np.broadcast_to(x[lo : lo + per] * q, (len(pb), R, r)).astype(float) for x in m4]
+        batch = [(x[lo : lo + per] * q).astype(float) for x in m4]  # (pb, 1 or R, r)
+        wide = max(b.shape[1] for b in batch)
+        batch = [np.broadcast_to(b, (len(pb), wide, r)) for b in batch]
         inp = dict(sp.base)
         inp.update(sp.prefix_columns(pb))
-        inp.update(inner)
         if packed:
             inp = _pack(inp, len(pb), reps, n)
             batch = [_pack_cells(b, n) for b in batch]
+        inp = {k: _spread_inner(k, v, kx) for k, v in inp.items()}
+        inp.update(inner)
+        batch = [b.reshape(b.shape[0], *(radix if wide > 1 else (1,) * kx), b.shape[-1]) for b in batch]
         inp["training.island_batch"] = np.stack(batch) if S > 1 else batch[0]
         with np.errstate(all="ignore"):
             out = evaluate(ModelInputs.from_columns(inp), sp.table, detail=False, islands_only=True)
@@ -283,17 +296,13 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
             ("gb", "island_grad_bytes"),
             ("mem", "island_memory_bytes"),
         ):
-            x = out[name]
-            stacked = S > 1 and np.ndim(x) == 4  # else the same at every count
-            x = (
-                _unpack_cells(x, len(pb), R, r)
-                if packed
-                else np.broadcast_to(x, (*np.shape(x)[:-3], len(pb), R, r))
-            )
+            x = np.asarray(out[name])
+            stacked = S > 1 and x.ndim == 3 + kx  # else the same at every count
             for s, rs in enumerate(res):
-                rs[k][sl] = x[s] if stacked else x
+                _store(rs[k][sl], x[s] if stacked else x, radix, n if packed else r)
         x = np.asarray(out["params"])
-        x = x[0] if S > 1 and x.ndim == 3 else x  # the model's parameters: the same at every count
+        x = x[0] if S > 1 and x.ndim == 2 + kx else x  # the model's parameters: the same at every count
+        x = _merge_inner(x, radix, 0)
         if packed:
             # each prefix takes its first cell's row
             rows = -(-len(pb) * r // n)
@@ -301,6 +310,69 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
         for rs in res:
             rs["params"][sl, :, 0] = x
     return [rs | {"ok": rs["bits"] == 0} for rs in res]
+
+
+def _store(dst: np.ndarray, x: np.ndarray, radix: tuple[int, ...], slots: int) -> None:
+    """Write one count's model output ``x`` (what broadcasts to ``(rows, *radix, slots)``) into
+    ``dst`` (``(P, R_in, r)``, C-contiguous): row ``g``'s slot ``s`` is cell ``g slots + s``, that
+    is prefix ``(g slots + s) // r`` on island ``s % r`` (:func:`_pack_cells`' numbering; without
+    packing ``slots = r`` and a row is a prefix), the inner axes row-major as ``R_in``. One strided
+    copy, in place of merging, unpacking and assigning."""
+    P, r = dst.shape[0], dst.shape[2]
+    nr = slots // r  # prefixes per row
+    rows = -(-P // nr)
+    d = dst.reshape(P, *radix, r)
+    src = np.broadcast_to(x, (rows, *radix, slots)).reshape(rows, *radix, nr, r)
+    src = np.moveaxis(src, -2, 1)  # (rows, prefixes of the row, *radix, r)
+    full = P // nr
+    np.copyto(d[: full * nr].reshape(full, nr, *radix, r), src[:full], casting="unsafe")
+    if full * nr < P:
+        np.copyto(d[full * nr :], src[full, : P - full * nr], casting="unsafe")
+
+
+def _inner_radix(sp: Space) -> tuple[int, ...]:
+    """The option counts of the inner axes, outermost first (``(1,)`` without inner axes)."""
+    return tuple(int(m) for m in sp.radix[sp.n_struct :]) or (1,)
+
+
+def _inner_split(sp: Space, radix: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """The inner axes' input columns, axis ``i`` of them along broadcast axis ``1 + i`` of
+    ``(1, *radix, I[, tiers])``: :meth:`~.space.Space.inner_columns` with its ``R_in`` axis
+    split into one axis per inner axis (strides are row-major, so option ``r``'s codes are its
+    position in that grid)."""
+    cols: dict[str, np.ndarray] = {}
+    kx = len(radix)
+    for i, axis in enumerate(sp.axes[sp.n_struct :]):
+        for k, arr in axis.cols.items():
+            a = np.asarray(arr)
+            cols[k] = a.reshape((1,) * (1 + i) + a.shape[:1] + (1,) * (kx - 1 - i) + a.shape[1:])
+    return cols
+
+
+def _spread_inner(key: str, v: Any, kx: int) -> Any:
+    """An input column of the ``(rows, 1, I[, tiers])`` layout with its option axis (of length 1:
+    base and prefix columns do not vary with the inner options) as ``kx`` axes, for
+    :func:`_inner_split`'s columns; columns of fewer axes broadcast as they are."""
+    a = np.asarray(v)
+    ax = -2 if key in _TIER_COLUMNS else -1
+    core = a.ndim + ax + 1
+    if core < 3 or kx == 1:
+        return v
+    if a.shape[core - 2] != 1:  # pragma: no cover - base and prefix columns never vary along it
+        raise AssertionError(f"{key}: input column varies along the inner options")
+    return a.reshape(a.shape[: core - 2] + (1,) * kx + a.shape[core - 1 :])
+
+
+def _merge_inner(x: np.ndarray, radix: tuple[int, ...], tail: int) -> np.ndarray:
+    """An output over ``(..., rows, *radix[, islands])`` (``tail`` trailing island axes: 1 or 0)
+    as ``(..., rows, R_in[, islands])``, broadcast where it does not vary."""
+    kx = len(radix)
+    if kx == 1:
+        return x
+    lead = x.shape[: x.ndim - kx - tail]
+    shape = (*lead, *radix, *x.shape[x.ndim - tail :])
+    y = np.broadcast_to(x, shape)
+    return y.reshape(*lead, int(np.prod(radix)), *x.shape[x.ndim - tail :])
 
 
 def _pack(inp: dict[str, Any], P: int, reps: list[int], n: int) -> dict[str, Any]:
@@ -338,18 +410,6 @@ def _pack_cells(x: np.ndarray, n: int) -> np.ndarray:
     c = np.minimum(np.arange(G * n), P * r - 1)
     flat = np.moveaxis(x, 2, 1).reshape(P * r, R)[c]
     return np.moveaxis(flat.reshape(G, n, R), 1, 2)
-
-
-def _unpack_cells(x, P: int, R: int, r: int) -> np.ndarray:
-    """:func:`_pack_cells`'s inverse: packed outputs (what broadcasts to ``(..., G, R, n)``,
-    leading axes kept) as ``(..., P, R, r)``."""
-    x = np.asarray(x)
-    n = x.shape[-1]
-    G = -(-P * r // n)
-    lead = x.shape[:-3] if x.ndim > 3 else ()
-    x = np.broadcast_to(x, (*lead, G, R, n))
-    flat = np.swapaxes(x, -1, -2).reshape(*lead, G * n, R)[..., : P * r, :]
-    return np.swapaxes(flat.reshape(*lead, P, r, R), -1, -2)
 
 
 def _island_candidates(ctx: _Ctx) -> dict[str, Any]:

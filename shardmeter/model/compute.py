@@ -8,6 +8,7 @@ kernels at HBM bandwidth, FP8 casts, and the output head on the last stage.
 from __future__ import annotations
 
 import attrs
+import numpy as np
 
 from . import ops
 from .elementwise import layer_elementwise
@@ -220,11 +221,14 @@ def micro_batch_compute(
     dl_f, dl_b = layer_elementwise(n_h, T * q_t, T * kv_t, T * dffn_t, ms.swiglu, ms.dropout, tr.compile, hbm)
     d_elem_f = ops.where(Ld > 0, dl_f - el_f, 0.0)
     d_elem_b = ops.where(Ld > 0, dl_b - el_b, 0.0)
-    cf, cb = layer_cast_time(
-        tr.fp8_recipe, tr.compile, T, m_exp, h, q_t, kv_t, v_t, o_t, ffn_t, e_loc, ms.swiglu, hbm
-    )
-    cast_f = ops.where(fp8, cf, 0.0)
-    cast_b = ops.where(fp8, cb, 0.0)
+    if fp8 if ops.is_scalar(fp8) else np.any(fp8):
+        cf, cb = layer_cast_time(
+            tr.fp8_recipe, tr.compile, T, m_exp, h, q_t, kv_t, v_t, o_t, ffn_t, e_loc, ms.swiglu, hbm
+        )
+        cast_f = ops.where(fp8, cf, 0.0)
+        cast_b = ops.where(fp8, cb, 0.0)
+    else:  # no fp8 row: every cast time is the 0.0 the where above picks (the recipes are not priced)
+        cast_f = cast_b = 0.0
     # Output head (last stage): logits GEMM and a fp32 vocab-parallel cross-entropy.
     t_head_f = gemm_time(T, ms.vocab / tp, h, peak16, eff, hbm, sms) + T * (ms.vocab / tp) * 12.0 / hbm
     t_head = 3.0 * t_head_f  # forward + backward

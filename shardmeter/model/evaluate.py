@@ -339,14 +339,36 @@ def _stage(ms, tr, hw, topo, lay, parts, tp, pp, dp, cp, ep, v, sp, peak, peak16
 
 
 def _pick(c, a, b):
-    """``a`` where ``c``, else ``b``: elementwise through dicts and attrs records of arrays."""
-    if isinstance(a, dict):
-        return {k: _pick(c, a[k], b[k]) for k in a}
-    if attrs.has(type(a)):
-        return attrs.evolve(
-            a, **{f.name: _pick(c, getattr(a, f.name), getattr(b, f.name)) for f in attrs.fields(type(a))}
-        )
+    """``a`` where ``c``, else ``b``: elementwise through dicts and attrs records of arrays, each
+    field picked when it is first read (:class:`_Picked`), so what no term reads is never picked."""
+    if isinstance(a, (dict, _Picked)) or attrs.has(type(a)):
+        return _Picked(c, a, b)
     return ops.where(c, a, b)
+
+
+class _Picked:
+    """A dict or attrs record (or another ``_Picked``) ``a`` where ``c``, else ``b``, read as
+    ``x[key]`` or ``x.field``: each value is ``ops.where(c, a's, b's)`` (nested records picked
+    the same way), computed on first read and kept; the same values as picking every field."""
+
+    __slots__ = ("_a", "_attrs", "_b", "_c", "_items")
+
+    def __init__(self, c, a, b):
+        self._c, self._a, self._b = c, a, b
+        self._items: dict[Any, Any] = {}
+        self._attrs: dict[str, Any] = {}
+
+    def __getitem__(self, key):
+        if key not in self._items:
+            self._items[key] = _pick(self._c, self._a[key], self._b[key])
+        return self._items[key]
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in self._attrs:
+            self._attrs[name] = _pick(self._c, getattr(self._a, name), getattr(self._b, name))
+        return self._attrs[name]
 
 
 def _state_fields(st) -> dict[str, Any]:
