@@ -175,6 +175,13 @@ def _model(res: Resolved, row) -> ModelShape:
     )
 
 
+def _op_saves_attention(res: Resolved, gpu) -> bool:
+    """Whether the framework's op-recompute save list holds the attention kernel it runs on
+    ``gpu`` (``FrameworkPart.op_saves_attention``); True without a framework."""
+    saves = getattr(res.framework, "op_saves_attention", None)
+    return True if saves is None else bool(saves(res.scenario.training.attention, gpu))
+
+
 def _training(res: Resolved, row) -> Training:
     t, isls = res.scenario.training, res.islands
     n = len(isls)
@@ -194,6 +201,7 @@ def _training(res: Resolved, row) -> Training:
             [t.fp8_params and t.precision == "fp8" and "fp8" in isl.gpu.peak_tflops for isl in isls]
         ),
         compiled_loss=row([t.compile and bool(getattr(res.framework, "compiled_loss", False))] * n),
+        op_saves_attention=row([_op_saves_attention(res, isl.gpu) for isl in isls]),
     )
 
 

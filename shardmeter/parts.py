@@ -417,6 +417,15 @@ class FrameworkPart(Part):
     #: the bf16 logits (2 bytes an element, not 4; :func:`~shardmeter.model.memory.logits_bytes_per_element`).
     compiled_loss: ClassVar[bool] = False
 
+    def op_saves_attention(self, attention: str, gpu: HardwareProfile) -> bool:
+        """Behaviour no key states: whether the stack's per-operator selective checkpointing
+        (``training.recompute = "op"``) saves the attention kernel's outputs on ``gpu`` with
+        ``training.attention = attention``. True (the kernel is on its save list); a stack whose
+        save list leaves the kernel out returns False, and the model recomputes attention in
+        the backward instead of keeping its output and log-sum-exp
+        (:func:`~shardmeter.model.formulas.activation_bytes_per_layer`)."""
+        return True
+
     def defaults(self, tables: Mapping[str, Any], gpus: Sequence[HardwareProfile]) -> FrameworkDefaults:
         """The defaults this stack sets, ``{dotted key: (value, why)}`` with keys ``training.*``
         or ``parallelism.*``; ``why`` names the stack's own code or documentation.

@@ -81,6 +81,11 @@ class HardwareProfile:
     * ``host_link_gb_s`` = 31.5: the GPU's link to host memory, one direction, for
       activation offload: PCIe Gen4 x16 31.5 GB/s, Gen5 x16 63, NVLink-C2C (GH200, GB200)
       450 (ml-engineering ``network`` chapter; PCI-SIG lane rates).
+    * ``compute_capability`` = None: an NVIDIA GPU's CUDA compute capability, as NVIDIA's
+      CUDA GPUs page lists it (https://developer.nvidia.com/cuda-gpus: V100 7.0, A100 8.0,
+      A10G and RTX 3090 8.6, L4, L40S and RTX 4090 8.9, H100, H200 and GH200 9.0, B200 and
+      GB200 10.0); None for other vendors. Framework profiles read it to pick what a stack does
+      per generation (torchtitan runs cuDNN attention from 10.0; ``docs/frameworks.md``).
     """
 
     name: str = attrs.field(validator=_name)
@@ -98,6 +103,7 @@ class HardwareProfile:
     tile_n: int = attrs.field(default=128, validator=_positive)
     tdp_w: float | None = attrs.field(default=None, validator=_positive)
     host_link_gb_s: float = attrs.field(default=31.5, validator=_positive)
+    compute_capability: float | None = attrs.field(default=None, validator=_positive)
     gpus_per_node: int = attrs.field(default=8, validator=_positive)
     intra_node: str | None = None
     inter_node: str | None = None

@@ -239,7 +239,10 @@ def micro_batch_compute(
     # Per-operator selective checkpointing (torchtitan ``SelectiveAC``): the matrix multiplies
     # are counted in forward order (wq, wk, wv, wo, w1, w3, w2; c_fc, c_proj without SwiGLU) and
     # every second one is recomputed: wk, wo and w3 (c_proj), plus the MoE router, which
-    # torchtitan forces to recompute (``force_recompute_mm_shapes_by_fqns``). Attention is saved.
+    # torchtitan forces to recompute (``force_recompute_mm_shapes_by_fqns``). Attention is saved,
+    # unless the save list leaves its kernel out (``tr.op_saves_attention`` = 0: torchtitan's
+    # cuDNN SDPA on compute capability 10.0, absent from ``_save_list`` at accc7027 and added in
+    # b39377f9, 2025-12-01): then it runs once more per layer, as selective recompute runs it.
     t_wk = gemm_time(T, kv_t, h, peak, eff, hbm, sms, el)
     t_mlp_rec = ops.where(
         ms.swiglu,
@@ -255,10 +258,12 @@ def micro_batch_compute(
         ),
         0.0,
     )
-    t_op = t_wk + t_proj + t_mlp_rec + t_router + t_shared_rec
+    t_op_att = ops.where(ops.as_bool(tr.op_saves_attention), 0.0, t_att_f)
+    t_op = t_wk + t_proj + t_mlp_rec + t_router + t_shared_rec + t_op_att
     t_dense_op = (
         t_wk
         + t_proj
+        + t_op_att
         + ops.where(
             ms.swiglu,
             gemm_time(T, dffn_t, h, peak, eff, hbm, sms, el),

@@ -273,7 +273,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     mem_used = busiest["mem"]
     reasons = reasons | ops.where(mem_used > hw.memory_bytes, int(Reason.MEMORY), 0)
 
-    mf_tok, hw_tok, p_total = _flops(ms, rec, full_recompute_share(tr, sh))
+    mf_tok, hw_tok, p_total = _flops(ms, rec, full_recompute_share(tr, sh), tr.op_saves_attention)
     steps = IslandSteps(
         reasons=reasons,
         terms=terms,
@@ -543,10 +543,12 @@ def _offload_exposed(ms, tr, hw, sh, ct, tp, sp):
     return fwd + bwd
 
 
-def _flops(ms, rec, share=1.0):
+def _flops(ms, rec, share=1.0, op_saves_attention=1.0):
     """``(model FLOPs per token, hardware FLOPs per token with recompute, parameters)``: full
     recompute reruns the forward of its ``share`` of the layers, selective the attention core,
-    op the matrix multiplies it does not save (:func:`~.formulas.op_recompute_flops_per_token`)."""
+    op the matrix multiplies it does not save (:func:`~.formulas.op_recompute_flops_per_token`)
+    and, where its save list leaves the attention kernel out (``op_saves_attention`` = 0), the
+    attention core too."""
     E, ktop = _f(ms.experts), _f(ms.experts_per_token)
     args = (ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu)
     shape = {
@@ -576,7 +578,11 @@ def _flops(ms, rec, share=1.0):
     hw_tok = mf_tok + ops.where(
         rec == 2,
         share * (dense_all + att_all),
-        ops.where(rec == 1, att_all, ops.where(rec == 3, op_all, 0.0)),
+        ops.where(
+            rec == 1,
+            att_all,
+            ops.where(rec == 3, op_all + ops.where(ops.as_bool(op_saves_attention), 0.0, att_all), 0.0),
+        ),
     )
     return mf_tok, hw_tok, model_params(ms.layers, *args, ms.vocab, ops.as_bool(ms.tied), E, **shape)
 

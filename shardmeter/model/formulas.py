@@ -202,6 +202,7 @@ def activation_bytes_per_layer(
     s_kv=None,
     dropout=True,
     compiled=False,
+    saves_attention=True,
 ):
     """Activation memory of one layer for one micro-batch (bytes, 16-bit activations).
 
@@ -257,6 +258,19 @@ def activation_bytes_per_layer(
       the block input), so ``compiled`` changes nothing there; eager PyTorch keeps more (the
       fp32 copies of its composite RMSNorm and rotary embedding), not counted.
 
+    * op recompute with an attention kernel the save list leaves out (``saves_attention``
+      false): SDPA's output and log-sum-exp (``2 q + 4 heads`` per token) are not kept and
+      attention runs again in the backward (one more attention forward per layer,
+      :func:`~.compute.compute_terms`). torchtitan's ``ScaledDotProductAttention`` puts cuDNN
+      attention first on compute capability 10.0 (torchtitan/models/attention.py @ accc7027,
+      since 3b85aa31, 2025-05-14), and its ``_save_list`` (distributed/activation_checkpoint.py
+      @ accc7027; models/llama3/infra/parallelize.py @ 6fc499f6) names
+      ``_scaled_dot_product_flash_attention`` and ``_efficient_attention`` but not
+      ``_scaled_dot_product_cudnn_attention`` (added in b39377f9, 2025-12-01): Llama 3 8B on
+      B200 keeps ``63 616 - 8 320 = 55 296`` bytes per token per layer eager, ``47 104``
+      compiled (the partitioner's ``must_recompute`` counts the policy's ``PREFER_RECOMPUTE``
+      with ``MUST_RECOMPUTE``, torch/_functorch/partitioners.py; not measured here).
+
     ``recompute`` is 0 (none), 1 (selective), 2 (full) or 3 (op); ``compiled``: a dense block runs
     under torch.compile (only op recompute changes); ``s`` is the
     sequence length held by this GPU (``seq/cp``), ``s_kv`` the keys each
@@ -280,6 +294,7 @@ def activation_bytes_per_layer(
     per_layer = ops.where(sp, repl / tp, repl) + (att + mlp + score) / tp
     saved_mm = s * b * (2.0 * q_dim + 2.0 * kv_dim + 2.0 * ffn * experts_per_token)  # wq, wv, w1
     sdpa = s * b * (2.0 * q_dim + 4.0 * heads) + ops.where(materialized, 2.0 * heads * s * s_kv * b, 0.0)
+    sdpa = ops.where(ops.as_bool(saves_attention), sdpa, 0.0)
     w2 = ops.where(
         ops.as_bool(swiglu) & ops.logical_not(ops.as_bool(compiled)), 2.0 * sbh * experts_per_token, 0.0
     )

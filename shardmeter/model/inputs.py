@@ -82,8 +82,11 @@ class Training:
     all), ``offload_layers`` (layers per stage whose activations go to host memory),
     ``compile`` (fused elementwise kernels; 0 = eager PyTorch; with op recompute, torchtitan's
     torch.compile of each block), ``fp8_recipe`` (:data:`FP8_RECIPE_CODES`), ``fp8_params``
-    (weights held and gathered in fp8) and ``compiled_loss`` (the cross-entropy runs under
-    torch.compile: bf16 logits kept, not fp32; :func:`~.memory.logits_bytes_per_element`)."""
+    (weights held and gathered in fp8), ``compiled_loss`` (the cross-entropy runs under
+    torch.compile: bf16 logits kept, not fp32; :func:`~.memory.logits_bytes_per_element`) and
+    ``op_saves_attention`` (op recompute saves the attention kernel's output and log-sum-exp;
+    0 = the stack's save list leaves the kernel out, so attention is recomputed in the backward:
+    torchtitan's cuDNN SDPA on Blackwell, ``FrameworkPart.op_saves_attention``)."""
 
     global_batch: Array
     micro_batch: Array
@@ -99,6 +102,7 @@ class Training:
     fp8_recipe: Array = 0.0
     fp8_params: Array = 0.0
     compiled_loss: Array = 0.0
+    op_saves_attention: Array = 1.0
 
 
 @attrs.frozen(kw_only=True)

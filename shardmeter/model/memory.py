@@ -40,7 +40,9 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple
     (full recompute of the first k layers of each chunk, :func:`~.compute.full_recompute_share`)
     the recomputed share keeps its input and the rest all their activations. Full recompute's
     working set is the layer's full activations (Korthikanti et al. 2022, Sec. 4.2.3); op
-    recompute's is what it recomputes of them (the full set less what it saved). A MoE layer
+    recompute's is what it recomputes of them (the full set less what it saved). Op recompute
+    keeps no attention output where the stack's save list leaves its kernel out
+    (``tr.op_saves_attention``: torchtitan's cuDNN SDPA on Blackwell). A MoE layer
     stores the MLP activations of its ``experts_per_token`` routed and ``shared_experts``
     experts (each ``ffn_local`` wide); the stage's dense layers (``dense_layers_local``) those
     of one ``ffn_hidden`` MLP. Multi-head latent attention is counted as standard attention at
@@ -66,6 +68,7 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple
             s_kv=ms.seq_len,
             dropout=ops.as_bool(ms.dropout),
             compiled=compiled,
+            saves_attention=ops.as_bool(tr.op_saves_attention),
         )
 
     stored, full = per_layer(

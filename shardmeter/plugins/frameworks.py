@@ -25,6 +25,13 @@ Code read (the commit and date of each is in the ``why`` of every default):
   published benchmark tables).
 * SDPA's flash backend is FlashAttention-2; cuDNN attention is opt-in since pytorch/pytorch
   #138522 (torch 2.5), so SDPA on Hopper in 2024-2025 means FlashAttention-2.
+* pytorch/torchtitan ``torchtitan/models/attention.py``@accc7027: ``ScaledDotProductAttention``
+  puts ``SDPBackend.CUDNN_ATTENTION`` first when ``has_cuda_capability(10, 0)`` (Blackwell),
+  else FLASH, EFFICIENT, MATH (since 3b85aa31, 2025-05-14, "Use cudnn backend on B200"); its
+  op save list (``_save_list``, ``distributed/activation_checkpoint.py``@accc7027; the same set
+  in ``models/llama3/infra/parallelize.py``@6fc499f6) names the flash and efficient SDPA ops
+  but not ``_scaled_dot_product_cudnn_attention``, added only in b39377f9 (2025-12-01, "add all
+  SDPA backends to op_sac_save_list").
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ __all__ = [
     "FmsFsdp",
     "LlmFoundry",
     "pre_ampere",
+    "blackwell",
 ]
 
 _MLM = "Megatron-LM megatron/arguments.py@d4878ef0 (2023-06-01)"
@@ -56,7 +64,14 @@ _DS = "DeepSpeed deepspeed/runtime/{}@edaa7221"
 _TT = "torchtitan torchtitan/config/job_config.py@accc7027 (2025-08-30)"
 _FMS = "fms-fsdp fms_fsdp/config/training.py@5a296afe (2025-07-10)"
 _LF = "llm-foundry scripts/train/yamls/pretrain/mpt-125m.yaml@5e85bd62 (2024-01-06)"
+_TT_ATT = "torchtitan torchtitan/models/attention.py@accc7027 (2025-08-30)"
 _SDPA = "SDPA's flash backend is FlashAttention-2; cuDNN attention opt-in since pytorch/pytorch #138522"
+
+
+def blackwell(gpus: Sequence[HardwareProfile]) -> bool:
+    """Whether any island's GPU is an NVIDIA part of compute capability 10.0 or newer
+    (B200, GB200; the profile's ``compute_capability``, NVIDIA's CUDA GPUs page)."""
+    return any(g.vendor == "nvidia" and (g.compute_capability or 0.0) >= 10.0 for g in gpus)
 
 
 def pre_ampere(gpus: Sequence[HardwareProfile]) -> bool:
@@ -197,9 +212,22 @@ class DeepSpeed(FrameworkPart):
 class TorchTitan(FrameworkPart):
     """torchtitan (FSDP2, PyTorch-native TP/PP/CP). With ``compile`` its loss is compiled too:
     ``build_cross_entropy_loss`` wraps it in ``torch.compile`` when ``training.compile`` is set
-    (torchtitan/components/loss.py at 6fc499f6; since bbb1b616, 2025-04-02)."""
+    (torchtitan/components/loss.py at 6fc499f6; since bbb1b616, 2025-04-02).
+
+    Attention: ``ScaledDotProductAttention`` (torchtitan/models/attention.py at accc7027, since
+    3b85aa31, 2025-05-14) runs SDPA with cuDNN attention first on compute capability 10.0
+    (Blackwell), so there the default is ``"flash"`` (the GPU's own fused kernel), elsewhere
+    ``"flash2"`` (SDPA's flash backend, FlashAttention-2). Its op save list at that commit
+    (``_save_list``, distributed/activation_checkpoint.py) does not name the cuDNN SDPA op, so
+    with ``recompute = "op"`` on such a GPU attention is recomputed, not saved
+    (:meth:`op_saves_attention`; the save list names it since b39377f9, 2025-12-01)."""
 
     compiled_loss: ClassVar[bool] = True
+
+    def op_saves_attention(self, attention: str, gpu: HardwareProfile) -> bool:
+        """False where torchtitan's SDPA runs cuDNN (``attention = "flash"`` on compute
+        capability 10.0 and newer), whose op its op-SAC save list at accc7027 leaves out."""
+        return not (attention == "flash" and blackwell([gpu]))
 
     def defaults(self, tables, gpus) -> FrameworkDefaults:
         out: FrameworkDefaults = {
@@ -211,7 +239,15 @@ class TorchTitan(FrameworkPart):
                 True,
                 "torchtitan parallelize plans: SequenceParallel on the norms whenever TP is on",
             ),
-            "training.attention": ("flash2", f"torchtitan uses F.scaled_dot_product_attention; {_SDPA}"),
+            "training.attention": (
+                (
+                    "flash",
+                    f"{_TT_ATT}: ScaledDotProductAttention puts SDPBackend.CUDNN_ATTENTION first "
+                    "when has_cuda_capability(10, 0) (since 3b85aa31, 2025-05-14): cuDNN fused attention",
+                )
+                if blackwell(gpus)
+                else ("flash2", f"torchtitan uses F.scaled_dot_product_attention; {_SDPA}")
+            ),
             "training.compile": (False, f"{_TT}: Compile.enable = False"),
             "training.fp8_recipe": (
                 "tensorwise",
