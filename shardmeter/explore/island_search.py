@@ -790,10 +790,18 @@ def _envelope(ctx: _Ctx, ln, a: np.ndarray, finish):
     keep = np.sort(order[s_sorted < prev])
     reps = ln["km"][keep]
     rows = np.repeat(keep, reps)
-    starts = np.cumsum(reps) - reps
-    k = np.arange(rows.size) - np.repeat(starts, reps) + 1
-    share = k * ln["q"][rows]
-    t = ln["t1"][rows] + (k - 1) * ln["sl"][rows]
+    # k - 1 = 0 .. km - 1 along each kept line: a running count that restarts at each line
+    # (the values of arange - repeat(starts)); per-line values repeated, not gathered per pair
+    k1 = np.ones(rows.size, dtype=np.int64)
+    if rows.size:
+        k1[0] = 0
+        ends = np.cumsum(reps)[:-1]
+        nz = ends[ends < rows.size]
+        k1[nz] = 1 - reps[: nz.size]
+    np.cumsum(k1, out=k1)
+    k = k1 + 1
+    share = k * np.repeat(ln["q"][keep], reps)
+    t = np.repeat(ln["t1"][keep], reps) + k1 * np.repeat(ln["sl"][keep], reps)
     val, egress = (t, None) if finish is None else finish(rows, t)
     ukeys, kidx = np.unique(ln["key"][keep], return_inverse=True)
     width = ctx.gb + 1
@@ -804,7 +812,14 @@ def _envelope(ctx: _Ctx, ln, a: np.ndarray, finish):
     ucell, first = np.unique(cell[win], return_index=True)
     arg = np.full(len(ukeys) * width, -1, dtype=np.int64)
     arg[ucell] = win[first]
-    pairs = {"rows": rows, "pl": ln["L"][rows], "pr": ln["R"][rows], "k": k, "t": t, "egress": egress}
+    pairs = {
+        "rows": rows,
+        "pl": np.repeat(ln["L"][keep], reps),
+        "pr": np.repeat(ln["R"][keep], reps),
+        "k": k,
+        "t": t,
+        "egress": egress,
+    }
     return ukeys, best, arg, pairs
 
 
