@@ -812,10 +812,12 @@ def _envelope(ctx: _Ctx, ln, a: np.ndarray, finish):
     ucell, first = np.unique(cell[win], return_index=True)
     arg = np.full(len(ukeys) * width, -1, dtype=np.int64)
     arg[ucell] = win[first]
+    # a pair's layout and inner option are its line's: ``line_L[rows[i]]``, read for the few
+    # pairs a plan picks, not expanded for all
     pairs = {
         "rows": rows,
-        "pl": np.repeat(ln["L"][keep], reps),
-        "pr": np.repeat(ln["R"][keep], reps),
+        "line_L": ln["L"],
+        "line_R": ln["R"],
         "k": k,
         "t": t,
         "egress": egress,
@@ -999,13 +1001,14 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
                     for j, k, c, b in zip(used, ck, per, shares, strict=True):
                         idx = int(c[0][k][1][b])
                         pr = c[1]
-                        p = int(cand["prefix"][pr["pl"][idx]])
+                        pl, pr_inner = pr["line_L"][pr["rows"][idx]], pr["line_R"][pr["rows"][idx]]
+                        p = int(cand["prefix"][pl])
                         picks.append(
                             {
                                 "prefix": p,
                                 "micro_batch": int(mbs[p, j]),
-                                "inner": int(pr["pr"][idx]),
-                                "m": int(pr["k"][idx] * cand["d"][pr["pl"][idx], j]),
+                                "inner": int(pr_inner),
+                                "m": int(pr["k"][idx] * cand["d"][pl, j]),
                                 "share": int(b),
                                 "step": float(pr["t"][idx]),
                                 "egress": float(pr["egress"][idx]),
@@ -1018,7 +1021,10 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
                         if n_used > 1
                         else 0.0
                     )
-                    first = per[0][1]["pl"][int(per[0][0][ck[0]][1][shares[0]])]  # the model's parameters
+                    p0 = per[0][1]
+                    first = p0["line_L"][
+                        p0["rows"][int(per[0][0][ck[0]][1][shares[0]])]
+                    ]  # the model's parameters
                     params = float(cand["params"][first, 0, 0])
                     out.append(
                         {
