@@ -790,10 +790,18 @@ def _envelope(ctx: _Ctx, ln, a: np.ndarray, finish):
     keep = np.sort(order[s_sorted < prev])
     reps = ln["km"][keep]
     rows = np.repeat(keep, reps)
-    starts = np.cumsum(reps) - reps
-    k = np.arange(rows.size) - np.repeat(starts, reps) + 1
-    share = k * ln["q"][rows]
-    t = ln["t1"][rows] + (k - 1) * ln["sl"][rows]
+    # k - 1 = 0 .. km - 1 along each kept line: a running count that restarts at each line
+    # (the values of arange - repeat(starts)); per-line values repeated, not gathered per pair
+    k1 = np.ones(rows.size, dtype=np.int64)
+    if rows.size:
+        k1[0] = 0
+        ends = np.cumsum(reps)[:-1]
+        nz = ends[ends < rows.size]
+        k1[nz] = 1 - reps[: nz.size]
+    np.cumsum(k1, out=k1)
+    k = k1 + 1
+    share = k * np.repeat(ln["q"][keep], reps)
+    t = np.repeat(ln["t1"][keep], reps) + k1 * np.repeat(ln["sl"][keep], reps)
     val, egress = (t, None) if finish is None else finish(rows, t)
     ukeys, kidx = np.unique(ln["key"][keep], return_inverse=True)
     width = ctx.gb + 1
@@ -804,7 +812,16 @@ def _envelope(ctx: _Ctx, ln, a: np.ndarray, finish):
     ucell, first = np.unique(cell[win], return_index=True)
     arg = np.full(len(ukeys) * width, -1, dtype=np.int64)
     arg[ucell] = win[first]
-    pairs = {"rows": rows, "pl": ln["L"][rows], "pr": ln["R"][rows], "k": k, "t": t, "egress": egress}
+    # a pair's layout and inner option are its line's: ``line_L[rows[i]]``, read for the few
+    # pairs a plan picks, not expanded for all
+    pairs = {
+        "rows": rows,
+        "line_L": ln["L"],
+        "line_R": ln["R"],
+        "k": k,
+        "t": t,
+        "egress": egress,
+    }
     return ukeys, best, arg, pairs
 
 
@@ -984,13 +1001,14 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
                     for j, k, c, b in zip(used, ck, per, shares, strict=True):
                         idx = int(c[0][k][1][b])
                         pr = c[1]
-                        p = int(cand["prefix"][pr["pl"][idx]])
+                        pl, pr_inner = pr["line_L"][pr["rows"][idx]], pr["line_R"][pr["rows"][idx]]
+                        p = int(cand["prefix"][pl])
                         picks.append(
                             {
                                 "prefix": p,
                                 "micro_batch": int(mbs[p, j]),
-                                "inner": int(pr["pr"][idx]),
-                                "m": int(pr["k"][idx] * cand["d"][pr["pl"][idx], j]),
+                                "inner": int(pr_inner),
+                                "m": int(pr["k"][idx] * cand["d"][pl, j]),
                                 "share": int(b),
                                 "step": float(pr["t"][idx]),
                                 "egress": float(pr["egress"][idx]),
@@ -1003,7 +1021,10 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
                         if n_used > 1
                         else 0.0
                     )
-                    first = per[0][1]["pl"][int(per[0][0][ck[0]][1][shares[0]])]  # the model's parameters
+                    p0 = per[0][1]
+                    first = p0["line_L"][
+                        p0["rows"][int(per[0][0][ck[0]][1][shares[0]])]
+                    ]  # the model's parameters
                     params = float(cand["params"][first, 0, 0])
                     out.append(
                         {

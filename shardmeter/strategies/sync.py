@@ -46,6 +46,27 @@ def _col(x, shape) -> Array:
     return over_islands(np.maximum, x)
 
 
+def _col_tmp(x, shape) -> Array:
+    """:func:`_col` of a temporary of the caller's: itself (writable) when it is already a column."""
+    if isinstance(x, np.ndarray) and x.shape == tuple(shape) and x.shape[-1:] == (1,):
+        return x
+    return _col(x, shape)
+
+
+def _into(op: np.ufunc, x, y) -> Array:
+    """``op(x, y)``, written into ``x`` where it can be: ``x`` must be a temporary of the caller's
+    (never an input) and of the result's shape and dtype; the values are those of ``op(x, y)``."""
+    if (
+        isinstance(x, np.ndarray)
+        and x.flags.writeable
+        and x.dtype == np.float64
+        and np.result_type(x, y) == np.float64
+        and np.broadcast_shapes(x.shape, np.shape(y)) == x.shape
+    ):
+        return op(x, y, out=x)
+    return op(x, y)
+
+
 def ring_over_islands(wan: WanInputs) -> tuple[float, np.ndarray]:
     """``(bytes fraction 2(I-1)/I, latency 2(I-1) alpha)`` of a ring all-reduce over the islands."""
     n = wan.islands
@@ -59,20 +80,28 @@ class GlobalAllReduce(SyncPart):
     def exchange(self, wan: WanInputs, opts: Any) -> SyncTerms:
         shape = np.shape(wan.island_step_s)
         frac, lat = ring_over_islands(wan)
+        up = wan.uplink_bytes_s
         grad = wan.params * wan.grad_bytes
-        t_ar = frac * grad / wan.uplink_bytes_s + lat
-        t_last = frac * np.minimum(WAN_BUCKET_BYTES, grad) / wan.uplink_bytes_s + lat
+        sent = frac * grad
+        t_ar = _into(np.add, sent / up, lat)
+        t_last = _into(np.add, _into(np.divide, frac * np.minimum(WAN_BUCKET_BYTES, grad), up), lat)
+        # the island columns first, one full-shape array after (the same values, fewer passes)
         t_ring, t_last_ring = _col(t_ar, shape), _col(t_last, shape)
-        per_island = np.maximum(
-            np.maximum(0.0, t_ring - wan.overlap_window_s), np.minimum(t_last_ring, t_ring)
+        per_island = _into(
+            np.maximum, np.maximum(0.0, t_ring - wan.overlap_window_s), np.minimum(t_last_ring, t_ring)
         )
-        exposed = np.maximum(_col(wan.island_step_s + per_island, shape) - wan.slowest_step_s, 0.0)
-        busy = _col(t_ar, shape)
+        if isinstance(per_island, np.ndarray) and per_island.shape == np.broadcast_shapes(
+            per_island.shape, np.shape(wan.island_step_s)
+        ):
+            finish = np.add(wan.island_step_s, per_island, out=per_island)
+        else:
+            finish = np.add(wan.island_step_s, per_island)
+        exposed = _into(np.maximum, _into(np.subtract, _col_tmp(finish, shape), wan.slowest_step_s), 0.0)
         return SyncTerms(
             exposed_s=_col(exposed, shape),
-            wan_s=busy,
-            round_s=busy,
-            egress_bytes=_col(frac * grad, shape)[..., 0],
+            wan_s=t_ring,
+            round_s=t_ring,
+            egress_bytes=_col(sent, shape)[..., 0],
         )
 
 
@@ -121,14 +150,20 @@ class DiLoCo(SyncPart):
         F = max(float(getattr(opts, "fragments", 1)), 1.0)
         tau = float(getattr(opts, "overlap_steps", 0))
         tau = (1.0 if F > 1 else 0.0) if tau < 0 else tau
-        payload = wan.params * float(getattr(opts, "compression_bits", 16)) / 8.0
-        t_frag = frac * payload / F / wan.uplink_bytes_s + lat
+        # the same operations in the same order as written out, into temporaries where they can
+        payload = _into(np.divide, wan.params * float(getattr(opts, "compression_bits", 16)), 8.0)
+        sent = frac * payload
+        t_frag = _into(np.add, _into(np.divide, sent / F, wan.uplink_bytes_s), lat)
         window = min(tau, H / F) * wan.slowest_step_s
-        round_exposed = F * np.maximum(0.0, t_frag - window)
+        # F * x == x * F exactly (IEEE multiplication commutes)
+        gap = t_frag - window
+        round_exposed = _into(
+            np.multiply, np.maximum(0.0, gap, out=gap if isinstance(gap, np.ndarray) else None), F
+        )
         round_busy = F * t_frag
         return SyncTerms(
-            exposed_s=_col(round_exposed / H, shape),
+            exposed_s=_col(_into(np.divide, round_exposed, H), shape),
             wan_s=_col(round_busy / H, shape),
             round_s=_col(round_busy, shape),
-            egress_bytes=_col(frac * payload / H, shape)[..., 0],
+            egress_bytes=_col(_into(np.divide, sent, H), shape)[..., 0],
         )
