@@ -38,6 +38,8 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -271,7 +273,8 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
         for _ in range(S)
     ]
     inner = _inner_split(sp, radix)
-    for lo in range(0, P, per):
+
+    def chunk(lo: int) -> None:
         pb = prefixes[lo : lo + per]
         q = ctx.q[pb][:, None, :]
         batch = [(x[lo : lo + per] * q).astype(float) for x in m4]  # (pb, 1 or R, r)
@@ -309,7 +312,29 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
             x = np.broadcast_to(x, (rows, R))[(np.arange(len(pb)) * r) // n]
         for rs in res:
             rs["params"][sl, :, 0] = x
+
+    starts = range(0, P, per)
+    _run_chunks(chunk, starts)
     return [rs | {"ok": rs["bits"] == 0} for rs in res]
+
+
+#: Threads that score the chunks of one :func:`_evaluate_stack` call side by side. The model is
+#: numpy elementwise work on arrays of a few hundred thousand cells, and numpy releases the GIL
+#: inside each such operation, so chunks overlap on the cores; each chunk writes its own slice of
+#: the outputs and reads only shared inputs, so the values are those of the serial loop.
+EVAL_THREADS = min(2, os.cpu_count() or 1)
+
+
+def _run_chunks(fn, starts) -> None:
+    """``fn(lo)`` for every chunk start, on :data:`EVAL_THREADS` threads when there are several."""
+    starts = list(starts)
+    if EVAL_THREADS <= 1 or len(starts) <= 1:
+        for lo in starts:
+            fn(lo)
+        return
+    with ThreadPoolExecutor(max_workers=EVAL_THREADS) as pool:
+        for f in [pool.submit(fn, lo) for lo in starts]:
+            f.result()
 
 
 def _store(dst: np.ndarray, x: np.ndarray, radix: tuple[int, ...], slots: int) -> None:
@@ -953,6 +978,28 @@ def _combine(sc, est, resolved, space, ctx, cand, node_opts, sync_full, sync_gro
                 line_cache[lk] = _lines(ctx, cand, rj, sync_group[o])
             cache[key] = _curves(ctx, line_cache[lk], table, sync_codes[o], n_used, net)
         return cache[key]
+
+    # Every class's curves, computed before the combination loop reads them from the cache: each
+    # is its own numpy work on the class's lines, so they run side by side (:func:`_run_chunks`)
+    jobs: dict[tuple, tuple] = {}
+    for o in range(len(sync_full)):
+        for combo in itertools.product(*choices):
+            used = [j for j in range(n) if combo[j] >= 0]
+            n_used = len(used)
+            net = ring_pace(up[used], lat[used]) if n_used > 1 else (1.0, 0.0)
+            for j in used:
+                rj = ctx.rep[j]
+                key = (rj, sync_group[o], sync_codes[o] if n_used > 1 else -1, n_used, net)
+                jobs.setdefault(key, (rj, o, n_used, net))
+    for lk in dict.fromkeys((rj, sync_group[o]) for rj, o, _, _ in jobs.values()):
+        line_cache[lk] = _lines(ctx, cand, *lk)
+    todo = list(jobs.items())
+
+    def one_curve(i: int) -> None:
+        key, (rj, o, n_used, net) = todo[i]
+        cache[key] = _curves(ctx, line_cache[(rj, sync_group[o])], table, sync_codes[o], n_used, net)
+
+    _run_chunks(one_curve, range(len(todo)))
 
     out = []
     represented = 0.0
