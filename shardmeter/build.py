@@ -179,7 +179,19 @@ def _op_saves_attention(res: Resolved, gpu) -> bool:
     """Whether the framework's op-recompute save list holds the attention kernel it runs on
     ``gpu`` (``FrameworkPart.op_saves_attention``); True without a framework."""
     saves = getattr(res.framework, "op_saves_attention", None)
-    return True if saves is None else bool(saves(res.scenario.training.attention, gpu))
+    if saves is None:
+        return True
+    try:
+        return bool(saves(res.scenario.training.attention, gpu))
+    except ScenarioError:
+        raise
+    except Exception as exc:  # a plugin's bug is named, not a traceback
+        name = res.scenario.training.framework
+        raise ScenarioError(
+            f"framework '{name}' failed: {type(exc).__name__}: {exc}",
+            path="training.framework",
+            file=res.scenario.file,
+        ) from exc
 
 
 def _training(res: Resolved, row) -> Training:

@@ -249,6 +249,29 @@ def test_a_failing_profile_is_a_one_line_error_naming_it():
     assert exc.value.path == "training.framework"
 
 
+def test_a_failing_behaviour_hook_of_a_profile_is_named_too():
+    @attrs.frozen(kw_only=True)
+    class Broken(shardmeter.FrameworkPart):
+        def defaults(self, tables, gpus):
+            return {}
+
+        def op_saves_attention(self, attention, gpu):
+            raise ZeroDivisionError("no kernel")
+
+    class Plugin:
+        __name__ = "broken-stack"
+
+        @shardmeter.hookimpl
+        def shardmeter_frameworks(self):
+            yield Broken(name="broken")
+
+    reg = fresh_registry(Plugin())
+    est = shardmeter.Estimator(registry=reg)
+    with pytest.raises(shardmeter.ScenarioError, match="framework 'broken' failed: ZeroDivisionError") as exc:
+        est.estimate(est.load(_sc("broken")))
+    assert exc.value.path == "training.framework"
+
+
 # ---- megatron-deepspeed's pipeline engine --------------------------------------------------------
 
 #: One 8-GPU node on a link of 100 GB/s achieved and no latency, so a send's time is bytes / 1e11.
