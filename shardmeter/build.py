@@ -24,6 +24,7 @@ from .model.inputs import (
 )
 from .records import Interconnect
 from .resolve import Resolved, ResolvedIsland
+from .scenario import framework_failed
 
 __all__ = ["build_inputs", "tier_arrays", "balanced_shares"]
 
@@ -186,12 +187,7 @@ def _op_saves_attention(res: Resolved, gpu) -> bool:
     except ScenarioError:
         raise
     except Exception as exc:  # a plugin's bug is named, not a traceback
-        name = res.scenario.training.framework
-        raise ScenarioError(
-            f"framework '{name}' failed: {type(exc).__name__}: {exc}",
-            path="training.framework",
-            file=res.scenario.file,
-        ) from exc
+        raise framework_failed(str(res.scenario.training.framework), exc, res.scenario.file) from exc
 
 
 def _training(res: Resolved, row) -> Training:

@@ -194,6 +194,14 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
 _FRAMEWORK_TABLES = ("training", "parallelism")
 
 
+def framework_failed(name: str, exc: Exception, file: str | None) -> ScenarioError:
+    """The one-line error for a framework profile whose code raised (its defaults or one of its
+    behaviour hooks): names the profile and the exception, at ``training.framework``."""
+    return ScenarioError(
+        f"framework '{name}' failed: {type(exc).__name__}: {exc}", path="training.framework", file=file
+    )
+
+
 def _apply_framework(
     data: dict[str, Any], model: ModelSpec, reg, file: str | None, notes: list[str]
 ) -> tuple[str, ...]:
@@ -216,9 +224,7 @@ def _apply_framework(
     except ScenarioError:
         raise
     except Exception as exc:  # a plugin's bug is named, not a traceback
-        raise ScenarioError(
-            f"framework '{name}' failed: {type(exc).__name__}: {exc}", path="training.framework", file=file
-        ) from exc
+        raise framework_failed(name, exc, file) from exc
     set_keys: list[str] = []
     for key, entry in items:
         table, _, field = str(key).partition(".")

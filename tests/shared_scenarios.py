@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -25,3 +26,42 @@ TINY = {
         }
     ],
 }
+
+
+# Llama 3 8B as torchtitan's llama3_8b.toml builds it (tests/fixtures/torchtitan/llama3_8b.toml):
+# FSDP over 8 H100, seq 8192, local batch 1, per-op selective recompute, compiled. Its shape:
+H, Q, KV, FFN, HEADS, LAYERS, VOCAB, SEQ = 4096, 4096, 1024, 14336, 32, 32, 128256, 8192
+
+LLAMA3_8B = {
+    "model": {
+        "layers": LAYERS,
+        "hidden": H,
+        "heads": HEADS,
+        "kv_heads": 8,
+        "ffn_hidden": FFN,
+        "ffn": "swiglu",
+        "vocab": VOCAB,
+        "tied_embeddings": False,
+        "seq_len": SEQ,
+    },
+    "training": {
+        "global_batch": 8,
+        "micro_batch": 1,
+        "precision": "bf16",
+        "recompute": "op",
+        "compile": True,
+    },
+    "island": [{"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8}],
+    "parallelism": {"sharding": "fsdp"},
+}
+
+
+def llama3_8b(**training) -> dict:
+    """A fresh copy of :data:`LLAMA3_8B` with ``[training]`` keys set (None: removed)."""
+    sc = copy.deepcopy(LLAMA3_8B)
+    for k, v in training.items():
+        if v is None:
+            sc["training"].pop(k, None)
+        else:
+            sc["training"][k] = v
+    return sc

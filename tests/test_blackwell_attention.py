@@ -16,29 +16,18 @@ import copy
 
 import attrs
 import pytest
+from shared_scenarios import FFN, HEADS, KV, LAYERS, SEQ, H, Q, llama3_8b
 
 import shardmeter
 from shardmeter.estimator import Estimator
 from shardmeter.model.compute import local_shapes, micro_batch_compute
 from shardmeter.scenario import load_scenario
 
-H, Q, KV, FFN, HEADS, LAYERS, SEQ = 4096, 4096, 1024, 14336, 32, 32, 8192
 SDPA = 2 * Q + 4 * HEADS  # bf16 output + fp32 log-sum-exp per head, per token
 EAGER_OP = 2 * H + 2 * Q + 2 * KV + 2 * FFN + 2 * H + SDPA  # layer input, wq, wv, w1, w2, SDPA
 
-LLAMA3_8B = {
-    "model": {"preset": "llama3-8b", "seq_len": SEQ},
-    "training": {
-        "global_batch": 8,
-        "micro_batch": 1,
-        "precision": "bf16",
-        "recompute": "op",
-        "compile": False,
-        "framework": "torchtitan",
-    },
-    "island": [{"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8}],
-    "parallelism": {"sharding": "fsdp"},
-}
+
+LLAMA3_8B = llama3_8b(compile=False, framework="torchtitan")
 
 
 def _sc(gpu: str, **training) -> dict:

@@ -18,6 +18,7 @@ import copy
 import os
 
 import pytest
+from shared_scenarios import FFN, HEADS, KV, LAYERS, SEQ, VOCAB, H, Q, llama3_8b
 
 import shardmeter
 from shardmeter.build import build_inputs
@@ -25,8 +26,6 @@ from shardmeter.model.formulas import activation_bytes_per_layer
 from shardmeter.model.inputs import Training
 from shardmeter.model.memory import logits_bytes_per_element
 from shardmeter.validate import bundled_validation_dir
-
-H, Q, KV, FFN, HEADS, LAYERS, VOCAB, SEQ = 4096, 4096, 1024, 14336, 32, 32, 128256, 8192
 
 # Saved per token by eager op SAC: layer input 2h, wq 2q, wv 2kv, w1 2 ffn, w2 2h, SDPA out 2q and
 # its fp32 log-sum-exp 4 per head. Compiled: the same less w2's output (read by no backward op).
@@ -36,29 +35,7 @@ COMPILED_OP = 2 * H + 2 * Q + 2 * KV + 2 * FFN + 2 * Q + 4 * HEADS
 TORCHAO = os.path.join(bundled_validation_dir(), "torchao-float8")
 RUNS = sorted(f for f in os.listdir(TORCHAO) if f.endswith(".toml"))
 
-LLAMA3_8B = {
-    "model": {
-        "layers": LAYERS,
-        "hidden": H,
-        "heads": HEADS,
-        "kv_heads": 8,
-        "ffn_hidden": FFN,
-        "ffn": "swiglu",
-        "vocab": VOCAB,
-        "tied_embeddings": False,
-        "seq_len": SEQ,
-    },
-    "training": {
-        "global_batch": 8,
-        "micro_batch": 1,
-        "precision": "bf16",
-        "recompute": "op",
-        "compile": True,
-        "framework": "torchtitan",
-    },
-    "island": [{"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8}],
-    "parallelism": {"sharding": "fsdp"},
-}
+LLAMA3_8B = llama3_8b(framework="torchtitan")
 
 
 def _per_layer(recompute, compiled, ffn=FFN, swiglu=True, tp=1, sp=False):

@@ -17,37 +17,14 @@ from __future__ import annotations
 import copy
 
 import pytest
+from shared_scenarios import FFN, HEADS, KV, LAYERS, SEQ, VOCAB, H, Q, llama3_8b
 
 import shardmeter
 from shardmeter.model.formulas import activation_bytes_per_layer, model_flops_per_token, offload_exposed_s
 
-# Llama 3 8B as torchtitan's llama3_8b.toml builds it (tests/fixtures/torchtitan/llama3_8b.toml):
-# FSDP over 8 H100, seq 8192, local batch 1.
-H, Q, KV, FFN, HEADS, LAYERS, VOCAB, SEQ = 4096, 4096, 1024, 14336, 32, 32, 128256, 8192
+# Llama 3 8B as torchtitan builds it (shared_scenarios.LLAMA3_8B), AdamW written out
+LLAMA3_8B = llama3_8b(optimizer="adamw")
 
-LLAMA3_8B = {
-    "model": {
-        "layers": LAYERS,
-        "hidden": H,
-        "heads": HEADS,
-        "kv_heads": 8,
-        "ffn_hidden": FFN,
-        "ffn": "swiglu",
-        "vocab": VOCAB,
-        "tied_embeddings": False,
-        "seq_len": SEQ,
-    },
-    "training": {
-        "global_batch": 8,
-        "micro_batch": 1,
-        "precision": "bf16",
-        "optimizer": "adamw",
-        "recompute": "op",
-        "compile": True,
-    },
-    "island": [{"gpu": "h100-sxm", "nodes": 1, "gpus_per_node": 8}],
-    "parallelism": {"sharding": "fsdp"},
-}
 
 # Bytes per token and layer that op recompute keeps, by hand (bf16, fp32 log-sum-exp):
 # layer input 2h + wq 2q + wv 2kv + SDPA output 2q + LSE 4 heads + w1 2 ffn + w2 2h.
