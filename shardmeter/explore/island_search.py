@@ -14,8 +14,9 @@ strategy are common to all islands (the scenario has no per-island ``recompute``
    (``d`` is 1, or ``pp`` where the schedule needs multiples of ``pp``) in one stacked call
    (:func:`_evaluate_stack`: the ``m``-independent terms computed once), the largest feasible
    ``m`` is bracketed by regula falsi on the memory figures, then bisection
-   (:func:`_largest_feasible`), and a layout whose third point is off the line is kept only at
-   the points evaluated (a bound, never a wrong claim). Islands whose model inputs are all the
+   (:func:`_largest_feasible`, whose probes run the model's memory path only), and a layout
+   whose third point is off the line is kept only at the points evaluated (a bound, never a
+   wrong claim). Islands whose model inputs are all the
    same (:func:`_island_classes`: same GPU, nodes, links; prices may differ) are scored once,
    their cells packed into the batch's island slots, and share their lines and curves.
 2. **Curves**: for each island, node count, micro-batch, recompute, sync option and number of
@@ -46,7 +47,7 @@ import numpy as np
 
 from ..errors import ShardMeterError
 from ..model.dispatch import by_code
-from ..model.evaluate import evaluate
+from ..model.evaluate import evaluate, island_memory
 from ..model.feasibility import REASONS, Reason, batch_reasons
 from ..model.inputs import ModelInputs, PartTable
 from ..model.islands import fold_min_max, island_finish, ring_pace, unfold_min_max
@@ -232,7 +233,9 @@ def _struct_bits(ctx: _Ctx, m: np.ndarray) -> np.ndarray:
     return np.asarray(bits, dtype=np.int64) | np.where(bad > 0, int(Reason.SCHEDULE), 0)
 
 
-def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> list[dict[str, np.ndarray]]:
+def _evaluate_stack(
+    ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray], memory: bool = False
+) -> list[dict[str, np.ndarray]]:
     """:func:`_evaluate` at each of the ``S`` micro-batch counts ``ms`` in one model call: the
     island batch carries a leading axis of ``S``, so every term that does not read it (GEMMs,
     TP/CP/EP communication, the sharding part's state and traffic: most of the model) is
@@ -249,7 +252,10 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
     Islands of one class (:func:`_island_classes`) at the same ``m`` are scored once: the cells
     of the representative islands are packed, several prefixes to a row, into the island slots
     of the batch (each island's step, reasons, window and gradient bytes read its own slot's
-    inputs only, the parameters the model's alone), then spread back over the islands."""
+    inputs only, the parameters the model's alone), then spread back over the islands.
+
+    ``memory``: only ``bits``, ``mem`` and ``ok``, from :func:`~shardmeter.model.evaluate.island_memory`
+    (the same reasons and memory as the full model's, no stage timed)."""
     sp = ctx.space
     R, n = sp.R_in, sp.n_islands
     radix = _inner_radix(sp)
@@ -261,15 +267,10 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
     m4 = [x[:, None, :] if x.ndim == 2 else x for x in ms]
     per = max(1, EVAL_CELLS // max(1, R * n)) * (n // r)
     P = len(prefixes)
+    fields = _MEMORY_FIELDS if memory else _FIELDS
     res = [
-        {
-            "t": np.empty((P, R, r)),
-            "bits": np.empty((P, R, r), dtype=np.int64),
-            "win": np.empty((P, R, r)),
-            "gb": np.empty((P, R, r)),
-            "mem": np.empty((P, R, r)),
-            "params": np.empty((P, R, 1)),
-        }
+        {k: np.empty((P, R, r), dtype=np.int64 if k == "bits" else float) for k, _ in fields}
+        | ({} if memory else {"params": np.empty((P, R, 1))})
         for _ in range(S)
     ]
     inner = _inner_split(sp, radix)
@@ -290,19 +291,19 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
         batch = [b.reshape(b.shape[0], *(radix if wide > 1 else (1,) * kx), b.shape[-1]) for b in batch]
         inp["training.island_batch"] = np.stack(batch) if S > 1 else batch[0]
         with np.errstate(all="ignore"):
-            out = evaluate(ModelInputs.from_columns(inp), sp.table, detail=False, islands_only=True)
+            mi = ModelInputs.from_columns(inp)
+            if memory:
+                out = island_memory(mi, sp.table)
+            else:
+                out = evaluate(mi, sp.table, detail=False, islands_only=True)
         sl = slice(lo, lo + len(pb))
-        for k, name in (
-            ("t", "island_step_s"),
-            ("bits", "reasons"),
-            ("win", "island_ar_window_s"),
-            ("gb", "island_grad_bytes"),
-            ("mem", "island_memory_bytes"),
-        ):
+        for k, name in fields:
             x = np.asarray(out[name])
             stacked = S > 1 and x.ndim == 3 + kx  # else the same at every count
             for s, rs in enumerate(res):
                 _store(rs[k][sl], x[s] if stacked else x, radix, n if packed else r)
+        if memory:
+            return
         x = np.asarray(out["params"])
         x = x[0] if S > 1 and x.ndim == 2 + kx else x  # the model's parameters: the same at every count
         x = _merge_inner(x, radix, 0)
@@ -316,6 +317,18 @@ def _evaluate_stack(ctx: _Ctx, prefixes: np.ndarray, ms: list[np.ndarray]) -> li
     starts = range(0, P, per)
     _run_chunks(chunk, starts)
     return [rs | {"ok": rs["bits"] == 0} for rs in res]
+
+
+#: The outputs :func:`_evaluate_stack` keeps (its key, the model's output name).
+_FIELDS = (
+    ("t", "island_step_s"),
+    ("bits", "reasons"),
+    ("win", "island_ar_window_s"),
+    ("gb", "island_grad_bytes"),
+    ("mem", "island_memory_bytes"),
+)
+#: What a memory probe keeps.
+_MEMORY_FIELDS = (("bits", "reasons"), ("mem", "island_memory_bytes"))
 
 
 #: Threads that score the chunks of one :func:`_evaluate_stack` call side by side. The model is
@@ -493,6 +506,7 @@ def _rep_candidates(ctx: _Ctx) -> dict[str, Any]:
             "live": cand,
             "reasons": reasons,
             "model_rows": 0,
+            "memory_rows": 0,
             "R": R,
             "duplicates": counts["duplicates"],
             "_dup": dup_isl,
@@ -510,7 +524,7 @@ def _rep_candidates(ctx: _Ctx) -> dict[str, Any]:
     kmem = np.where(fK, K3, np.where(f2, 2, np.where(f1, 1, 0)))
     # infeasible at K (or at 2d): the largest feasible m lies between the last feasible and it
     hi = np.where(fK | ~f1, kmem, np.where(f2, K3, 2))
-    kmem, counts["rows"] = _largest_feasible(ctx, live, dl, kmem, hi, (e1, e2, eK), counts["rows"])
+    kmem, counts["memory_rows"] = _largest_feasible(ctx, live, dl, kmem, hi, (e1, e2, eK))
     t1 = e1["t"]
     slope = np.where(f2, e2["t"] - t1, 0.0)
     # the line through m = d and 2d must meet the model at the largest m; otherwise keep the points
@@ -531,36 +545,46 @@ def _rep_candidates(ctx: _Ctx) -> dict[str, Any]:
         "live": cand,
         "reasons": reasons,
         "model_rows": counts["rows"],
+        "memory_rows": counts["memory_rows"],
         "R": R,
         "duplicates": counts["duplicates"],
         "_dup": dup_isl,
     }
 
 
-def _largest_feasible(ctx: _Ctx, live, dl, lo, hi, evals, rows_n: int) -> tuple[np.ndarray, int]:
+def _largest_feasible(ctx: _Ctx, live, dl, lo, hi, evals) -> tuple[np.ndarray, int]:
     """The largest feasible ``k`` (``m = k d``) per cell, given ``lo`` feasible (0: none) and
     ``hi`` infeasible (``hi == lo``: settled), feasibility falling once with ``m`` (memory grows
     with it). Bracketing, as bisection does, but each probe is where the line through the
     bracket's two memory figures meets the GPU's memory (regula falsi; exact in one round where
     memory is affine in ``m``, as it is below a schedule's in-flight cap), probed with its
     successor in one stacked call; a cell still open after two such rounds, or whose ``hi`` fails
-    for another reason than memory, is bisected. Returns ``(lo, model rows counted)``."""
+    for another reason than memory, is bisected. The probes read feasibility and memory only, so
+    they run :func:`_evaluate_stack`'s memory path (the full model's reasons and memory, no stage
+    timed). Returns ``(lo, probe rows scored)``."""
     R = ctx.space.R_in
-    e1, e2, eK = evals
-    cap = np.broadcast_to(ctx.g("hardware.memory_bytes")[live][:, None, :], lo.shape)
+    rows = np.flatnonzero(((hi - lo) > 1).any(axis=(1, 2)))  # rows with an open cell: a settled
+    e1, e2, eK = ({k: e[k][rows] for k in ("mem", "bits")} for e in evals)  # row stays settled
+    cap = np.broadcast_to(ctx.g("hardware.memory_bytes")[live[rows]][:, None, :], e1["mem"].shape)
 
     def at(k, key):  # the figure at k = 1, 2 or K (the three points evaluated)
         return np.where(k <= 1, e1[key], np.where(k == 2, e2[key], eK[key]))
 
+    lo_all, open_rows = lo, rows
+    lo, hi = lo[rows], hi[rows]
+    live, dl = live[rows], dl[rows]
     m_lo, m_hi = at(lo, "mem"), at(hi, "mem")
     mem_only = at(hi, "bits") == int(Reason.MEMORY)
-    rnd = 0
+    rnd = rows_n = 0
+    rows = np.arange(len(lo))  # positions in the open rows
     while True:
-        todo = (hi - lo) > 1
-        rows = np.flatnonzero(todo.any(axis=(1, 2)))
+        l_, h_ = lo[rows], hi[rows]
+        t = (h_ - l_) > 1
+        keep = t.any(axis=(1, 2))
+        rows, t, l_, h_ = rows[keep], t[keep], l_[keep], h_[keep]
         if rows.size == 0:
-            return lo, rows_n
-        t, l_, h_ = todo[rows], lo[rows], hi[rows]
+            lo_all[open_rows] = lo
+            return lo_all, rows_n
         mid = (l_ + h_) // 2
         if rnd < 2:
             ml, mh, c = m_lo[rows], m_hi[rows], cap[rows]
@@ -571,7 +595,9 @@ def _largest_feasible(ctx: _Ctx, live, dl, lo, hi, evals, rows_n: int) -> tuple[
             probes = [np.where(t, guess, l_), np.where(t, np.minimum(guess + 1, h_ - 1), l_)]
         else:
             probes = [np.where(t, mid, l_)]
-        es = _evaluate_stack(ctx, live[rows], [np.maximum(p, 1) * dl[rows][:, None, :] for p in probes])
+        es = _evaluate_stack(
+            ctx, live[rows], [np.maximum(p, 1) * dl[rows][:, None, :] for p in probes], memory=True
+        )
         rows_n += len(probes) * rows.size * R
         for p, e in zip(probes, es, strict=True):
             sel = t & (p > l_) & (p < h_)
@@ -660,6 +686,7 @@ def search_islands(sc, est, obj: dict[str, Any], only, max_gpus, node_options=No
         "feasible": feasible,
         "reasons": reasons,
         "model_rows": sc_res["model_rows"],
+        "memory_rows": sc_res["memory_rows"],
         "duplicates": sc_res["duplicates"],
         "combined_plans": represented,
         "candidates": plans,

@@ -434,6 +434,7 @@ def _search_per_island(
         "space_size": res["space_size"],
         "candidates_per_s": res["evaluated"] / seconds if seconds > 0 else None,
         "model_rows": res["model_rows"],
+        "memory_rows": res["memory_rows"],
         "combined_plans": res["combined_plans"],
         "classes": len(res["candidates"]),
         "infeasible": _infeasible_by_key(res["reasons"]),

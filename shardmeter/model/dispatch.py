@@ -9,7 +9,8 @@ crosses it with. Elementwise arithmetic is the same either way, so a row's resul
 depend on its neighbours.
 
 Taking each row's result is a gather along the one axis the codes vary along (the planner's
-option axis, or a sweep's rows); codes that vary along several axes fall back to ``np.choose``.
+option axis, or a sweep's rows); codes that vary along several axes fall back to a chain of
+``np.where`` (a few codes) or ``np.choose``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ __all__ = ["by_code"]
 
 #: Most choices one ``np.choose`` takes (numpy's NPY_MAXARGS is 32 before 2.0, 64 after).
 _CHOOSE_MAX = 32
+#: Up to this many choices a chain of ``np.where`` selects instead: the same values, and a
+#: few times faster than ``np.choose`` for two to four (measured on numpy 2.x, float64).
+_WHERE_MAX = 4
 
 
 def _varying_axis(codes: np.ndarray) -> tuple[int, np.ndarray] | None:
@@ -77,7 +81,7 @@ def by_code(codes: Any, fn: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
             axis, line = one_axis
             pos = np.searchsorted(uniq, line)
             out[k] = _gather(vals, pos, axis, codes.ndim, len(line))
-        elif len(vals) <= _CHOOSE_MAX:
+        elif _WHERE_MAX < len(vals) <= _CHOOSE_MAX:
             shape = np.broadcast_shapes(idx.shape, *(np.shape(v) for v in vals))
             out[k] = np.choose(np.broadcast_to(idx, shape), [np.broadcast_to(v, shape) for v in vals])
         else:

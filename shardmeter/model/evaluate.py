@@ -41,7 +41,7 @@ from .memory import activation_memory, layer_activations, memory_parts, total_me
 from .stages import stage_layers
 from .tiers import span_link
 
-__all__ = ["evaluate", "evaluate_columns", "BREAKDOWN_TERMS", "ADAM_BYTES_PER_PARAM"]
+__all__ = ["evaluate", "evaluate_columns", "island_memory", "BREAKDOWN_TERMS", "ADAM_BYTES_PER_PARAM"]
 
 #: Names of the breakdown terms, in report order.
 BREAKDOWN_TERMS = (
@@ -181,19 +181,13 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     v = ops.where(pp > 1, ops.maximum(_f(lay.virtual_stages), 1.0), 1.0)  # one stage: interleaving is a no-op
     rec = _f(tr.recompute)
     wb = _f(tr.weight_bytes)
-    gpn, nodes = _f(topo.gpus_per_node), _f(topo.nodes)
     shape = () if ops.is_scalar(tp) else batch_shape(inp)
 
     # ---- batch split and structural feasibility ------------------------------------------------
     b_isl, m, m_int = batch_split(_f(tr.global_batch), dp, _f(tr.micro_batch), _f(tr.island_batch))
     peak, peak16 = _f(hw.peak_flops), _f(hw.peak16_flops)
-    reasons = layout_reasons(ms.heads, ms.seq_len, _f(ms.experts), tp, pp, cp, dp, ep, nodes * gpn)
+    reasons = _structural_reasons(inp, m, tp, pp, cp, dp, ep, v, peak)
     first_l, last_l = _f(lay.first_stage_layers), _f(lay.last_stage_layers)
-    reasons = (
-        reasons
-        | batch_reasons(m, pp, v, ms.layers, first_l, last_l)
-        | ops.where(peak <= 0, int(Reason.PRECISION), 0)
-    )
     peak = ops.where(peak > 0, peak, 1.0)
     peak16 = ops.where(peak16 > 0, peak16, peak)
 
@@ -248,28 +242,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     }
 
     # ---- memory of the busiest GPU: the first, middle (rank 1) and last stages -------------------
-    outer = _outer_state_bytes(parts, inp) if (shape[-1] if shape else 1) > 1 else 0.0
-    ranks = (
-        (stl.first, True, one, sch["held_first"]),
-        (stl.middle, one, pp <= 2, sch["held_middle"]),
-        (stl.last, one, True, sch["held_last"]),
-    )
-    busiest = None
-    for layers_r, emb_r, head_r, held_r in ranks:
-        sh_r = local_shapes(ms, tr, tp, pp, cp, v, layers=layers_r)
-        shard_r = _shard_inputs(
-            ms, sh_r, topo, tp, pp, dp, cp, ep, wb, emb_r, head_r, ops.as_bool(tr.fp8_params), tr
-        )
-        st_r = _state(parts, shard_r, lay.sharding)
-        logits_r = ops.where(ops.as_bool(head_r), _f(sch["loss_held"]), 0.0)
-        act_r = activation_memory(ms, tr, sh_r, tp, sp, held_r, logits_r)
-        extra_r = shard_r.params_per_gpu * outer / st_r["param_shards"]  # a sync strategy's
-        mem_r = total_memory(
-            st_r["weights"], st_r["gradients"], st_r["optimizer"] + extra_r, st_r["extra"], act_r
-        )
-        cand = {**st_r, "act": act_r, "extra_state": extra_r, "mem": mem_r}
-        busiest = cand if busiest is None else _pick(mem_r > busiest["mem"], cand, busiest)
-    assert busiest is not None
+    busiest = _busiest(inp, parts, shape, stl, sch, tp, pp, dp, cp, ep, v, sp, wb)
     mem_used = busiest["mem"]
     reasons = reasons | ops.where(mem_used > hw.memory_bytes, int(Reason.MEMORY), 0)
 
@@ -294,6 +267,89 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
         largest = ops.maximum(ops.maximum(stl.first, stl.middle), stl.last)
         out.update(_layout_outputs(sd, busiest, p_gpu, largest, np.shape(out["reasons"])))
     return out
+
+
+def _structural_reasons(inp: ModelInputs, m, tp, pp, cp, dp, ep, v, peak) -> Any:
+    """The reason bits that need no stage: the layout's, the batch split's (``m`` micro-batches
+    per replica) and a precision the GPU has no peak for."""
+    ms, lay, topo = inp.model, inp.layout, inp.topology
+    first_l, last_l = _f(lay.first_stage_layers), _f(lay.last_stage_layers)
+    gpus = _f(topo.nodes) * _f(topo.gpus_per_node)
+    return (
+        layout_reasons(ms.heads, ms.seq_len, _f(ms.experts), tp, pp, cp, dp, ep, gpus)
+        | batch_reasons(m, pp, v, ms.layers, first_l, last_l)
+        | ops.where(peak <= 0, int(Reason.PRECISION), 0)
+    )
+
+
+def _busiest(
+    inp: ModelInputs, parts: PartTable, shape, stl, sch, tp, pp, dp, cp, ep, v, sp, wb
+) -> dict[str, Any]:
+    """The busiest GPU of the first, middle (rank 1) and last stages: its sharding state,
+    activations (``act``), a sync strategy's extra state and total bytes (``mem``). ``sch``: the
+    schedule's micro-batches in flight per rank (:func:`_schedule`)."""
+    ms, tr, topo, lay = inp.model, inp.training, inp.topology, inp.layout
+    one = pp == 1
+    outer = _outer_state_bytes(parts, inp) if (shape[-1] if shape else 1) > 1 else 0.0
+    ranks = (
+        (stl.first, True, one, sch["held_first"]),
+        (stl.middle, one, pp <= 2, sch["held_middle"]),
+        (stl.last, one, True, sch["held_last"]),
+    )
+    busiest = None
+    for layers_r, emb_r, head_r, held_r in ranks:
+        sh_r = local_shapes(ms, tr, tp, pp, cp, v, layers=layers_r)
+        shard_r = _shard_inputs(
+            ms, sh_r, topo, tp, pp, dp, cp, ep, wb, emb_r, head_r, ops.as_bool(tr.fp8_params), tr
+        )
+        st_r = _state(parts, shard_r, lay.sharding)
+        logits_r = ops.where(ops.as_bool(head_r), _f(sch["loss_held"]), 0.0)
+        act_r = activation_memory(ms, tr, sh_r, tp, sp, held_r, logits_r)
+        extra_r = shard_r.params_per_gpu * outer / st_r["param_shards"]  # a sync strategy's
+        mem_r = total_memory(
+            st_r["weights"], st_r["gradients"], st_r["optimizer"] + extra_r, st_r["extra"], act_r
+        )
+        cand = {**st_r, "act": act_r, "extra_state": extra_r, "mem": mem_r}
+        busiest = cand if busiest is None else _pick(mem_r > busiest["mem"], cand, busiest)
+    assert busiest is not None
+    return busiest
+
+
+def island_memory(inp: ModelInputs, parts: PartTable) -> dict[str, Any]:
+    """Only ``reasons`` and ``island_memory_bytes`` of :func:`evaluate` (``islands_only``), by
+    the same code with no stage timed: what the planner's probes for the largest feasible
+    micro-batch count read (``explore/island_search.py``). Every reason bit and the memory are
+    those of :func:`evaluate`: the schedule's in-flight counts and its ``infeasible`` read the
+    layout and ``m`` only (the bundled schedules' ``terms`` never set ``infeasible``; a schedule
+    whose ``infeasible`` read the stage times would see zeros here)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if ops.is_scalar(inp.layout.tp):
+            inp = _as_arrays(inp)
+        ms, tr, hw, lay = inp.model, inp.training, inp.hardware, inp.layout
+        tp, pp, dp, cp, ep = _f(lay.tp), _f(lay.pp), _f(lay.dp), _f(lay.cp), _f(lay.ep)
+        sp = ops.as_bool(lay.sequence_parallel)
+        v = ops.where(pp > 1, ops.maximum(_f(lay.virtual_stages), 1.0), 1.0)
+        shape = batch_shape(inp)
+        _, m, m_int = batch_split(_f(tr.global_batch), dp, _f(tr.micro_batch), _f(tr.island_batch))
+        reasons = _structural_reasons(inp, m, tp, pp, cp, dp, ep, v, _f(hw.peak_flops))
+        stl = stage_layers(ms.layers, pp, v, _f(lay.first_stage_layers), _f(lay.last_stage_layers))
+        zero = 0.0 * pp
+        pipe = PipeInputs(
+            pp=pp,
+            micro_batches=m_int,
+            virtual_stages=v,
+            stage_s=zero,
+            forward_s=zero,
+            weight_grad_s=zero,
+            activation_bytes=zero,
+            tp=tp,
+        )
+        sch = _schedule(parts, pipe, lay.schedule)
+        reasons = reasons | ops.where(_f(sch["infeasible"]) > 0, int(Reason.SCHEDULE), 0)
+        mem = _busiest(inp, parts, shape, stl, sch, tp, pp, dp, cp, ep, v, sp, _f(tr.weight_bytes))["mem"]
+        reasons = reasons | ops.where(mem > hw.memory_bytes, int(Reason.MEMORY), 0)
+        full = np.broadcast_shapes(shape, np.shape(reasons), np.shape(mem))
+        return {"reasons": ops.broadcast(reasons, full), "island_memory_bytes": ops.broadcast(mem, full)}
 
 
 def _stage(ms, tr, hw, topo, lay, parts, tp, pp, dp, cp, ep, v, sp, peak, peak16, rec, wb, layers, emb, head):
