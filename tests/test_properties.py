@@ -566,12 +566,14 @@ def test_bigger_island_with_same_per_gpu_work_never_lowers_throughput_unexplaine
             t0, t1 = base[n]["tokens_per_s"][r], new[n]["tokens_per_s"][r]
             why = f"{bd0} -> {bd1}; {json.dumps(b.where(n, r))}"
             if n == 1:  # the breakdown is the island's own: compare its terms one by one
-                # A work term grows only when the pace moved to another pipeline stage (one with
-                # the output layer, say), which only more communication on the first can cause:
-                # then the communication grew by more than the work did.
+                # One pipeline stage: the per-GPU work terms are the same. With several, the
+                # breakdown is the pacing stage's, and more communication on one stage can move
+                # the pace to another (the one with the output layer, say) whose work is larger
+                # and whose own communication may be smaller: the breakdowns of two different
+                # stages, not comparable term by term (the step is still checked below).
                 work_grew = sum(max(0.0, bd1[k] - bd0[k] * (1 + REL) - 1e-15) for k in WORK_TERMS)
-                comm_grew = sum(bd1[k] for k in COMM_TERMS) - sum(bd0[k] for k in COMM_TERMS)
-                assert work_grew == 0.0 or comm_grew > work_grew, f"work grew: {why}"
+                one_stage = float(np.asarray(b.inputs[n]["layout.pp"])[r, 0]) == 1
+                assert not one_stage or work_grew == 0.0, f"work grew: {why}"
                 if t1 < t0 * (1 - REL):
                     grew = sum(bd1[k] for k in COMM_TERMS) - sum(bd0[k] for k in COMM_TERMS)
                     assert grew >= (s1 - s0) * (1 - 1e-6) > 0, f"throughput {t0} -> {t1} unexplained: {why}"
