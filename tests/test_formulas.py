@@ -300,10 +300,16 @@ def test_all_reduce_takes_nccls_tree_when_its_log_latency_wins():
 
 
 def test_flat_collective_carries_the_whole_share_across_the_network():
-    """flat: one ring over all 16 members, each GPU's (n-1)/n S crossing its NIC (not S/k)."""
+    """flat: one pipelined ring through all 16 members: each GPU forwards (n-1)/n S of it (not
+    S/k), at the pace of the slowest link the ring crosses (the NIC), not the sum of the tiers'
+    terms; the latency is NCCL's, 14 steps inside the two nodes and one across."""
     bw1, lat1 = 25e9, 20e-6
+    assert bw1 < BW
     t = collective_time("all_gather", S, 16, 1, _two_tiers(8, BW, ALPHA, bw1, lat1), flat=True)
-    assert t == pytest.approx(14 * ALPHA + 7 / 8 * S / BW + 1 * lat1 + 1 / 2 * S / bw1)
+    assert t == pytest.approx(14 * ALPHA + 1 * lat1 + 15 / 16 * S / bw1)
+    # inside one node the ring's slowest link is NVLink
+    one = collective_time("all_gather", S, 8, 1, _two_tiers(8, BW, ALPHA, bw1, lat1), flat=True)
+    assert one == pytest.approx(7 * ALPHA + 7 / 8 * S / BW)
 
 
 def test_three_tier_all_reduce_against_a_hand_calculation():

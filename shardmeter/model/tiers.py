@@ -9,7 +9,12 @@ Bandwidth (ml-engineering's network chapter; the scaling-book, "GPUs"): each tie
 the tiers below left each GPU, ``S / (n_0 ... n_{t-1})`` -- or all of ``S`` when the collective
 is ``flat``: ``(n_t - 1)/n_t x bytes_t / B_t`` per tier (Thakur, Rabenseifner and Gropp 2005).
 NCCL's ring moves the same bytes per NIC (its channels spread the node's ring crossings over the
-node's NICs).
+node's NICs). A ``flat`` collective is one ring through all ``size`` ranks, pipelined: every
+rank forwards ``(size - 1)/size x S`` and the ring runs at its slowest link, so its bandwidth
+term is ``(size - 1)/size x S / B_t`` at the slowest tier it spans, not a sum over tiers (NCCL's
+own tuning model prices a ring across more than two nodes at one link's bandwidth,
+``busBw = nChannels x bwInter``: ``src/graph/tuning.cc`` of NVIDIA/nccl at 5067397,
+``ncclTopoTuneModel``).
 
 Latency is NCCL's own model (``src/graph/tuning.cc`` of NVIDIA/nccl at 5067397,
 ``ncclTopoTuneModel``): a ring all-gather / reduce-scatter is ONE ring through every rank,
@@ -90,6 +95,8 @@ def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False)
     tree_lat: Array = None  # NCCL's tree: a chain inside tier 0, binary trees across the others
     carried: Array = None  # members aggregated by the tiers below (n_0 ... n_{t-1})
     spanned: Array = None  # G_{t-1}: domains of the tier below that the group spans
+    flat_bw: Array = None  # a flat ring's bandwidth term: at its slowest link
+    frac = ops.where(size > 1, (size - 1.0) / ops.maximum(size, 1.0), 0.0)
     last = len(ks) - 1
     for t, k in enumerate(ks):
         lat_t = ops.tier(lat, t)
@@ -98,19 +105,23 @@ def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False)
             carried = k
         else:
             n = ops.ceil(size / ks[t - 1]) if t == last else ops.ceil(k / ks[t - 1])
-            tier_bytes = ops.where(flat, nbytes, nbytes / carried)
+            tier_bytes = nbytes / carried
             carried = carried * n
         part = ring_collective_time(tier_bytes, n, ops.tier(bw, t), 0.0)
+        flat_t = ops.where(n > 1, frac * nbytes / ops.tier(bw, t), 0.0)
         domains = 1.0 if t == last else ops.ceil(size / k)  # G_t
         if t == 0:
             bw_total = part
+            flat_bw = flat_t
             ring_lat = (size - domains) * lat_t
             tree_lat = ops.maximum(k - 1.0, 0.0) * lat_t
         else:
             bw_total = bw_total + ops.where(n > 1, part, 0.0)
+            flat_bw = ops.maximum(flat_bw, flat_t)
             ring_lat = ring_lat + (spanned - domains) * lat_t
             tree_lat = tree_lat + ops.floor(ops.log2(ops.maximum(n, 1.0))) * lat_t
         spanned = domains
+    bw_total = ops.where(flat, flat_bw, bw_total)
     if kind != "ar":
         return bw_total + ring_lat
     ring = 2.0 * (bw_total + ring_lat)
