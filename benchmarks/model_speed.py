@@ -45,7 +45,7 @@ def estimate_ms(path: str, n: int, repeat: int) -> float:
 
 
 def plan_rate(path: str, repeat: int) -> dict:
-    from shardmeter.explore.plan import search
+    from shardmeter.explore.search.plan import search
 
     best = None
     for _ in range(repeat):

@@ -54,7 +54,7 @@ ISLAND_CASES = (
 
 def run_islands() -> list[dict]:
     """The per-island planner on :data:`ISLAND_CASES` (time objective, no reports)."""
-    from shardmeter.explore.plan import search
+    from shardmeter.explore.search.plan import search
 
     out = []
     for path, rate, seconds, before in ISLAND_CASES:
@@ -87,7 +87,7 @@ def _rss_mb(who) -> float:
 
 
 def run(workers: int | None, cp: bool, trace: bool) -> dict:
-    from shardmeter.explore.plan import search
+    from shardmeter.explore.search.plan import search
 
     only = None if cp else {"cp": [1]}
     if trace:

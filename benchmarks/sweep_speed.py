@@ -28,8 +28,8 @@ TARGET_S = 1.0
 
 
 def library_s(repeat: int, vectorised: bool = True) -> tuple[int, float]:
-    from shardmeter.explore.sweep import run_sweep
-    from shardmeter.explore.values import parse_vary
+    from shardmeter.explore.search.sweep import run_sweep
+    from shardmeter.explore.search.values import parse_vary
 
     vary = [parse_vary(v) for v in VARY]
     best = float("inf")

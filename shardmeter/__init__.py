@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .errors import PluginError, ScenarioError, ShardMeterError
-from .hookspecs import hookimpl
-from .parts import (
+from shardmeter.errors import PluginError, ScenarioError, ShardMeterError
+from shardmeter.hookspecs import hookimpl
+from shardmeter.parts import (
     CommEvent,
     FrameworkPart,
     PipeInputs,
@@ -17,8 +17,7 @@ from .parts import (
     SyncTerms,
     WanInputs,
 )
-from .plugins_core import Registry, get_registry, make_plugin_manager
-from .records import (
+from shardmeter.records import (
     CostSource,
     HardwareProfile,
     Interconnect,
@@ -26,26 +25,27 @@ from .records import (
     ShardingStrategy,
     SyncStrategy,
 )
+from shardmeter.registry.manager import Registry, get_registry, make_plugin_manager
 
 __version__ = "0.1.0"
 
 #: The Python API, imported on first use (``shardmeter.estimate``, ``shardmeter.sweep``, ...) so that
 #: ``import shardmeter`` in a plugin stays light and free of import cycles.
 _LAZY = {
-    "load_scenario": ".scenario",
-    "Scenario": ".scenario",
-    "estimate": ".estimator",
-    "Estimator": ".estimator",
-    "Report": ".report",
-    "sweep": ".api",
-    "plan": ".api",
-    "sensitivity": ".api",
-    "SweepResult": ".explore.results",
-    "SweepRow": ".explore.results",
-    "PlanResult": ".explore.results",
-    "Plan": ".explore.results",
-    "SensitivityResult": ".explore.results",
-    "SensitivityEntry": ".explore.results",
+    "load_scenario": "shardmeter.load.scenario",
+    "Scenario": "shardmeter.load.scenario",
+    "estimate": "shardmeter.estimator",
+    "Estimator": "shardmeter.estimator",
+    "Report": "shardmeter.report.build",
+    "sweep": "shardmeter.api",
+    "plan": "shardmeter.api",
+    "sensitivity": "shardmeter.api",
+    "SweepResult": "shardmeter.explore.formats.results",
+    "SweepRow": "shardmeter.explore.formats.results",
+    "PlanResult": "shardmeter.explore.formats.results",
+    "Plan": "shardmeter.explore.formats.results",
+    "SensitivityResult": "shardmeter.explore.formats.results",
+    "SensitivityEntry": "shardmeter.explore.formats.results",
 }
 
 
@@ -53,7 +53,7 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'shardmeter' has no attribute {name!r}")

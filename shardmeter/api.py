@@ -1,6 +1,6 @@
 """The explore layer in Python: :func:`sweep`, :func:`plan` and :func:`sensitivity`, the
 ``shardmeter sweep | plan | sensitivity`` commands as functions returning typed results
-(:mod:`shardmeter.explore.results`; docs/python-api.md).
+(:mod:`shardmeter.explore.formats.results`; docs/python-api.md).
 
 ``scenario`` is what :func:`shardmeter.estimate` takes: a path, a dict of tables or a loaded
 :class:`~shardmeter.Scenario`; ``overrides`` are ``--set`` items (``"KEY=VALUE"`` strings,
@@ -13,10 +13,10 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import ShardMeterError
-from .explore.results import PlanResult, SensitivityResult, SweepResult
-from .explore.sensitivity import STEP
-from .explore.values import parse_values, parse_vary
+from shardmeter.errors import ShardMeterError
+from shardmeter.explore.formats.results import PlanResult, SensitivityResult, SweepResult
+from shardmeter.explore.search.sensitivity import STEP
+from shardmeter.explore.search.values import parse_values, parse_vary
 
 __all__ = ["sweep", "plan", "sensitivity"]
 
@@ -112,7 +112,7 @@ def sweep(
     ``{"island[0].nodes": [1, 2, 4]}``, ``{"island[0].nodes": "1..64x2"}`` or
     ``["island[0].nodes=1..64x2"]``; ``workers`` local processes or a ``dask`` scheduler
     address (or ``"local"``) score the chunks."""
-    from .explore.sweep import run_sweep
+    from shardmeter.explore.search.sweep import run_sweep
 
     pairs = _vary(vary)
     res = run_sweep(
@@ -144,7 +144,7 @@ def plan(
     (``objective="time"``), cheapest (``"cost"``) or the Pareto front (``"pareto"``);
     ``only`` restricts knobs (``{"tp": [1, 2], "pp": None}``: None keeps the scenario's
     value; or ``["tp=1,2", "pp"]``)."""
-    from .explore.plan import search
+    from shardmeter.explore.search.plan import search
 
     for name, v in (("budget_usd", budget_usd), ("deadline_days", deadline_days)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > 0):
@@ -170,7 +170,7 @@ def sensitivity(
 ) -> SensitivityResult:
     """``shardmeter sensitivity``: throughput and cost elasticities to each input changed by the
     relative ``step`` (0 < step < 1), ranked."""
-    from .explore.sensitivity import sensitivity as run
+    from shardmeter.explore.search.sensitivity import sensitivity as run
 
     return SensitivityResult.from_dict(
         run(scenario, estimator=estimator, overrides=_overrides(overrides), step=step)

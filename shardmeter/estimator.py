@@ -15,14 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .build import build_inputs
-from .model.evaluate import evaluate
-from .model.inputs import ModelInputs, PartTable
-from .plugins_core import Registry, get_registry
-from .records import CostSource, Interconnect
-from .report import Report, build_report
-from .resolve import LEVELS, Resolved, ResolvedIsland, resolve_scenario
-from .scenario import Scenario, load_scenario
+from shardmeter.inputs.build import build_inputs
+from shardmeter.inputs.bundles import ModelInputs, PartTable
+from shardmeter.load.scenario import Scenario, load_scenario
+from shardmeter.model.balance import balance
+from shardmeter.model.evaluate import evaluate
+from shardmeter.records import CostSource, Interconnect
+from shardmeter.registry.manager import Registry, get_registry
+from shardmeter.report.build import Report, build_report
+from shardmeter.resolve.resolver import LEVELS, Resolved, ResolvedIsland, resolve_scenario
 
 __all__ = ["Estimator", "ResolvedIsland", "Resolved", "estimate"]
 
@@ -64,7 +65,7 @@ class Estimator:
         """``source`` (a path, a dict of tables or a :class:`Scenario`) with ``overrides`` applied.
 
         A loaded scenario is returned as is without overrides; with some, its tables are loaded
-        again with them (:func:`~shardmeter.scenario.load_scenario`), so that they apply as they
+        again with them (:func:`~shardmeter.load.scenario.load_scenario`), so that they apply as they
         do on its file or dict, and a bad key is an error naming it and the scenario's file."""
         overrides = (overrides,) if isinstance(overrides, str) else tuple(overrides)
         if isinstance(source, Scenario) and not overrides:
@@ -81,15 +82,22 @@ class Estimator:
         """Model inputs of shape (1, islands) and the part table their codes index."""
         if isinstance(res, Scenario):
             res = self.resolve(res)
-        return build_inputs(res, table)
+        return _balanced(res, *build_inputs(res, table))
 
     def estimate(self, source: Any, overrides: Any = ()) -> Report:
         """Predict a scenario (a :class:`Scenario`, a path or a dict) -> :class:`Report`."""
         res = self.resolve(self.load(source, overrides))
-        inp, table = build_inputs(res, scalar=True)
+        inp, table = _balanced(res, *build_inputs(res, scalar=True))
         return build_report(res, evaluate(inp, table), row=0)
 
 
+def _balanced(res: Resolved, inp: ModelInputs, table: PartTable) -> tuple[ModelInputs, PartTable]:
+    """The inputs with ``[sync] batch_split = "balanced"`` applied (several islands only)."""
+    if len(res.islands) > 1 and res.scenario.sync.batch_split == "balanced":
+        inp = balance(inp, table, res.scenario.file)
+    return inp, table
+
+
 def estimate(scenario: Any, *, overrides: Any = (), registry: Registry | None = None) -> Report:
-    """Predict one scenario with the installed plugins -> :class:`~shardmeter.report.Report`."""
+    """Predict one scenario with the installed plugins -> :class:`~shardmeter.report.build.Report`."""
     return Estimator(registry).estimate(scenario, overrides)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:  # records are named in the signatures only
-    from .parts import ConvergencePart, FrameworkPart, SchedulePart, ShardingPart, SyncPart
-    from .records import (
+    from shardmeter.parts import ConvergencePart, FrameworkPart, SchedulePart, ShardingPart, SyncPart
+    from shardmeter.records import (
         CostSource,
         HardwareProfile,
         Interconnect,

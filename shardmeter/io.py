@@ -35,9 +35,14 @@ import stat
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
-from .errors import ShardMeterError
+from shardmeter.errors import ShardMeterError
 
-__all__ = ["atomic_write", "check_output", "resolve_output", "OutputError"]
+__all__ = ["atomic_write", "check_output", "resolve_output", "OutputError", "FILE"]
+
+#: shtab's file-name completion for each shell (``shtab.FILE``, spelled here so that building a
+#: command's parser imports neither shtab nor the command line): set as a file argument's
+#: ``complete`` attribute by every room that adds a command (``shardmeter.cli.completion``).
+FILE = {"bash": "_shtab_compgen_files", "zsh": "_files", "tcsh": "f"}
 
 #: What a file that is not a regular one is, for messages.
 _KINDS = (

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from .model.ops import Array, where
+from shardmeter.numeric.ops import Array, where
 
 if TYPE_CHECKING:  # named in a signature only
-    from .records import HardwareProfile
+    from shardmeter.records import HardwareProfile
 
 __all__ = [
     "NoOptions",

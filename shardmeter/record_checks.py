@@ -15,7 +15,7 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
 
 #: The range a part's physical figure may have (besides 0 where 0 is allowed), as a scenario's
-#: own numbers (:data:`shardmeter.convert.FLOAT_MIN` / ``FLOAT_MAX``): a denormal bandwidth or
+#: own numbers (:data:`shardmeter.registry.convert.FLOAT_MIN` / ``FLOAT_MAX``): a denormal bandwidth or
 #: peak (``5e-324``) would divide the model by ~0 into inf, a figure above ``1e18`` overflow it.
 MIN_FIGURE, MAX_FIGURE = 1e-9, 1e18
 

@@ -18,15 +18,7 @@ from typing import Any
 
 import attrs
 
-from .record_checks import (
-    PRECISIONS,
-    _fraction,
-    _name,
-    _nonneg,
-    _peaks,
-    _positive,
-    _prices,
-)
+from shardmeter.record_checks import PRECISIONS, _fraction, _name, _nonneg, _peaks, _positive, _prices
 
 __all__ = [
     "HardwareProfile",
@@ -323,7 +315,7 @@ def as_part(record):
     the classic GPipe/1F1B/interleaved schedule, ``SyncStrategy`` -> the global all-reduce or,
     with ``local_steps``, DiLoCo; the record's ``options`` table becomes an options class.
     """
-    from .parts import make_options_class
+    from shardmeter.parts import make_options_class
 
     kind = type(record).__name__
     if kind not in SUGAR or not attrs.has(type(record)):
@@ -343,7 +335,7 @@ def as_part(record):
 
 def part_kinds() -> dict[str, tuple[tuple[type, ...], str]]:
     """Registry namespace -> (classes it accepts, hook that contributes them)."""
-    from .parts import ConvergencePart, FrameworkPart, SchedulePart, ShardingPart, SyncPart
+    from shardmeter.parts import ConvergencePart, FrameworkPart, SchedulePart, ShardingPart, SyncPart
 
     return {
         "hardware": ((HardwareProfile,), "shardmeter_hardware_profiles"),

@@ -30,11 +30,11 @@ from typing import Any
 
 import attrs
 
-from . import hookspecs
-from .errors import PluginError
-from .parts import Part, option_defaults
-from .plugins_core import Registry, kind_of, make_plugin_manager
-from .records import PART_KINDS, part_kinds
+from shardmeter import hookspecs
+from shardmeter.errors import PluginError
+from shardmeter.parts import Part, option_defaults
+from shardmeter.records import PART_KINDS, part_kinds
+from shardmeter.registry.manager import Registry, kind_of, make_plugin_manager
 
 __all__ = ["fresh_registry", "make_estimator", "check_records", "HOOKS"]
 
@@ -57,7 +57,7 @@ def fresh_registry(*plugins: object, bundled: bool = True) -> Registry:
 
 def make_estimator(*plugins: object, bundled: bool = True):
     """A :class:`shardmeter.Estimator` over :func:`fresh_registry` of ``plugins``."""
-    from .estimator import Estimator
+    from shardmeter.estimator import Estimator
 
     return Estimator(fresh_registry(*plugins, bundled=bundled))
 
@@ -91,7 +91,7 @@ def check_records(plugin: object, *, bundled: bool = True) -> dict[str, list]:
         ``"sharding"``, ``"schedule"``, ``"sync"``, ``"cost"``).
     :raises AssertionError: describing the first problem found.
     """
-    from .scenario import _PAR_FIELDS, _SYNC_FIELDS
+    from shardmeter.load.scenario import _PAR_FIELDS, _SYNC_FIELDS
 
     marker = f"{hookspecs.PROJECT}_impl"
     impls = {}

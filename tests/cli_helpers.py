@@ -3,7 +3,7 @@ pytest puts ``tests/`` on ``sys.path`` for the test files in it)."""
 
 from __future__ import annotations
 
-from shardmeter.cli import main
+from shardmeter.cli.app import main
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:

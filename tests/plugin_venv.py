@@ -78,7 +78,7 @@ class Venv:
 
 def _probe(python: pathlib.Path, cwd: pathlib.Path) -> subprocess.CompletedProcess:
     code = (
-        "import importlib.metadata as md, shardmeter.plugins.hardware, shardmeter.cli; md.version('shardmeter'); "
+        "import importlib.metadata as md, shardmeter.plugins.hardware, shardmeter.cli.app; md.version('shardmeter'); "
         "print(shardmeter.__file__)"
     )
     return subprocess.run([str(python), "-c", code], capture_output=True, text=True, cwd=cwd)
@@ -121,7 +121,9 @@ def make_venv(tmp: pathlib.Path, dists: Sequence[pathlib.Path], disable: Sequenc
     if probe.returncode != 0:
         pytest.skip("shardmeter is not installed (pip install -e .) so a virtual environment cannot see it")
     # The console script `pip install shardmeter` creates; the base environment's is not on the venv's path.
-    v.shardmeter.write_text(f"#!{v.python}\nimport sys\nfrom shardmeter.cli import main\nsys.exit(main())\n")
+    v.shardmeter.write_text(
+        f"#!{v.python}\nimport sys\nfrom shardmeter.cli.app import main\nsys.exit(main())\n"
+    )
     v.shardmeter.chmod(0o755)
 
     src = tmp / "src"

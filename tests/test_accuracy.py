@@ -13,7 +13,7 @@ import pytest
 
 from shardmeter.estimator import Estimator
 from shardmeter.model.evaluate import evaluate_columns
-from shardmeter.validate import bundled_validation_dir, validate_paths
+from shardmeter.validate.run import bundled_validation_dir, validate_paths
 
 PUBLISHED = bundled_validation_dir()
 

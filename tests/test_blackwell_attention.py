@@ -20,8 +20,8 @@ from shared_scenarios import FFN, HEADS, KV, LAYERS, SEQ, H, Q, llama3_8b
 
 import shardmeter
 from shardmeter.estimator import Estimator
+from shardmeter.load.scenario import load_scenario
 from shardmeter.model.compute import local_shapes, micro_batch_compute
-from shardmeter.scenario import load_scenario
 
 SDPA = 2 * Q + 4 * HEADS  # bf16 output + fp32 log-sum-exp per head, per token
 EAGER_OP = 2 * H + 2 * Q + 2 * KV + 2 * FFN + 2 * H + SDPA  # layer input, wq, wv, w1, w2, SDPA

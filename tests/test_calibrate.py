@@ -30,7 +30,7 @@ from shardmeter.calibrate.nccl import fit_tier, read_nccl_log
 from shardmeter.calibrate.steps import fit_steps
 from shardmeter.errors import ScenarioError
 from shardmeter.model.tiers import collective_time
-from shardmeter.plugins_core import get_registry
+from shardmeter.registry.manager import get_registry
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -161,7 +161,7 @@ EXAMPLE_GEMM = {"bf16": 0.74, "fp8": 0.62}
 
 
 def write_examples(folder: pathlib.Path) -> None:  # pragma: no cover - run by hand
-    from shardmeter.plugins_core import get_registry
+    from shardmeter.registry.manager import get_registry
 
     gpu = get_registry().get("hardware", "h100-sxm")
     tiers = [EXAMPLE_INTRA, EXAMPLE_INTER]
@@ -186,8 +186,8 @@ def _write(path: pathlib.Path, text: str) -> str:
 
 
 def _cli(argv: list[str]) -> int:
-    """The sub-command as shardmeter.cli.main runs it (one-line error, exit 2)."""
-    from shardmeter.cli import _Parser, main
+    """The sub-command as shardmeter.cli.app.main runs it (one-line error, exit 2)."""
+    from shardmeter.cli.app import _Parser, main
 
     if "calibrate" in main.__globals__["COMMANDS"] or _wired():
         return main(argv)
@@ -202,7 +202,7 @@ def _cli(argv: list[str]) -> int:
 
 
 def _wired() -> bool:
-    from shardmeter.cli import _register_optional_commands, build_parser
+    from shardmeter.cli.app import _register_optional_commands, build_parser
 
     _register_optional_commands()
     try:
@@ -344,7 +344,7 @@ def _step_scenario(seq: int, gb: int, measured: float | None = None) -> dict:
 
 
 def _toml(sc: dict) -> str:
-    from shardmeter.calibrate.overlay import _toml_value
+    from shardmeter.resolve.overlay import _toml_value
 
     lines = []
     for table, body in sc.items():

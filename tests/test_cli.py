@@ -14,7 +14,7 @@ import pytest
 from cli_helpers import one_line_error, run
 
 import shardmeter
-from shardmeter.cli import main
+from shardmeter.cli.app import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "gpt3-175b-a100.toml"

@@ -21,11 +21,11 @@ import pytest
 from shared_scenarios import FFN, HEADS, KV, LAYERS, SEQ, VOCAB, H, Q, llama3_8b
 
 import shardmeter
-from shardmeter.build import build_inputs
+from shardmeter.inputs.build import build_inputs
+from shardmeter.inputs.bundles import Training
 from shardmeter.model.formulas import activation_bytes_per_layer
-from shardmeter.model.inputs import Training
 from shardmeter.model.memory import logits_bytes_per_element
-from shardmeter.validate import bundled_validation_dir
+from shardmeter.validate.run import bundled_validation_dir
 
 # Saved per token by eager op SAC: layer input 2h, wq 2q, wv 2kv, w1 2 ffn, w2 2h, SDPA out 2q and
 # its fp32 log-sum-exp 4 per head. Compiled: the same less w2's output (read by no backward op).

@@ -1,5 +1,5 @@
 """The report's ``confidence`` object: a band from the nearest validated runs' residuals and the
-validated envelope (``shardmeter/confidence.py``; docs/scenario.md, "Confidence")."""
+validated envelope (``shardmeter/report/confidence.py``; docs/scenario.md, "Confidence")."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import attrs
 import numpy as np
 import pytest
 
-from shardmeter import confidence as C
 from shardmeter.estimator import Estimator
-from shardmeter.explore.plan import search
-from shardmeter.explore.plan_table import _ranks, equivalence_groups, plan_table
-from shardmeter.validate import bundled_validation_dir
+from shardmeter.explore.formats.plan_table import _ranks, equivalence_groups, plan_table
+from shardmeter.explore.search.plan import search
+from shardmeter.report import confidence as C
+from shardmeter.validate.confidence_table import compute_runs
+from shardmeter.validate.run import bundled_validation_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLISHED = Path(bundled_validation_dir())
@@ -36,7 +37,7 @@ def test_stored_table_equals_a_fresh_computation():
     stored = json.loads(
         resources.files("shardmeter.validation_data").joinpath(C.TABLE_FILE).read_text(encoding="utf-8")
     )
-    fresh = C.compute_runs()
+    fresh = compute_runs()
     assert stored["command"] == C.REGENERATE
     assert stored["runs"] == fresh, (
         f"shardmeter/validation_data/{C.TABLE_FILE} is stale (the model or the bundled runs "

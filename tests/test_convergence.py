@@ -25,15 +25,11 @@ import pytest
 
 import shardmeter
 from shardmeter.errors import ScenarioError
-from shardmeter.model.inputs import PartTable
+from shardmeter.inputs.bundles import PartTable
+from shardmeter.model.convergence import tokens_factor
 from shardmeter.parts import ConvergenceInputs, ConvergencePart, ConvergenceTerms
-from shardmeter.plugins_core import get_registry
-from shardmeter.strategies.convergence import (
-    DiLoCoFits,
-    factor_from_loss_ratio,
-    loss_ratio,
-    tokens_factor,
-)
+from shardmeter.registry.manager import get_registry
+from shardmeter.strategies.convergence import DiLoCoFits, factor_from_loss_ratio, loss_ratio
 from shardmeter.testing import check_records, make_estimator
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

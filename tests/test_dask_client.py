@@ -18,7 +18,7 @@ import time
 import pytest
 from cli_helpers import one_line_error, run
 
-from shardmeter.explore import executors
+from shardmeter.explore.execution import executors
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCALE = str(ROOT / "examples" / "studies" / "scale-nodes.toml")

@@ -144,7 +144,7 @@ def _documented_commands() -> list[str]:
 
 
 def test_the_commands_block_lists_every_command_of_the_cli():
-    from shardmeter.cli import _register_optional_commands, build_parser
+    from shardmeter.cli.app import _register_optional_commands, build_parser
 
     _register_optional_commands()
     sub = next(a for a in build_parser()._actions if a.dest == "command")
@@ -307,8 +307,8 @@ def _scenario_block() -> str:
 
 
 def test_the_scenario_reference_example_loads_with_every_key_it_shows():
-    from shardmeter.catalog import read_toml_text
-    from shardmeter.scenario import load_scenario
+    from shardmeter.load.scenario import load_scenario
+    from shardmeter.registry.catalog import read_toml_text
 
     data = read_toml_text(_scenario_block(), file="docs/scenario.md")
     sc = load_scenario(data)  # every key written there is accepted (none unknown, none mistyped)
@@ -325,7 +325,7 @@ def test_the_scenario_reference_example_loads_with_every_key_it_shows():
 def test_every_key_the_loader_takes_is_in_the_scenario_reference(spec):
     """A key written as ``key =`` in the reference's scenario block (as a line, commented or not, or
     inside an inline table); strategy options are documented with their strategy (``options``)."""
-    import shardmeter.scenario_specs as specs
+    import shardmeter.load.specs as specs
 
     block = _scenario_block()
     shown = set(re.findall(r"^#?\s*(\w+)\s*=", block, re.M)) | set(re.findall(r"[{,]\s*(\w+)\s*=", block))

@@ -7,9 +7,9 @@ import json
 import pytest
 from shared_scenarios import TINY
 
-from shardmeter.explore.executors import FailOnce, TaskFailed, run_tasks
-from shardmeter.explore.plan import score_chunk, search
-from shardmeter.explore.sweep import run_sweep
+from shardmeter.explore.execution.executors import FailOnce, TaskFailed, run_tasks
+from shardmeter.explore.search.plan import score_chunk, search
+from shardmeter.explore.search.sweep import run_sweep
 
 CHUNK = 5000  # ~25 tasks over the tiny space
 
@@ -63,8 +63,8 @@ def test_process_pool_plan_equals_serial(serial, objective):
 @pytest.mark.parametrize("mode", ["raise", "exit"])
 def test_process_pool_loses_no_chunk_when_a_task_fails_or_its_worker_dies(serial, tmp_path, mode):
     from shardmeter.estimator import Estimator
-    from shardmeter.explore.space import compile_space
-    from shardmeter.scenario import load_scenario
+    from shardmeter.explore.search.space import compile_space
+    from shardmeter.load.scenario import load_scenario
 
     est = Estimator()
     sp = compile_space(load_scenario(TINY, registry=est.registry), est)
@@ -102,8 +102,8 @@ def test_dask_local_cluster_plan_equals_serial(serial, dask_client, objective):
 
 def test_dask_retries_a_failed_chunk(serial, dask_client, tmp_path):
     from shardmeter.estimator import Estimator
-    from shardmeter.explore.space import compile_space
-    from shardmeter.scenario import load_scenario
+    from shardmeter.explore.search.space import compile_space
+    from shardmeter.load.scenario import load_scenario
 
     est = Estimator()
     sp = compile_space(load_scenario(TINY, registry=est.registry), est)
@@ -125,8 +125,8 @@ def test_dask_worker_process_that_dies_loses_no_chunk(serial, tmp_path):
     """A real worker death: the task's process exits; the nanny restarts it and the chunk runs again."""
     distributed = pytest.importorskip("dask.distributed")
     from shardmeter.estimator import Estimator
-    from shardmeter.explore.space import compile_space
-    from shardmeter.scenario import load_scenario
+    from shardmeter.explore.search.space import compile_space
+    from shardmeter.load.scenario import load_scenario
 
     est = Estimator()
     sp = compile_space(load_scenario(TINY, registry=est.registry), est)

@@ -11,8 +11,9 @@ import pytest
 from cli_helpers import one_line_error, run
 
 import shardmeter
-from shardmeter import cli, scenario_files
-from shardmeter.starter import STARTER_BATCH_TOKENS, starter_batch
+from shardmeter.cli import app as cli
+from shardmeter.importers.starter import STARTER_BATCH_TOKENS, starter_batch
+from shardmeter.load import files as scenario_files
 
 SCENARIO = b"""[model]
 preset = "llama3-8b"
@@ -285,7 +286,7 @@ def test_init_from_a_hugging_face_config(tmp_path, capsys):
     code, out, err = run(capsys, "init", "--hf-config", tmp_path / "config.json", "--gpus", "8")
     assert code == 0, err
     assert "layers = 16" in out and "global_batch = 1024" in out
-    assert shardmeter.estimate(shardmeter.scenario_files.tomllib.loads(out)).feasible
+    assert shardmeter.estimate(shardmeter.load.files.tomllib.loads(out)).feasible
 
 
 @pytest.mark.parametrize(

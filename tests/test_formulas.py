@@ -23,9 +23,9 @@ import os
 import numpy as np
 import pytest
 
+from shardmeter.inputs.bundles import ModelInputs, Topology
 from shardmeter.model import formulas as F
 from shardmeter.model.compute import ATTENTION_RAMP_KEYS
-from shardmeter.model.inputs import ModelInputs, Topology
 from shardmeter.model.tiers import collective_time
 
 # -- FLOPs (Narayanan et al. 2021) ------------------------------------------------------------------

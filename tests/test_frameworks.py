@@ -12,8 +12,8 @@ import pytest
 from cli_helpers import one_line_error, run
 
 import shardmeter
-from shardmeter import plugins_core
-from shardmeter.scenario import load_scenario
+from shardmeter.load.scenario import load_scenario
+from shardmeter.registry import manager as plugins_core
 from shardmeter.testing import fresh_registry, make_estimator
 
 
@@ -344,7 +344,7 @@ def test_megatron_deepspeed_runs_its_pipeline_engine():
 
 def test_plan_does_not_switch_to_a_stacks_own_engine():
     """``plan`` tries deepspeed-1f1b only where the scenario uses it (searched = False)."""
-    from shardmeter.explore.axes import _schedule_options
+    from shardmeter.explore.search.axes import _schedule_options
 
     est = shardmeter.Estimator()
     names = {

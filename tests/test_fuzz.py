@@ -439,7 +439,7 @@ def test_fuzz_set_overrides(tmp_path, capsys):
 
 @pytest.mark.skipif(os.environ.get("SHARDMETER_FUZZ_EXPLORE", "1") == "0", reason="disabled")
 def test_fuzz_sweep(tmp_path, capsys):
-    from shardmeter import cli
+    from shardmeter.cli import app as cli
 
     cli._register_optional_commands()
     if "sweep" not in cli.COMMANDS:
@@ -491,7 +491,7 @@ def test_fuzz_sweep(tmp_path, capsys):
 
 
 def test_fuzz_plan_on_mutants(cases, tmp_path, capsys):
-    from shardmeter import cli
+    from shardmeter.cli import app as cli
 
     cli._register_optional_commands()
     if "plan" not in cli.COMMANDS:

@@ -15,7 +15,7 @@ import pathlib
 import pytest
 
 import shardmeter
-from shardmeter.explore.plan import search
+from shardmeter.explore.search.plan import search
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GOLDEN = json.loads((ROOT / "tests" / "golden" / "predictions.json").read_text())

@@ -30,12 +30,12 @@ from hostile.support import BASE, BASE_MULTI, check_error, check_json_report, ru
 
 import shardmeter
 from shardmeter import Estimator, ScenarioError
+from shardmeter.load.scenario import load_scenario
 from shardmeter.parts import SyncPart, SyncTerms
 from shardmeter.records import CostSource, HardwareProfile, Interconnect
-from shardmeter.report import Report
-from shardmeter.scenario import load_scenario
+from shardmeter.report.build import Report
 from shardmeter.strategies.sync import DiLoCoOptions, GlobalAllReduce
-from shardmeter.table import fmt_gb, fmt_num, fmt_pct, fmt_time, fmt_usd
+from shardmeter.tables import fmt_gb, fmt_num, fmt_pct, fmt_time, fmt_usd
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "gpt3-175b-a100.toml"
@@ -402,7 +402,7 @@ def test_the_text_of_a_report_with_non_finite_numbers_has_no_inf():
 def test_cli_dump_json_is_strict_for_numpy_numbers_too():
     import numpy as np
 
-    from shardmeter.cli import dump_json
+    from shardmeter.render.json import dump_json
 
     text = dump_json({"a": np.float32("inf"), "b": np.array([1.0, np.nan]), "c": math.nan, "d": np.int64(3)})
     assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {
@@ -443,8 +443,8 @@ def test_a_fifo_or_an_oversized_file_as_the_scenario_is_refused_without_reading(
     """A FIFO named *.toml used to block open() forever; a huge file was read whole."""
     import os
 
-    from shardmeter.cli import main
-    from shardmeter.scenario_files import MAX_SCENARIO_BYTES
+    from shardmeter.cli.app import main
+    from shardmeter.load.files import MAX_SCENARIO_BYTES
 
     fifo = tmp_path / "scenario.toml"
     os.mkfifo(fifo)

@@ -11,7 +11,7 @@
 4. plugin isolation: part names differing only by case are rejected naming both providers, a
    slow hook is named in a warning, a part name with control characters is rejected.
 
-CLI runs are in-process (``shardmeter.cli.main``) unless a run could exhaust the machine on a
+CLI runs are in-process (``shardmeter.cli.app.main``) unless a run could exhaust the machine on a
 regression: those run in a subprocess with a memory cap and a timeout. FIFOs live only in the
 test's ``tmp_path`` and are never opened blocking: a watchdog thread tries, non-blocking, to open
 their write end, which succeeds only if someone opened them for reading (and then unblocks
@@ -41,11 +41,11 @@ from hostile.support import check_error, check_json_report, run_cli, to_toml
 from shared_scenarios import TINY
 
 import shardmeter
-from shardmeter import plugins_core
 from shardmeter.errors import ShardMeterError
-from shardmeter.explore import layouts, plan
-from shardmeter.explore.plan import search
+from shardmeter.explore.search import layouts, plan
+from shardmeter.explore.search.plan import search
 from shardmeter.records import HardwareProfile
+from shardmeter.registry import manager as plugins_core
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 posix = pytest.mark.skipif(os.name != "posix", reason="FIFOs and resource limits are POSIX")
@@ -121,7 +121,7 @@ def test_a_thousand_island_plan_is_refused_at_once_naming_the_limit(tmp_path):
     script = textwrap.dedent(
         f"""
         import json, time
-        from shardmeter.explore.plan import search
+        from shardmeter.explore.search.plan import search
         scenario = json.loads({json.dumps(json.dumps(scenario))})
         t0 = time.perf_counter()
         try:
@@ -618,7 +618,7 @@ def test_a_part_name_with_control_characters_is_rejected_naming_the_plugin(name,
 
 
 def test_only_given_twice_or_empty_is_an_error_naming_only(capsys):
-    from shardmeter.cli import main
+    from shardmeter.cli.app import main
 
     for argv, words in (
         (["--only", "tp=1", "--only", "tp=2"], "--only tp is given twice"),

@@ -11,9 +11,9 @@ import pytest
 
 import shardmeter
 from shardmeter.errors import ScenarioError
-from shardmeter.hf_config import model_table_from_hf
+from shardmeter.load.hf_config import model_table_from_hf
+from shardmeter.load.scenario import load_scenario
 from shardmeter.model import formulas as F
-from shardmeter.scenario import load_scenario
 
 HF = pathlib.Path(__file__).parent / "fixtures" / "hf"
 

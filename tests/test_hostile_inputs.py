@@ -35,7 +35,7 @@ from hostile.support import (
 )
 
 import shardmeter
-from shardmeter.scenario import load_scenario
+from shardmeter.load.scenario import load_scenario
 
 HERE = pathlib.Path(__file__).resolve().parent
 CORPUS = sorted((HERE / "hostile").glob("*.toml"))
@@ -441,7 +441,7 @@ def test_python_api_rejects_what_toml_cannot_express():
 
 
 def _explore_available() -> bool:
-    from shardmeter import cli
+    from shardmeter.cli import app as cli
 
     cli._register_optional_commands()
     return "sweep" in cli.COMMANDS and "plan" in cli.COMMANDS
@@ -632,8 +632,8 @@ def test_a_process_killed_mid_write_leaves_the_old_file_or_nothing(sig, existed,
 
 _SWEEP_DRIVER = """
 import sys, time
-import shardmeter.explore.sweep as sw
-from shardmeter.cli import main
+import shardmeter.explore.search.sweep as sw
+from shardmeter.cli.app import main
 
 original = sw.run_sweep
 

@@ -9,10 +9,10 @@ import copy
 import pytest
 
 import shardmeter
-from shardmeter.cli import main
+from shardmeter.cli.app import main
 from shardmeter.errors import ScenarioError
-from shardmeter.explore.plan import search
-from shardmeter.scenario import load_scenario
+from shardmeter.explore.search.plan import search
+from shardmeter.load.scenario import load_scenario
 
 MODEL = {"layers": 8, "hidden": 2048, "heads": 16, "vocab": 32000, "seq_len": 2048}
 #: An H100 island at micro-batch 2 and an A100 island at training.micro_batch (1), 4 GPUs each.

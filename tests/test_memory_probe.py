@@ -7,8 +7,8 @@ import pathlib
 
 import numpy as np
 
-import shardmeter.explore.island_search as isx
-from shardmeter.explore.plan import search
+import shardmeter.explore.search.island_search as isx
+from shardmeter.explore.search.plan import search
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 THREE = ROOT / "examples" / "multi-island" / "three-islands.toml"

@@ -16,7 +16,7 @@ from itertools import pairwise
 import pytest
 from shared_scenarios import THREE_ISLANDS
 
-from shardmeter.scenario import load_scenario
+from shardmeter.load.scenario import load_scenario
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples" / "multi-island").glob("*.toml"))

@@ -1,6 +1,6 @@
 """``[[offer]]`` (candidate islands to rent) and per-island uplinks: parsing and errors, the
 cross-island exchange paced by the slowest uplink, offer prices, and
-:func:`shardmeter.offers.offer_islands` for the planner (docs/multi-island.md, "Where to rent")."""
+:func:`shardmeter.load.offers.offer_islands` for the planner (docs/multi-island.md, "Where to rent")."""
 
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ except ImportError:  # Python 3.10
 import shardmeter
 from shardmeter import Estimator
 from shardmeter.errors import ScenarioError
-from shardmeter.offers import OFFERS_NOTE, node_options, offer_islands
-from shardmeter.pricing import egress_usd_per_gb
-from shardmeter.scenario import load_scenario
+from shardmeter.load.offers import OFFERS_NOTE, node_options, offer_islands
+from shardmeter.load.scenario import load_scenario
+from shardmeter.report.pricing import egress_usd_per_gb
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "multi-island" / "three-regions-offers.toml"

@@ -360,7 +360,7 @@ def test_a_read_only_file_is_not_replaced(tmp_path):
 
 
 def _interrupt_at_once(monkeypatch):
-    import shardmeter.explore.sweep as sw
+    import shardmeter.explore.search.sweep as sw
 
     def interrupted(*args, **kw):
         raise KeyboardInterrupt

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 from shared_scenarios import TINY
 
-from shardmeter.cli import main
+from shardmeter.cli.app import main
 from shardmeter.errors import ShardMeterError
 from shardmeter.estimator import Estimator
-from shardmeter.explore.pareto import dominated_by_any, pareto_front, top_k
-from shardmeter.explore.plan import search
-from shardmeter.explore.space import compile_space
+from shardmeter.explore.search.pareto import dominated_by_any, pareto_front, top_k
+from shardmeter.explore.search.plan import search
+from shardmeter.explore.search.space import compile_space
+from shardmeter.load.scenario import apply_override, load_scenario
 from shardmeter.model.evaluate import evaluate_columns
 from shardmeter.model.feasibility import REASONS
-from shardmeter.scenario import apply_override, load_scenario
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT3_1536 = os.path.join(ROOT, "examples", "gpt3-175b-1536-a100.toml")
@@ -177,7 +177,7 @@ def test_pareto_front_is_non_dominated_and_complete():
             p["report"]["cost_usd"], rel=1e-9
         )
     # against every feasible candidate of the space, evaluated by brute force
-    from shardmeter.explore.plan import _cost_per_step, _objective
+    from shardmeter.explore.search.plan import _cost_per_step, _objective
 
     sp, ids, out = _brute(TINY)
     est = Estimator()
@@ -245,7 +245,7 @@ def test_best_plan_at_least_as_fast_as_narayanan_layout():
 
 
 def test_ctrl_c_returns_the_best_so_far(monkeypatch):
-    from shardmeter.explore import plan as planmod
+    from shardmeter.explore.search import plan as planmod
 
     calls = []
 
@@ -302,7 +302,7 @@ def test_skipped_duplicates_are_exact_copies_of_a_scored_candidate():
 def test_progress_bar_only_on_a_terminal_after_a_second():
     import io
 
-    from shardmeter.explore.progress import Progress
+    from shardmeter.explore.execution.progress import Progress
 
     quiet = io.StringIO()
     Progress(stream=quiet)(5, 10)  # not a terminal

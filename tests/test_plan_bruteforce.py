@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from shardmeter.estimator import Estimator
-from shardmeter.explore.plan import _cost_per_step, _objective, search
+from shardmeter.explore.search.plan import _cost_per_step, _objective, search
+from shardmeter.inputs.bundles import ModelInputs
+from shardmeter.load.scenario import load_scenario
 from shardmeter.model.evaluate import evaluate
-from shardmeter.model.inputs import ModelInputs
-from shardmeter.scenario import load_scenario
 
 GB = 48  # global batch: every split of 48 sequences between the islands is tried
 PRICE = {"name": "cloud-on-demand", "egress_usd_per_gb": 0.0}

@@ -10,8 +10,8 @@ import pathlib
 import pytest
 
 import shardmeter
-from shardmeter.explore.pareto import dominated_by_any
-from shardmeter.explore.plan import search
+from shardmeter.explore.search.pareto import dominated_by_any
+from shardmeter.explore.search.plan import search
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 THREE = ROOT / "examples" / "multi-island" / "three-islands.toml"

@@ -20,10 +20,10 @@ except ModuleNotFoundError:  # Python 3.10
 import pytest
 from cli_helpers import one_line_error, run
 
-from shardmeter.explore.plan import search
-from shardmeter.explore.plan_csv import ISLAND_FIELDS, PLAN_CSV_FIELDS, objective_value, plan_rows
-from shardmeter.explore.plan_plot import axis_labels, front_points, plan_figure, plan_points
-from shardmeter.explore.plan_table import equivalence_groups, plan_table
+from shardmeter.explore.formats.plan_csv import ISLAND_FIELDS, PLAN_CSV_FIELDS, objective_value, plan_rows
+from shardmeter.explore.formats.plan_plot import axis_labels, front_points, plan_figure, plan_points
+from shardmeter.explore.formats.plan_table import equivalence_groups, plan_table
+from shardmeter.explore.search.plan import search
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALE = str(ROOT / "examples" / "studies" / "scale-nodes.toml")
@@ -180,7 +180,7 @@ def test_plot_of_the_fastest_plans_has_no_front_but_every_plan():
 
 def test_plot_writes_a_png_and_never_pyplot(tmp_path):
     code = (
-        "import sys; from shardmeter.cli import main;"
+        "import sys; from shardmeter.cli.app import main;"
         f"rc = main(['plan', {SCALE!r}, '--only', 'tp=1', '--only', 'pp=1', '--only', 'cp=1', '--plot', "
         f"{str(tmp_path / 'p.png')!r}]); assert rc == 0, rc;"
         "assert 'matplotlib.pyplot' not in sys.modules"
@@ -332,7 +332,7 @@ def test_table_and_csv_show_the_figures_to_quality_when_convergence_is_priced():
 
 def test_the_command_line_offers_every_objective_of_the_planner():
     from shardmeter.explore.cli import PLAN_OBJECTIVES
-    from shardmeter.explore.plan import OBJECTIVES
+    from shardmeter.explore.search.plan import OBJECTIVES
 
     assert tuple(OBJECTIVES) == PLAN_OBJECTIVES
     block = (ROOT / "docs" / "scenario.md").read_text(encoding="utf-8")

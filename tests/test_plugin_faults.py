@@ -3,7 +3,7 @@ and does not take the other plugins down -- unless ``SHARDMETER_STRICT_PLUGINS=1
 makes it fatal (a :class:`shardmeter.PluginError` naming it; exit 2 from the CLI).
 
 Plugins are injected in-process: fake entry points next to the real ones
-(``shardmeter.plugins_core._entry_points`` monkeypatched) or plugin objects given
+(``shardmeter.registry.manager._entry_points`` monkeypatched) or plugin objects given
 to ``make_plugin_manager(plugins=[...])``. Faults covered: failing imports (any
 exception, ``SystemExit``), entry points naming no plugin, misspelt hooks, wrong
 hook signatures, hooks that raise, call ``sys.exit()``, return the wrong type or
@@ -21,10 +21,10 @@ import types
 import pytest
 
 import shardmeter
-from shardmeter import plugins_core
-from shardmeter.cli import main
+from shardmeter.cli.app import main
 from shardmeter.estimator import Estimator
 from shardmeter.records import HardwareProfile, Interconnect
+from shardmeter.registry import manager as plugins_core
 
 REAL_ENTRY_POINTS = plugins_core._entry_points
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import shardmeter
-from shardmeter.scenario import model_presets
+from shardmeter.load.scenario import model_presets
 
 # Published totals, each with its source:
 PUBLISHED = {

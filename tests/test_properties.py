@@ -39,11 +39,11 @@ from hypothesis import strategies as st
 
 import shardmeter
 from shardmeter.estimator import Estimator
+from shardmeter.inputs.bundles import COLUMNS, PartTable
+from shardmeter.load.scenario import load_scenario, model_presets
 from shardmeter.model.evaluate import BREAKDOWN_TERMS, evaluate_columns
-from shardmeter.model.inputs import COLUMNS, PartTable
 from shardmeter.records import PRECISIONS
-from shardmeter.report import build_report
-from shardmeter.scenario import load_scenario, model_presets
+from shardmeter.report.build import build_report
 
 _SCALE = max(1, int(os.environ.get("SHARDMETER_PROPERTY_SCALE", "1") or 1))
 _RANDOM = os.environ.get("SHARDMETER_PROPERTY_RANDOM", "") not in ("", "0")

@@ -12,7 +12,7 @@ import pytest
 
 import shardmeter
 from shardmeter.model.memory import RESERVED_BYTES
-from shardmeter.table import fmt_count, fmt_num, fmt_times, render_table
+from shardmeter.tables import fmt_count, fmt_num, fmt_times, render_table
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GPT3 = ROOT / "examples" / "gpt3-175b-a100.toml"
@@ -355,7 +355,7 @@ def test_every_bundled_price_is_dated_and_each_rent_is_named_in_its_source():
 
 
 def test_the_even_split_formula_matches_counting_chunk_by_chunk():
-    from shardmeter.report import _stage_layers
+    from shardmeter.report.build import _stage_layers
 
     for layers in range(1, 50):
         for pp in range(1, 9):

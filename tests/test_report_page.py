@@ -15,9 +15,9 @@ import pytest
 from cli_helpers import one_line_error, run
 
 from shardmeter import estimate
-from shardmeter.cli import COMMANDS
-from shardmeter.report_page import HEADLINE, fmt
-from shardmeter.validate import validate_paths
+from shardmeter.cli.app import COMMANDS
+from shardmeter.render.page import HEADLINE, fmt
+from shardmeter.validate.run import validate_paths
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GPT3 = str(ROOT / "examples" / "gpt3-175b-1536-a100.toml")
@@ -30,7 +30,7 @@ VALIDATION = [str(PUBLISHED / "narayanan2021"), str(PUBLISHED / "intellect-1")]
 def _report_command(monkeypatch):
     """The command, whether or not cli.py registers it yet (its own registration is kept)."""
     monkeypatch.setitem(
-        COMMANDS, "report", COMMANDS.get("report", "shardmeter.report_page:add_report_parser")
+        COMMANDS, "report", COMMANDS.get("report", "shardmeter.cli.report_page:add_report_parser")
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from shardmeter import estimate
 from shardmeter.errors import ShardMeterError
-from shardmeter.report_plots import breakdown_rows, check_plot_path, memory_bars, plot_report
+from shardmeter.render.plots import breakdown_rows, check_plot_path, memory_bars, plot_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GPT3 = str(ROOT / "examples" / "gpt3-175b-1536-a100.toml")
@@ -162,7 +162,7 @@ def test_missing_matplotlib_names_the_plot_extra(gpt3, tmp_path, monkeypatch):
 
 def test_plotting_never_needs_a_display_nor_pyplot(tmp_path):
     code = (
-        "import sys; from shardmeter import estimate; from shardmeter.report_plots import plot_report;"
+        "import sys; from shardmeter import estimate; from shardmeter.render.plots import plot_report;"
         f"plot_report(estimate({GPT3!r}), {str(tmp_path / 'p.png')!r});"
         "assert 'matplotlib.pyplot' not in sys.modules"
     )

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import shardmeter
-from shardmeter.build import build_inputs
+from shardmeter.inputs.build import build_inputs
 from shardmeter.model.evaluate import evaluate
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import pathlib
 import pytest
 
 import shardmeter
-from shardmeter.scenario import apply_override, load_scenario, model_presets, parse_override
+from shardmeter.load.scenario import apply_override, load_scenario, model_presets, parse_override
 from shardmeter.testing import fresh_registry
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -9,10 +9,10 @@ import math
 import attrs
 import pytest
 
-from shardmeter.cli import main
+from shardmeter.cli.app import main
 from shardmeter.errors import ShardMeterError
 from shardmeter.estimator import Estimator
-from shardmeter.explore.sensitivity import sensitivity
+from shardmeter.explore.search.sensitivity import sensitivity
 
 #: One island, a big model with a micro-batch large enough to keep every GEMM compute-bound.
 COMPUTE_BOUND = {
@@ -79,7 +79,7 @@ def test_readable_labels_and_unique_machine_keys():
 
 
 def test_one_batch_of_evaluate(monkeypatch):
-    import shardmeter.explore.sensitivity as sens
+    import shardmeter.explore.search.sensitivity as sens
 
     calls = []
     real = sens.evaluate

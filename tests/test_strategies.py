@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import shardmeter
+from shardmeter.inputs.bundles import Topology
 from shardmeter.model.comm import price_traffic
-from shardmeter.model.inputs import Topology
 from shardmeter.parts import PipeInputs, ShardInputs
 
 REG = shardmeter.Registry.from_plugin_manager(shardmeter.make_plugin_manager())

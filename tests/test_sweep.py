@@ -11,15 +11,15 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from shardmeter.cli import main
+from shardmeter.cli.app import main
 from shardmeter.errors import ShardMeterError
 from shardmeter.estimator import Estimator
-from shardmeter.explore.scaling import analyse, knee
-from shardmeter.explore.sweep import run_sweep
-from shardmeter.explore.sweep_inputs import grid_columns, plan_grid
-from shardmeter.explore.values import parse_values, parse_vary
-from shardmeter.model.inputs import PartTable
-from shardmeter.scenario import load_scenario
+from shardmeter.explore.search.scaling import analyse, knee
+from shardmeter.explore.search.sweep import run_sweep
+from shardmeter.explore.search.sweep_inputs import grid_columns, plan_grid
+from shardmeter.explore.search.values import parse_values, parse_vary
+from shardmeter.inputs.bundles import PartTable
+from shardmeter.load.scenario import load_scenario
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCALE = os.path.join(ROOT, "examples", "studies", "scale-nodes.toml")
@@ -99,7 +99,7 @@ def test_several_vary_form_a_grid_first_key_slowest():
     ],
 )
 def test_vectorised_inputs_equal_per_row_inputs(scenario, vary):
-    from shardmeter.explore.sweep import grid
+    from shardmeter.explore.search.sweep import grid
 
     est = Estimator()
     base = load_scenario(scenario, registry=est.registry)
@@ -126,7 +126,7 @@ def test_vectorised_inputs_equal_per_row_inputs(scenario, vary):
 
 
 def test_whole_grid_is_one_evaluate_call(monkeypatch):
-    import shardmeter.explore.sweep as sw
+    import shardmeter.explore.search.sweep as sw
 
     calls = []
     real = sw.evaluate
@@ -358,8 +358,8 @@ def test_a_huge_grid_is_refused():
 def test_util_column_only_where_islands_sync():
     """Compute utilization is 1 by definition on one island: the column is left out there and kept
     between islands, where DiLoCo's outer exchange shows in the step."""
-    from shardmeter.explore.sweep import run_sweep
-    from shardmeter.explore.sweep_table import sweep_table
+    from shardmeter.explore.formats.sweep_table import sweep_table
+    from shardmeter.explore.search.sweep import run_sweep
 
     one = sweep_table(
         run_sweep(os.path.join(ROOT, "examples/studies/scale-nodes.toml"), [("island[0].nodes", [1, 2])])

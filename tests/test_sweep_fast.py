@@ -8,16 +8,16 @@ import json
 import numpy as np
 import pytest
 
-from shardmeter.cli import main
+from shardmeter.cli.app import main
 from shardmeter.errors import ScenarioError
 from shardmeter.estimator import Estimator
-from shardmeter.explore.sweep import run_sweep
-from shardmeter.explore.sweep_csv import CSV_FIELDS, write_csv
-from shardmeter.explore.sweep_inputs import plan_grid
-from shardmeter.explore.sweep_table import TABLE_ROWS, sweep_table
-from shardmeter.explore.values import fields_of
-from shardmeter.model.inputs import PartTable
-from shardmeter.scenario import load_scenario
+from shardmeter.explore.formats.sweep_csv import CSV_FIELDS, write_csv
+from shardmeter.explore.formats.sweep_table import TABLE_ROWS, sweep_table
+from shardmeter.explore.search.sweep import run_sweep
+from shardmeter.explore.search.sweep_inputs import plan_grid
+from shardmeter.explore.search.values import fields_of
+from shardmeter.inputs.bundles import PartTable
+from shardmeter.load.scenario import load_scenario
 
 MODEL = {"layers": 8, "hidden": 1024, "heads": 16, "vocab": 32000, "seq_len": 1024}
 ONE = {
@@ -123,7 +123,7 @@ def test_fast_path_equals_the_per_row_path(tmp_path, scenario, vary):
 
 @pytest.mark.parametrize("scenario, vary", GRIDS)
 def test_a_rows_scenario_is_the_loaded_one(scenario, vary):
-    from shardmeter.explore.sweep import grid
+    from shardmeter.explore.search.sweep import grid
 
     est = Estimator()
     rows = grid(vary)
@@ -160,7 +160,7 @@ def test_a_bad_row_is_the_same_one_line_error(scenario, vary):
 
 
 def test_reports_are_built_only_when_read(monkeypatch):
-    import shardmeter.explore.sweep as sw
+    import shardmeter.explore.search.sweep as sw
 
     built = []
     real = sw.build_report
@@ -201,7 +201,7 @@ def test_a_large_grid_prints_a_bounded_table(tmp_path, capsys):
 
 def test_plot_shades_each_series_and_keeps_the_legend_off_the_data():
     pytest.importorskip("matplotlib")
-    from shardmeter.explore.plot import sweep_figure
+    from shardmeter.explore.formats.plot import sweep_figure
 
     res = run_sweep(ONE, [("island[0].nodes", [1, 2, 4, 8]), ("training.micro_batch", [1, 2, 4])])
     fig = sweep_figure(res)

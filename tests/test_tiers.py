@@ -9,8 +9,8 @@ import pathlib
 import pytest
 
 import shardmeter
-from shardmeter.cli import main
-from shardmeter.explore.plan import search
+from shardmeter.cli.app import main
+from shardmeter.explore.search.plan import search
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NVL72 = ROOT / "examples" / "topology" / "nvl72-three-tiers.toml"

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from shardmeter.cli import main
+from shardmeter.cli.app import main
 from shardmeter.estimator import Estimator
-from shardmeter.validate import bundled_validation_dir, validate_paths
+from shardmeter.validate.run import bundled_validation_dir, validate_paths
 
 PUBLISHED = bundled_validation_dir()
 MPT1B = os.path.join(PUBLISHED, "llm-foundry-mpt", "llmfoundry-a100-40g-mpt1b-s2048-n32-gbs320.toml")

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from shardmeter.catalog import read_toml_text
-from shardmeter.validate import bundled_validation_dir, validate_paths
+from shardmeter.registry.catalog import read_toml_text
+from shardmeter.validate.run import bundled_validation_dir, validate_paths
 
 PUBLISHED = bundled_validation_dir()
 TORCHAO = os.path.join(PUBLISHED, "torchao-float8")

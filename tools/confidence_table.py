@@ -1,5 +1,5 @@
 """Write (or check) ``shardmeter/validation_data/residuals.json``: the validated runs the report's
-``confidence`` object is built from (``shardmeter/confidence.py``).
+``confidence`` object is built from (``shardmeter/report/confidence.py``).
 
 Every bundled published run is predicted once; per run the table stores its features (stack,
 GPU generation, layout family, precision class, GPUs, parameters), the field compared, the
@@ -21,7 +21,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from shardmeter.confidence import REGENERATE, TABLE_FILE, compute_runs  # noqa: E402
+from shardmeter.report.confidence import REGENERATE, TABLE_FILE  # noqa: E402
+from shardmeter.validate.confidence_table import compute_runs  # noqa: E402
 
 OUT = ROOT / "shardmeter" / "validation_data" / TABLE_FILE
 

@@ -43,9 +43,9 @@ from collections import defaultdict
 import numpy as np
 
 from shardmeter.estimator import Estimator
+from shardmeter.inputs.bundles import COLUMNS, PartTable
 from shardmeter.model.evaluate import evaluate_columns
-from shardmeter.model.inputs import COLUMNS, PartTable
-from shardmeter.validate import bundled_validation_dir, collect_files
+from shardmeter.validate.run import bundled_validation_dir, collect_files
 
 
 def _kernel(sc, isl):

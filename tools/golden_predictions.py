@@ -80,7 +80,7 @@ def report_of(source) -> dict:
 
 
 def plan_of(case: dict) -> dict:
-    from shardmeter.explore.plan import search
+    from shardmeter.explore.search.plan import search
 
     src = case["scenario"]
     if isinstance(src, str):

@@ -15,11 +15,12 @@ import os
 
 import attrs
 
-from .. import __version__
-from ..errors import ScenarioError
-from ..io import atomic_write, check_output
-from ..plugins_core import get_registry
-from . import gemm, nccl, overlay, steps
+from shardmeter import __version__
+from shardmeter.calibrate import gemm, nccl, steps
+from shardmeter.errors import ScenarioError
+from shardmeter.io import atomic_write, check_output
+from shardmeter.registry.manager import get_registry
+from shardmeter.resolve import overlay
 
 __all__ = ["add_calibrate_parser", "run_calibrate"]
 
@@ -108,7 +109,7 @@ def _link_name(flag: str | None, gpu, attr: str, option: str) -> str:
 def run_calibrate(paths, *, out, gpu=None, intra=None, inter=None, nics_per_node=None) -> dict:
     """Fit everything ``paths`` hold, write the overlay ``out``; returns the ``--json`` document
     (with ``lines``: the printed summary)."""
-    from ..validate import collect_files
+    from shardmeter.validate.run import collect_files
 
     logs_p, csvs, scen_p = _classify(paths)
     scen_files = collect_files(scen_p) if scen_p else []

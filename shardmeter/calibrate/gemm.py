@@ -19,10 +19,10 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from ..errors import ScenarioError
-from ..model.formulas import gemm_time
-from ..records import HardwareProfile
-from .lsq import rel_errors, scalar_relative
+from shardmeter.calibrate.lsq import rel_errors, scalar_relative
+from shardmeter.errors import ScenarioError
+from shardmeter.model.formulas import gemm_time
+from shardmeter.records import HardwareProfile
 
 __all__ = ["GemmRow", "GemmFit", "read_gemm_csv", "fit_gemm", "DTYPES", "model_times"]
 

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from ..errors import ScenarioError
-from ..records import Interconnect
-from .lsq import linear_relative, rel_errors
+from shardmeter.calibrate.lsq import linear_relative, rel_errors
+from shardmeter.errors import ScenarioError
+from shardmeter.records import Interconnect
 
 __all__ = ["NcclRow", "NcclLog", "TierFit", "read_nccl_log", "fit_tier", "COLLECTIVES"]
 
@@ -185,7 +185,7 @@ def read_nccl_log(path: str) -> NcclLog:
 def nominal_bytes_s(link: Interconnect, gpus_per_node: int, nics_per_node: int | None, inner: bool) -> float:
     """A GPU's share of the link's wire rate (bytes/s): per GPU on a scale-up link (and on the
     innermost tier, never shared like a NIC), ``nics_per_node / gpus_per_node`` of it on a
-    network link (``shardmeter/build.py``, ``tier_arrays``)."""
+    network link (``shardmeter/inputs/build.py``, ``tier_arrays``)."""
     share = 1.0
     if not inner and link.kind == "network":
         share = (nics_per_node or gpus_per_node) / gpus_per_node
@@ -230,7 +230,7 @@ def tree_design(log: NcclLog, inner_link: tuple[float, float]) -> tuple[np.ndarr
     """``(steps, bytes, times)`` of a multi-node all-reduce's rows as NCCL's tree prices them
     (``tiers.py``): ``2 (g - 1)`` inner steps and ``2 floor(log2 N)`` outer ones, the bandwidth
     terms at ``TREE_BW_FACTOR`` of the ring's."""
-    from ..model.tiers import TREE_BW_FACTOR
+    from shardmeter.model.tiers import TREE_BW_FACTOR
 
     S = np.array([r.size_bytes for r in log.rows], dtype=float)
     t = np.array([r.time_us for r in log.rows]) * 1e-6

@@ -20,10 +20,10 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..errors import ScenarioError
-from ..estimator import Estimator
-from ..report import STEP_FIELDS
-from .lsq import gauss_newton_relative
+from shardmeter.calibrate.lsq import gauss_newton_relative
+from shardmeter.errors import ScenarioError
+from shardmeter.estimator import Estimator
+from shardmeter.report.build import STEP_FIELDS
 
 __all__ = ["STEP_FIELDS", "StepCase", "StepsFit", "fit_steps"]
 

@@ -1,5 +1,5 @@
 """The ``sweep``, ``plan`` and ``sensitivity`` sub-commands (registered by
-:mod:`shardmeter.cli` when this module exists): their arguments. What each runs is in
+:mod:`shardmeter.cli.app` when this module exists): their arguments. What each runs is in
 :mod:`.commands`, the tables they print in :mod:`.sweep_table` and :mod:`.plan_table`, the
 sweep's CSV in :mod:`.sweep_csv`."""
 
@@ -9,8 +9,8 @@ import argparse
 import functools
 import math
 
-from .commands import cmd_plan, cmd_sensitivity, cmd_sweep
-from .sweep_csv import CSV_FIELDS
+from shardmeter.explore.commands import cmd_plan, cmd_sensitivity, cmd_sweep
+from shardmeter.explore.formats.sweep_csv import CSV_FIELDS
 
 __all__ = ["add_sweep_parser", "add_plan_parser", "add_sensitivity_parser", "CSV_FIELDS"]
 
@@ -62,7 +62,9 @@ def _with_dask_timeout(cmd):
 
     @functools.wraps(cmd)
     def run(args):
-        from .executors import dask_timeout_override  # deferred, as the commands defer theirs
+        from shardmeter.explore.execution.executors import (
+            dask_timeout_override,  # deferred, as the commands defer theirs
+        )
 
         with dask_timeout_override(getattr(args, "dask_timeout", None)):
             return cmd(args)

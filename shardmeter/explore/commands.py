@@ -9,17 +9,17 @@ import os
 import sys
 from typing import Any
 
-from ..cli import dump_json
-from ..errors import ShardMeterError
-from ..io import check_output
-from ..table import fmt_time, render_table
-from .plan_table import plan_table
-from .plot import plot_sweep, require_matplotlib
-from .progress import Progress, sweep_progress
-from .scaling import analyse
-from .sweep_csv import read_resume, write_csv
-from .sweep_table import sweep_table
-from .values import parse_values, parse_vary
+from shardmeter.errors import ShardMeterError
+from shardmeter.explore.execution.progress import Progress, sweep_progress
+from shardmeter.explore.formats.plan_table import plan_table
+from shardmeter.explore.formats.plot import plot_sweep, require_matplotlib
+from shardmeter.explore.formats.sweep_csv import read_resume, write_csv
+from shardmeter.explore.formats.sweep_table import sweep_table
+from shardmeter.explore.search.scaling import analyse
+from shardmeter.explore.search.values import parse_values, parse_vary
+from shardmeter.io import check_output
+from shardmeter.render.json import dump_json
+from shardmeter.tables import fmt_time, render_table
 
 __all__ = ["cmd_sweep", "cmd_plan", "cmd_sensitivity", "sensitivity_table", "check_outputs", "OUTPUT_OPTIONS"]
 
@@ -72,7 +72,7 @@ def cmd_sweep(args) -> int:
     """``shardmeter sweep``: evaluate the ``--vary`` grid, with ``--csv``, ``--resume``, ``--plot``."""
     # deferred: the sweep loads the model, reports and executors (~40 ms), and every command
     # line imports this module to build its parser
-    from .sweep import run_sweep
+    from shardmeter.explore.search.sweep import run_sweep
 
     _check_workers(args)
     vary = [parse_vary(v) for v in args.vary]
@@ -129,7 +129,7 @@ def cmd_sensitivity(args) -> int:
     """``shardmeter sensitivity``: rank the inputs by the throughput ``--step`` more of each buys."""
     # deferred: it loads the model and reports (~20 ms), and every command line imports this
     # module to build its parser
-    from .sensitivity import STEP, sensitivity
+    from shardmeter.explore.search.sensitivity import STEP, sensitivity
 
     check_outputs(args)  # none today; any output option added later is checked the same way
     doc = sensitivity(args.file, overrides=args.set or (), step=args.step if args.step is not None else STEP)
@@ -200,12 +200,12 @@ def cmd_plan(args) -> int:
     """``shardmeter plan``: search the scenario's layouts; exit code 130 when interrupted."""
     # deferred: the planner loads the model, the space compiler and executors (~50 ms), and
     # every command line imports this module to build its parser
-    from .plan import DEFAULT_CHUNK, search
+    from shardmeter.explore.search.plan import DEFAULT_CHUNK, search
 
     _check_workers(args)
     check_outputs(args)
     if getattr(args, "plot", None):
-        from .plan_plot import check_plan_plot
+        from shardmeter.explore.formats.plan_plot import check_plan_plot
 
         check_plan_plot(args.plot, label="--plot")  # its suffix and matplotlib, before the search
     prog = Progress("plan ", enabled=False if args.json else None)
@@ -244,11 +244,11 @@ def cmd_plan(args) -> int:
 def _write_plan_outputs(args, doc) -> None:
     """``plan --csv`` and ``--plot``: the returned plans (the best so far when interrupted)."""
     if getattr(args, "csv", None):
-        from .plan_csv import write_plan_csv
+        from shardmeter.explore.formats.plan_csv import write_plan_csv
 
         write_plan_csv(args.csv, doc, label="--csv")
     if getattr(args, "plot", None):
-        from .plan_plot import plot_plan
+        from shardmeter.explore.formats.plan_plot import plot_plan
 
         plot_plan(
             doc, args.plot, title=f"{os.path.basename(args.file)}: plan ({args.objective})", label="--plot"

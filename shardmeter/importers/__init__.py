@@ -6,12 +6,15 @@ setting it could not map and for what the configuration cannot say (the GPUs, th
 :mod:`.island` adds the ``[[island]]`` from ``--gpu`` / ``--gpus``; :mod:`.toml_out` writes
 the commented TOML; :mod:`.cli` is the sub-command. Keys the contract plans but this version
 rejects (such as ``training.framework`` before its profiles) are written as ``# planned:``
-comments, never as keys, so the scenario always loads.
+comments, never as keys, so the scenario always loads. :mod:`.starter` is ``shardmeter init``.
+
+May import: explore (``init`` and ``import --gpu`` run the planner), the estimator and every stage.
+Never calibrate or the CLI.
 """
 
 from __future__ import annotations
 
-from .draft import Draft
+from shardmeter.importers.draft import Draft
 
 __all__ = ["Draft", "FORMATS"]
 

@@ -7,10 +7,10 @@ import argparse
 import importlib
 import sys
 
-from . import FORMATS
-from .draft import Draft
-from .island import island_table, node_size
-from .toml_out import render
+from shardmeter.importers import FORMATS
+from shardmeter.importers.draft import Draft
+from shardmeter.importers.island import island_table, node_size
+from shardmeter.importers.toml_out import render
 
 __all__ = ["add_import_parser", "import_config", "write_output"]
 
@@ -20,7 +20,7 @@ def write_output(text: str, output: str | None, *, inputs=()) -> None:
     if output is None:
         sys.stdout.write(text)
         return
-    from ..io import atomic_write, check_output
+    from shardmeter.io import atomic_write, check_output
 
     check_output(output, label="-o", inputs=inputs)
     with atomic_write(output, label="-o") as fh:
@@ -42,7 +42,7 @@ def import_config(kind: str, path: str, *, gpu: str | None = None, gpus: int | N
         d.note("island", "the configuration does not say which GPUs or links: give --gpu NAME --gpus N")
     d.note("island", "links: the GPU's usual intra_node / inter_node, or tiers = [...] (docs/scenario.md)")
     if kind == "hf" and gpu is not None:
-        from ..starter import apply_plan
+        from shardmeter.importers.starter import apply_plan
 
         apply_plan(d)
     return render(d)
@@ -50,7 +50,7 @@ def import_config(kind: str, path: str, *, gpu: str | None = None, gpus: int | N
 
 def _run(args) -> int:
     if args.output is not None:
-        from ..io import check_output
+        from shardmeter.io import check_output
 
         check_output(args.output, label="-o", inputs=[args.file])
     text = import_config(args.format, args.file, gpu=args.gpu, gpus=args.gpus)
@@ -72,8 +72,8 @@ with --gpu, the layout is the planner's fastest). Details: docs/importing.md.
 
 
 def add_import_parser(sub) -> None:
-    from ..completion import FILE
-    from ..starter import gpu_count as _gpus
+    from shardmeter.importers.starter import gpu_count as _gpus
+    from shardmeter.io import FILE
 
     p = sub.add_parser(
         "import",

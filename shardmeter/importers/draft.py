@@ -78,7 +78,7 @@ class Draft:
 def _accepted(key: str, value: str) -> Any:
     """``value`` (TOML text) parsed, where ``key`` is a field of the training or parallelism
     record and the record takes that value; None otherwise."""
-    from ..scenario_specs import ParallelismSpec, TrainingSpec
+    from shardmeter.load.specs import ParallelismSpec, TrainingSpec
 
     table, name = key.split(".", 1)
     spec = {"training": TrainingSpec, "parallelism": ParallelismSpec}.get(table)

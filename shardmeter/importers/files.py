@@ -9,8 +9,8 @@ import stat
 import sys
 from typing import Any
 
-from ..errors import ShardMeterError
-from ..scenario_files import MAX_SCENARIO_BYTES
+from shardmeter.errors import ShardMeterError
+from shardmeter.load.files import MAX_SCENARIO_BYTES
 
 if sys.version_info >= (3, 11):
     import tomllib

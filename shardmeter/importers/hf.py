@@ -1,17 +1,17 @@
 """``shardmeter import hf config.json``: a Hugging Face model configuration as a scenario.
 
-The ``[model]`` keys are :func:`shardmeter.hf_config.model_table_from_hf`'s, with its notes as
+The ``[model]`` keys are :func:`shardmeter.load.hf_config.model_table_from_hf`'s, with its notes as
 comments. A config.json says nothing about training: the batch is the starter's (about 4 M
-tokens, :func:`shardmeter.starter.starter_batch`), and with ``--gpu`` the layout is the fastest
-the planner finds (:func:`shardmeter.starter.apply_plan`), as ``shardmeter init`` writes it."""
+tokens, :func:`shardmeter.importers.starter.starter_batch`), and with ``--gpu`` the layout is the fastest
+the planner finds (:func:`shardmeter.importers.starter.apply_plan`), as ``shardmeter init`` writes it."""
 
 from __future__ import annotations
 
 import os
 
-from ..errors import ScenarioError
-from .draft import Draft
-from .files import ConfigError, read_json
+from shardmeter.errors import ScenarioError
+from shardmeter.importers.draft import Draft
+from shardmeter.importers.files import ConfigError, read_json
 
 __all__ = ["draft_from_file"]
 
@@ -19,8 +19,8 @@ __all__ = ["draft_from_file"]
 def draft_from_file(path: str | os.PathLike, *, gpus: int | None = None, node: int = 8) -> Draft:
     """The draft scenario of the ``config.json`` at ``path`` on ``gpus`` GPUs (one ``node``
     without it)."""
-    from ..hf_config import model_table_from_hf
-    from ..starter import starter_draft
+    from shardmeter.importers.starter import starter_draft
+    from shardmeter.load.hf_config import model_table_from_hf
 
     cfg, name = read_json(path)
     try:

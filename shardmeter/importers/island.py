@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ShardMeterError
+from shardmeter.errors import ShardMeterError
 
 __all__ = ["island_table", "node_size", "PLACEHOLDER_GPU", "MAX_GPUS"]
 
@@ -21,7 +21,7 @@ MAX_GPUS = 1 << 40
 
 
 def _profile(gpu: str, registry=None):
-    from ..plugins_core import get_registry
+    from shardmeter.registry.manager import get_registry
 
     reg = registry if registry is not None else get_registry()
     try:

@@ -19,8 +19,8 @@ import os
 import re
 import shlex
 
-from .draft import Draft
-from .files import ConfigError, read_text
+from shardmeter.importers.draft import Draft
+from shardmeter.importers.files import ConfigError, read_text
 
 __all__ = ["draft_from_file", "draft_from_text", "parse_args_text", "padded_vocab", "GPT2_VOCAB"]
 

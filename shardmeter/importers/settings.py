@@ -11,7 +11,7 @@ __all__ = ["Settings", "shown"]
 
 def shown(v: Any) -> str:
     """A setting's value as it would be written in TOML (``repr`` for anything else)."""
-    from .toml_out import toml_value
+    from shardmeter.importers.toml_out import toml_value
 
     try:
         return toml_value(v)

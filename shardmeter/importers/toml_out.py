@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .draft import TABLES, Draft
+from shardmeter.importers.draft import TABLES, Draft
 
 __all__ = ["render", "toml_value"]
 

@@ -31,9 +31,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .draft import Draft
-from .files import ConfigError, read_toml
-from .settings import Settings, shown
+from shardmeter.importers.draft import Draft
+from shardmeter.importers.files import ConfigError, read_toml
+from shardmeter.importers.settings import Settings, shown
 
 __all__ = [
     "draft_from_file",

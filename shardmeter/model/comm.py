@@ -30,13 +30,13 @@ from collections.abc import Sequence
 
 import attrs
 
-from ..parts import CommEvent
-from . import ops
-from .compute import ComputeTerms, Shapes
-from .formulas import ring_collective_time
-from .inputs import ModelShape, Topology
-from .ops import Array
-from .tiers import collective_time, slowest_link, span_link
+from shardmeter.inputs.bundles import ModelShape, Topology
+from shardmeter.model.compute import ComputeTerms, Shapes
+from shardmeter.model.formulas import ring_collective_time
+from shardmeter.model.tiers import collective_time, slowest_link, span_link
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
+from shardmeter.parts import CommEvent
 
 __all__ = [
     "LayerComm",

@@ -10,12 +10,12 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
-from . import ops
-from .elementwise import layer_elementwise
-from .formulas import KERNEL_OVERHEAD_S, gemm_time
-from .fp8 import layer_cast_time
-from .inputs import Hardware, ModelShape, Training
-from .ops import Array
+from shardmeter.inputs.bundles import Hardware, ModelShape, Training
+from shardmeter.model.elementwise import layer_elementwise
+from shardmeter.model.formulas import KERNEL_OVERHEAD_S, gemm_time
+from shardmeter.model.fp8 import layer_cast_time
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
 
 __all__ = [
     "Shapes",

@@ -31,8 +31,8 @@ same kernels in both (their traffic is already minimal).
 
 from __future__ import annotations
 
-from . import ops
-from .ops import Array
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
 
 __all__ = [
     "ELEMENTWISE_KERNEL_S",

@@ -20,13 +20,12 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..parts import PipeInputs, ShardInputs
-from . import ops
-from .comm import PricedTraffic, exposed_traffic, layer_comm, price_traffic
-from .compute import full_recompute_share, local_shapes, micro_batch_compute
-from .dispatch import by_code
-from .feasibility import Reason, batch_reasons, batch_split, layout_reasons
-from .formulas import (
+from shardmeter.inputs.bundles import ModelInputs, PartTable, Topology
+from shardmeter.model.comm import PricedTraffic, exposed_traffic, layer_comm, price_traffic
+from shardmeter.model.compute import full_recompute_share, local_shapes, micro_batch_compute
+from shardmeter.model.dispatch import by_code
+from shardmeter.model.feasibility import Reason, batch_reasons, batch_split, layout_reasons
+from shardmeter.model.formulas import (
     KERNEL_OVERHEAD_S,
     layers_forward_flops,
     model_flops_per_token,
@@ -35,11 +34,12 @@ from .formulas import (
     op_recompute_flops_per_token,
     params_per_layer,
 )
-from .inputs import ModelInputs, PartTable, Topology
-from .islands import IslandSteps, combine_islands
-from .memory import activation_memory, layer_activations, memory_parts, total_memory
-from .stages import stage_layers
-from .tiers import span_link
+from shardmeter.model.islands import IslandSteps, combine_islands
+from shardmeter.model.memory import activation_memory, layer_activations, memory_parts, total_memory
+from shardmeter.model.stages import stage_layers
+from shardmeter.model.tiers import span_link
+from shardmeter.numeric import ops
+from shardmeter.parts import PipeInputs, ShardInputs
 
 __all__ = ["evaluate", "evaluate_columns", "island_memory", "BREAKDOWN_TERMS", "ADAM_BYTES_PER_PARAM"]
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from . import ops
-from .ops import Array
-from .reduce import over_islands
-from .stages import stage_layers
+from shardmeter.model.stages import stage_layers
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
+from shardmeter.numeric.reduce import over_islands
 
 __all__ = ["Reason", "REASONS", "reason_messages", "layout_reasons", "batch_split", "batch_reasons"]
 

@@ -7,7 +7,7 @@ of candidate plans. Units: bytes, FLOPs, seconds, bytes/s.
 
 from __future__ import annotations
 
-from . import ops
+from shardmeter.numeric import ops
 
 __all__ = [
     "attention_params",

@@ -38,10 +38,10 @@ fc1 GEMMs. Weights are cast every micro-batch.
 
 from __future__ import annotations
 
-from . import ops
-from .elementwise import kernel_time
-from .inputs import FP8_RECIPE_CODES
-from .ops import Array
+from shardmeter.inputs.bundles import FP8_RECIPE_CODES
+from shardmeter.model.elementwise import kernel_time
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
 
 __all__ = [
     "CAST_KERNELS",

@@ -17,11 +17,11 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..parts import WanInputs
-from . import ops
-from .dispatch import by_code
-from .inputs import ModelInputs, PartTable
-from .reduce import over_islands
+from shardmeter.inputs.bundles import ModelInputs, PartTable
+from shardmeter.model.dispatch import by_code
+from shardmeter.numeric import ops
+from shardmeter.numeric.reduce import over_islands
+from shardmeter.parts import WanInputs
 
 __all__ = [
     "combine_islands",

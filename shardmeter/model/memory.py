@@ -3,12 +3,12 @@ schedule's count) and the framework's own reservation."""
 
 from __future__ import annotations
 
-from . import ops
-from .compute import Shapes, full_recompute_share
-from .formulas import activation_bytes_per_layer
-from .fp8 import activation_saving
-from .inputs import ModelShape, Training
-from .ops import Array
+from shardmeter.inputs.bundles import ModelShape, Training
+from shardmeter.model.compute import Shapes, full_recompute_share
+from shardmeter.model.formulas import activation_bytes_per_layer
+from shardmeter.model.fp8 import activation_saving
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
 
 __all__ = [
     "activation_memory",

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import attrs
 
-from . import ops
-from .ops import Array
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
 
 __all__ = ["StageLayers", "stage_layers", "even_stage_layers"]
 

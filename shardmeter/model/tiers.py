@@ -38,11 +38,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..parts import COLLECTIVES
-from . import ops
-from .formulas import ring_collective_time
-from .inputs import Topology
-from .ops import Array
+from shardmeter.inputs.bundles import Topology
+from shardmeter.model.formulas import ring_collective_time
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
+from shardmeter.parts import COLLECTIVES
 
 #: NCCL's Tree all-reduce bus bandwidth relative to the ring's (``busBw * .92``,
 #: ``src/graph/tuning.cc`` of NVIDIA/nccl at 5067397).

@@ -8,7 +8,7 @@ distribution would. Every figure's provenance is in the record's ``source``.
 from __future__ import annotations
 
 import shardmeter
-from shardmeter.catalog import load_records
+from shardmeter.registry.catalog import load_records
 
 
 @shardmeter.hookimpl

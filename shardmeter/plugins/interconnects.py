@@ -8,7 +8,7 @@ wide-area ``internet`` uplink, registered through the public plugin API.
 from __future__ import annotations
 
 import shardmeter
-from shardmeter.catalog import load_records
+from shardmeter.registry.catalog import load_records
 
 
 @shardmeter.hookimpl

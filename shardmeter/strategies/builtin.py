@@ -8,11 +8,10 @@ behaviour part: it computes its own memory and communication terms (:mod:`.zero`
 from __future__ import annotations
 
 import shardmeter
-
-from .convergence import DiLoCoFits
-from .schedules import ClassicSchedule, DeepSpeedSchedule
-from .sync import DiLoCo, GlobalAllReduce
-from .zero import (
+from shardmeter.strategies.convergence import DiLoCoFits
+from shardmeter.strategies.schedules import ClassicSchedule, DeepSpeedSchedule
+from shardmeter.strategies.sync import DiLoCo, GlobalAllReduce
+from shardmeter.strategies.zero import (
     DEEPSPEED_MAX_LIVE_PARAMETERS,
     DEEPSPEED_PREFETCH_PARAMETERS,
     DEEPSPEED_REDUCE_BUCKET_ELEMENTS,

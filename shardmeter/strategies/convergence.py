@@ -2,7 +2,7 @@
 
 ``tokens_factor = D_needed / D_dp``: the tokens a sync strategy needs to reach the loss that
 data-parallel (DP) training reaches with ``D_dp`` tokens, for the same model. Time and cost to
-that quality are the raw figures times the factor (``shardmeter/quality.py``,
+that quality are the raw figures times the factor (``shardmeter/report/quality.py``,
 ``docs/convergence.md``). The factor never lowers a figure: it is at least 1.
 
 **For the planner** (one call per batch, pure and vectorised over plans)::
@@ -10,7 +10,7 @@ that quality are the raw figures times the factor (``shardmeter/quality.py``,
     factor, in_range = tokens_factor(model, table, sync_codes, params=N, replicas=M)
 
 ``model``: a :class:`~shardmeter.parts.ConvergencePart` (``Resolved.convergence``); ``table``:
-the batch's :class:`~shardmeter.model.inputs.PartTable`; ``sync_codes``: each plan's sync code
+the batch's :class:`~shardmeter.inputs.bundles.PartTable`; ``sync_codes``: each plan's sync code
 (``network.sync``), an integer array; ``params`` and ``replicas`` (islands): arrays that
 broadcast against it. ``factor`` multiplies ``wall_clock_s`` and ``cost_usd``; ``in_range``
 says whether the plan lies inside the model's :data:`VALIDITY`. :func:`loss_ratio` and
@@ -59,18 +59,14 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..model.ops import Array
-from ..parts import ConvergenceInputs, ConvergencePart, ConvergenceTerms
-from ..quality import convergence_inputs, sync_hyperparameters
+from shardmeter.numeric.ops import Array
+from shardmeter.parts import ConvergenceInputs, ConvergencePart, ConvergenceTerms
 
 __all__ = [
     "DiLoCoFits",
     "VALIDITY",
     "loss_ratio",
     "factor_from_loss_ratio",
-    "sync_hyperparameters",
-    "convergence_inputs",
-    "tokens_factor",
 ]
 
 # --- Charles et al. 2025, "Scaling Laws for DiLoCo" (arXiv 2503.09799) ---------------------
@@ -170,14 +166,3 @@ class DiLoCoFits(ConvergencePart):
 
     def validity(self) -> dict[str, Any]:
         return {k: list(v) for k, v in VALIDITY.items()}
-
-
-def tokens_factor(
-    model: ConvergencePart, table: Any, sync_codes: Array, *, params: Array, replicas: Array, opts: Any = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(factor, in_range)`` of every plan (module docstring, "For the planner")."""
-    inp = convergence_inputs(table, sync_codes, params=params, replicas=replicas)
-    terms = model.terms(inp, opts if opts is not None else model.options())
-    shape = np.broadcast_shapes(np.shape(sync_codes), np.shape(params), np.shape(replicas))
-    factor = np.broadcast_to(np.asarray(terms.tokens_factor, dtype=float), shape)
-    return factor, np.broadcast_to(np.asarray(terms.in_range, dtype=bool), shape)

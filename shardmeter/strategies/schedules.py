@@ -28,9 +28,9 @@ from typing import Any
 
 import attrs
 
-from ..model import ops
-from ..model.ops import Array
-from ..parts import PipeInputs, PipeTerms, SchedulePart
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
+from shardmeter.parts import PipeInputs, PipeTerms, SchedulePart
 
 __all__ = ["ClassicSchedule", "DeepSpeedSchedule", "DeepSpeedOptions", "p2p_transfers"]
 

@@ -29,9 +29,9 @@ from typing import Any
 import attrs
 import numpy as np
 
-from ..model.ops import Array
-from ..model.reduce import over_islands
-from ..parts import SyncPart, SyncTerms, WanInputs
+from shardmeter.numeric.ops import Array
+from shardmeter.numeric.reduce import over_islands
+from shardmeter.parts import SyncPart, SyncTerms, WanInputs
 
 __all__ = ["GlobalAllReduce", "DiLoCo", "DiLoCoOptions", "WAN_BUCKET_BYTES", "ring_over_islands"]
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import attrs
 
-from ..model import ops
-from ..model.ops import Array
-from ..parts import CommEvent, ShardingPart, ShardInputs, StateBytes
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
+from shardmeter.parts import CommEvent, ShardingPart, ShardInputs, StateBytes
 
 __all__ = [
     "ZeroSharding",

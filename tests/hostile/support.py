@@ -18,7 +18,7 @@ import json
 import math
 import re
 
-from shardmeter.cli import main
+from shardmeter.cli.app import main
 
 #: The longest error line we accept (a long value is shortened in the message).
 MAX_ERROR_CHARS = 400

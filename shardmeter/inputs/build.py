@@ -1,0 +1,220 @@
+"""Inputs: a :class:`~shardmeter.resolve.resolver.Resolved` scenario -> :class:`~shardmeter.inputs.bundles.ModelInputs`
+of shape ``(1, islands)`` (tiers ``(1, islands, tiers)``), its strategies coded in a
+:class:`~shardmeter.inputs.bundles.PartTable`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shardmeter.errors import ScenarioError
+from shardmeter.inputs.bundles import (
+    FP8_RECIPE_CODES,
+    RECOMPUTE_CODES,
+    Hardware,
+    Layout,
+    ModelInputs,
+    ModelShape,
+    Network,
+    PartTable,
+    Topology,
+    Training,
+)
+from shardmeter.load.scenario import framework_failed
+from shardmeter.records import Interconnect
+from shardmeter.resolve.resolver import Resolved, ResolvedIsland
+
+__all__ = ["build_inputs", "tier_arrays"]
+
+
+def _array_row(values) -> np.ndarray:
+    return np.asarray([values])
+
+
+def _scalar(values):
+    """The scalar path's value: the only island's, as a float (or a bool)."""
+    v = values[0]
+    return v if isinstance(v, bool) else float(v)
+
+
+def tier_arrays(islands: tuple[ResolvedIsland, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(gpus, bytes/s, latency s)`` per island and tier, ``(1, I, T)``.
+
+    Islands with fewer tiers are padded on the inside with one-GPU copies of their innermost
+    tier, which no group crosses (a ring of one member costs nothing)."""
+    T = max(len(isl.tiers) for isl in islands)
+    gpus, bw, lat = [], [], []
+    for isl in islands:
+        g, b, la = [], [], []
+        for i, tier in enumerate(isl.tiers):
+            link = tier.link
+            share = (
+                isl.nics_per_node / isl.gpus_per_node if tier.nic_shared and link.kind == "network" else 1.0
+            )
+            g.append(float("inf") if i == len(isl.tiers) - 1 or tier.gpus is None else float(tier.gpus))
+            b.append(link.bandwidth_gb_s * 1e9 * link.efficiency * share / tier.oversubscription)
+            la.append(link.latency_us * 1e-6)
+        pad = T - len(g)
+        gpus.append([1.0] * pad + g)
+        bw.append([b[0]] * pad + b)
+        lat.append([la[0]] * pad + la)
+    return np.asarray([gpus]), np.asarray([bw]), np.asarray([lat])
+
+
+def build_inputs(
+    res: Resolved, table: PartTable | None = None, *, scalar: bool = False
+) -> tuple[ModelInputs, PartTable]:
+    """The model inputs of one resolved scenario (a batch of one row); with ``scalar`` and one
+    island, Python floats for :func:`~shardmeter.model.evaluate.evaluate`'s scalar path."""
+    table = table if table is not None else PartTable()
+    scalar = scalar and len(res.islands) == 1
+    row = _scalar if scalar else _array_row
+    sync = table.code("sync", res.sync, res.sync_options)
+    inp = ModelInputs(
+        model=_model(res, row),
+        training=_training(res, row),
+        hardware=_hardware(res, row),
+        topology=_topology(res, row, scalar),
+        layout=_layout(res, row, table),
+        network=_network(res, row, sync if scalar else np.asarray([[sync]])),
+    )
+    return inp, table
+
+
+def _model(res: Resolved, row) -> ModelShape:
+    m, n = res.scenario.model, len(res.islands)
+    return ModelShape(
+        layers=row([m.layers] * n),
+        hidden=row([m.hidden] * n),
+        heads=row([m.heads] * n),
+        kv_heads=row([m.n_kv_heads] * n),
+        q_dim=row([m.heads * m.d_head] * n),
+        kv_dim=row([m.n_kv_heads * m.d_head] * n),
+        ffn_hidden=row([m.d_ffn] * n),
+        swiglu=row([m.ffn == "swiglu"] * n),
+        vocab=row([m.vocab] * n),
+        seq_len=row([m.seq_len] * n),
+        tied=row([m.tied_embeddings] * n),
+        experts=row([m.experts] * n),
+        experts_per_token=row([m.experts_per_token] * n),
+        capacity_factor=row([m.capacity_factor] * n),
+        causal=row([m.causal] * n),
+        dropout=row([m.dropout] * n),
+        moe_ffn_hidden=row([m.d_moe_ffn] * n),
+        shared_experts=row([m.shared_experts] * n),
+        dense_layers=row([m.dense_layers] * n),
+        q_rank=row([m.q_lora_rank or 0] * n),
+        kv_rank=row([m.kv_lora_rank or 0] * n),
+        v_dim=row([m.n_kv_heads * m.d_v_head] * n),
+        o_dim=row([m.heads * m.d_v_head] * n),
+    )
+
+
+def _op_saves_attention(res: Resolved, gpu) -> bool:
+    """Whether the framework's op-recompute save list holds the attention kernel it runs on
+    ``gpu`` (``FrameworkPart.op_saves_attention``); True without a framework."""
+    saves = getattr(res.framework, "op_saves_attention", None)
+    if saves is None:
+        return True
+    try:
+        return bool(saves(res.scenario.training.attention, gpu))
+    except ScenarioError:
+        raise
+    except Exception as exc:  # a plugin's bug is named, not a traceback
+        raise framework_failed(str(res.scenario.training.framework), exc, res.scenario.file) from exc
+
+
+def _training(res: Resolved, row) -> Training:
+    t, isls = res.scenario.training, res.islands
+    n = len(isls)
+    return Training(
+        global_batch=row([t.global_batch] * n),
+        micro_batch=row([res.scenario.micro_batch(j) for j in range(n)]),
+        island_batch=row([0.0] * n),
+        recompute=row([RECOMPUTE_CODES[t.recompute]] * n),
+        materialized=row([t.attention == "materialized"] * n),
+        weight_bytes=row([4.0 if t.precision in ("fp32", "tf32") else 2.0] * n),
+        fp8=row([t.precision == "fp8" and "fp8" in isl.gpu.peak_tflops for isl in isls]),
+        recompute_layers=row([t.recompute_layers or 0] * n),
+        offload_layers=row([t.offload_layers] * n),
+        compile=row([t.compile] * n),
+        fp8_recipe=row([FP8_RECIPE_CODES[t.fp8_recipe]] * n),
+        fp8_params=row(
+            [t.fp8_params and t.precision == "fp8" and "fp8" in isl.gpu.peak_tflops for isl in isls]
+        ),
+        compiled_loss=row([t.compile and bool(getattr(res.framework, "compiled_loss", False))] * n),
+        op_saves_attention=row([_op_saves_attention(res, isl.gpu) for isl in isls]),
+    )
+
+
+def _hardware(res: Resolved, row) -> Hardware:
+    """Each island's GPU at the scenario's precision and attention kernel."""
+    t, gpus = res.scenario.training, [isl.gpu for isl in res.islands]
+    fp8, flash2 = t.precision == "fp8", t.attention == "flash2"
+    peak16 = "bf16" if t.precision in ("fp8", "bf16") else t.precision
+    gemm = [(g.matmul_efficiency_fp8 or g.matmul_efficiency) if fp8 else g.matmul_efficiency for g in gpus]
+    att = [
+        (g.attention_efficiency_flash2 or g.attention_efficiency) if flash2 else g.attention_efficiency
+        for g in gpus
+    ]
+    return Hardware(
+        peak_flops=row([g.peak(t.precision) * 1e12 for g in gpus]),
+        peak16_flops=row([g.peak(peak16) * 1e12 for g in gpus]),
+        memory_bytes=row([g.memory_gb * 1e9 for g in gpus]),
+        hbm_bytes_s=row([g.memory_bandwidth_gb_s * 1e9 for g in gpus]),
+        hbm_efficiency=row([g.hbm_efficiency for g in gpus]),
+        gemm_efficiency=row(gemm),
+        attention_efficiency=row(att),
+        sm_count=row([g.sm_count for g in gpus]),
+        host_bytes_s=row([g.host_link_gb_s * 1e9 for g in gpus]),
+    )
+
+
+def _topology(res: Resolved, row, scalar: bool) -> Topology:
+    isls = res.islands
+    tiers: tuple[Any, Any, Any] = tier_arrays(isls)
+    if scalar:
+        tiers = tuple(tuple(float(x) for x in np.ravel(a)) for a in tiers)  # type: ignore[assignment]
+    tg, tb, tl = tiers
+    return Topology(
+        gpus_per_node=row([isl.gpus_per_node for isl in isls]),
+        nodes=row([isl.nodes for isl in isls]),
+        domain_gpus=row([float(isl.tiers[0].gpus or "inf") for isl in isls]),
+        tier_gpus=tg,
+        tier_bytes_s=tb,
+        tier_latency_s=tl,
+    )
+
+
+def _layout(res: Resolved, row, table: PartTable) -> Layout:
+    isls = res.islands
+    return Layout(
+        tp=row([isl.parallelism.tp for isl in isls]),
+        pp=row([isl.parallelism.pp for isl in isls]),
+        dp=row([isl.dp for isl in isls]),
+        cp=row([isl.parallelism.cp for isl in isls]),
+        ep=row([isl.parallelism.ep for isl in isls]),
+        sequence_parallel=row([isl.parallelism.sequence_parallel for isl in isls]),
+        virtual_stages=row([isl.parallelism.virtual_stages for isl in isls]),
+        tp_comm_overlap=row([isl.parallelism.tp_comm_overlap for isl in isls]),
+        dp_comm_overlap=row([isl.parallelism.dp_comm_overlap for isl in isls]),
+        sharding=row([table.code("sharding", isl.sharding, isl.sharding_options) for isl in isls]),
+        schedule=row([table.code("schedule", isl.schedule, isl.schedule_options) for isl in isls]),
+        async_tp=row([isl.parallelism.async_tp for isl in isls]),
+        first_stage_layers=row([isl.parallelism.first_stage_layers or 0 for isl in isls]),
+        last_stage_layers=row([isl.parallelism.last_stage_layers or 0 for isl in isls]),
+    )
+
+
+def _network(res: Resolved, row, sync) -> Network:
+    """Each island's uplink (its own, else the ``network`` link; unused with one island) and the
+    sync strategy's code."""
+    links: list[Interconnect | None] = [None] * len(res.islands)
+    if res.network is not None:
+        links = [isl.uplink or res.network for isl in res.islands]
+    return Network(
+        wan_bytes_s=row([ln.bandwidth_gb_s * 1e9 * ln.efficiency if ln is not None else 1.0 for ln in links]),
+        wan_latency_s=row([ln.latency_us * 1e-6 if ln is not None else 0.0 for ln in links]),
+        sync=sync,
+    )

@@ -1,0 +1,407 @@
+"""The records of a scenario: one frozen attrs class per table (``[model]``,
+``[training]``, ``[parallelism]``, ``[sync]``, ``[[island]]`` and its ``tiers``,
+``[[offer]]``, ``[network]``) and the validators of their fields (see SCENARIO.md).
+
+:mod:`shardmeter.load.scenario` structures raw tables into these records with the strict
+converter; a validator's ``ValueError`` starts with the field name, so the message
+is mapped onto the key path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+
+from shardmeter.records import PRECISIONS
+from shardmeter.registry.convert import CONVERTER
+
+__all__ = [
+    "Scenario",
+    "ModelSpec",
+    "TrainingSpec",
+    "ParallelismSpec",
+    "SyncSpec",
+    "TierSpec",
+    "IslandSpec",
+    "OfferSpec",
+    "NetworkSpec",
+    "MAX_COUNT",
+]
+
+
+def _count(inst, attribute, value):
+    if value is None:
+        return
+    if value < 1:
+        raise ValueError(f"{attribute.name}: expected an integer >= 1, got {value!r}")
+
+
+def _count_or_none(inst, attribute, value):
+    _count(inst, attribute, value)
+
+
+def _pos(inst, attribute, value):
+    if value is None:
+        return
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{attribute.name}: expected a finite number > 0, got {value!r}")
+
+
+def _one_of(*options):
+    def check(inst, attribute, value):
+        if value not in options:
+            import difflib
+
+            close = difflib.get_close_matches(str(value), options, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(
+                f"{attribute.name}: expected one of {', '.join(repr(o) for o in options)}, got {value!r}{hint}"
+            )
+
+    return check
+
+
+#: Largest count a scenario may give (absurdly large counts are errors, not overflows).
+MAX_COUNT = 2**40
+
+
+def _bounded(inst, attribute, value):
+    if value is not None and value > MAX_COUNT:
+        raise ValueError(f"{attribute.name}: {value!r} is absurdly large (limit {MAX_COUNT})")
+
+
+def _kv_heads(inst, attribute, value):
+    """Grouped-query attention: every key/value head serves the same number of query heads."""
+    if value is None or value < 1 or inst.heads < 1:
+        return
+    if value > inst.heads:
+        raise ValueError(f"{attribute.name}: expected at most heads ({inst.heads}), got {value!r}")
+    if inst.heads % value:
+        raise ValueError(
+            f"{attribute.name}: heads ({inst.heads}) must be a multiple of kv_heads, got {value!r}"
+        )
+
+
+def _experts_per_token(inst, attribute, value):
+    if value >= 1 and inst.experts >= 1 and value > inst.experts:
+        raise ValueError(f"{attribute.name}: expected at most experts ({inst.experts}), got {value!r}")
+
+
+def _moe_only(inst, attribute, value):
+    """A MoE shape key means nothing for a dense model."""
+    if value and inst.experts == 1:
+        raise ValueError(f"{attribute.name}: applies to MoE models only (experts > 1), got {value!r}")
+
+
+def _dense_layers(inst, attribute, value):
+    if value < 0:
+        raise ValueError(f"{attribute.name}: expected an integer >= 0, got {value!r}")
+    if value >= inst.layers >= 1:
+        raise ValueError(f"{attribute.name}: expected fewer than layers ({inst.layers}), got {value!r}")
+    _moe_only(inst, attribute, value)
+
+
+#: ``training.recompute`` values (SCENARIO "What the training keys mean").
+RECOMPUTE_MODES = ("none", "selective", "op", "full")
+#: ``training.fp8_recipe`` values.
+FP8_RECIPES = ("tensorwise", "rowwise", "delayed", "blockwise", "mxfp8")
+
+
+def _with_full_recompute(inst, attribute, value):
+    if value is not None and inst.recompute != "full":
+        raise ValueError(
+            f'{attribute.name}: only with recompute = "full" (got recompute = {inst.recompute!r})'
+        )
+
+
+def _non_negative(inst, attribute, value):
+    if value < 0:
+        raise ValueError(f"{attribute.name}: expected an integer >= 0, got {value!r}")
+
+
+def _price(inst, attribute, value):
+    """A price in US dollars: finite and >= 0 (0: free, such as an owned site's uplink)."""
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{attribute.name}: expected a finite number >= 0, got {value!r}")
+
+
+def _label(inst, attribute, value):
+    if not value.strip():
+        raise ValueError(f"{attribute.name}: expected a non-empty string, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class ModelSpec:
+    """``[model]``: the transformer (``kv_heads`` must divide ``heads``, ``experts_per_token``
+    be at most ``experts``). Defaults: ``kv_heads = heads``,
+    ``head_dim = hidden / heads``, ``ffn_hidden = 4 * hidden``, ``ffn = "gelu"``,
+    untied embeddings, dense (``experts = 1``; ``capacity_factor = 1.0`` pads each
+    expert's token buffer for MoE), causal attention, no dropout
+    (``dropout = true`` stores Megatron-style dropout masks, as in Korthikanti
+    et al. 2022's activation formulas).
+
+    MoE shapes (DeepSeekMoE, Qwen-MoE; each needs ``experts > 1``): ``moe_ffn_hidden`` (each
+    expert's width, default ``ffn_hidden``, which then sizes the dense layers),
+    ``shared_experts`` (always-active experts of that width, default 0), ``dense_layers``
+    (leading dense layers, default 0). Multi-head latent attention (DeepSeek-V2/V3):
+    ``q_lora_rank`` / ``kv_lora_rank`` (default none: full projections), ``v_head_dim``
+    (default ``head_dim``). ``hf_config``: the Hugging Face ``config.json`` the other keys
+    were read from (:mod:`shardmeter.load.hf_config`)."""
+
+    preset: str | None = None
+    hf_config: str | None = None
+    layers: int = attrs.field(validator=[_count, _bounded])
+    hidden: int = attrs.field(validator=[_count, _bounded])
+    heads: int = attrs.field(validator=[_count, _bounded])
+    vocab: int = attrs.field(validator=[_count, _bounded])
+    seq_len: int = attrs.field(validator=[_count, _bounded])
+    kv_heads: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded, _kv_heads])
+    head_dim: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    ffn_hidden: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    ffn: str = attrs.field(default="gelu", validator=_one_of("gelu", "swiglu"))
+    tied_embeddings: bool = False
+    experts: int = attrs.field(default=1, validator=[_count, _bounded])
+    experts_per_token: int = attrs.field(default=1, validator=[_count, _bounded, _experts_per_token])
+    capacity_factor: float = attrs.field(default=1.0, validator=_pos)
+    causal: bool = True
+    dropout: bool = False
+    moe_ffn_hidden: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded, _moe_only])
+    shared_experts: int = attrs.field(default=0, validator=[_non_negative, _bounded, _moe_only])
+    dense_layers: int = attrs.field(default=0, validator=[_dense_layers, _bounded])
+    q_lora_rank: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    kv_lora_rank: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    v_head_dim: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.kv_heads or self.heads
+
+    @property
+    def d_head(self) -> int:
+        return self.head_dim or max(1, self.hidden // self.heads)
+
+    @property
+    def d_ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def d_moe_ffn(self) -> int:
+        return self.moe_ffn_hidden or self.d_ffn
+
+    @property
+    def d_v_head(self) -> int:
+        return self.v_head_dim or self.d_head
+
+
+@attrs.frozen(kw_only=True)
+class TrainingSpec:
+    """``[training]``. Defaults: ``micro_batch = 1``, ``precision = "bf16"``,
+    ``recompute = "none"``, ``optimizer = "adam"``, ``attention = "flash"``
+    (the GPU's current fused-attention kernel, which skips masked blocks:
+    FlashAttention-2 on Ampere, FlashAttention-3 / cuDNN on Hopper and later;
+    ``"flash2"`` the FlashAttention-2 kernels on any GPU, as stacks of 2023-2024 ran
+    them on H100; ``"materialized"`` stores and computes the full score matrix, as
+    Megatron-LM did before FlashAttention)."""
+
+    global_batch: int = attrs.field(validator=[_count, _bounded])
+    micro_batch: int = attrs.field(default=1, validator=[_count, _bounded])
+    precision: str = attrs.field(default="bf16", validator=_one_of(*PRECISIONS))
+    recompute: str = attrs.field(default="none", validator=_one_of(*RECOMPUTE_MODES))
+    #: with ``recompute = "full"``: layers recomputed per pipeline stage (per model chunk); None = all
+    recompute_layers: int | None = attrs.field(
+        default=None, validator=[_count_or_none, _bounded, _with_full_recompute]
+    )
+    #: layers per stage whose activations wait in host memory (Megatron-Core cpu_offloading_num_layers)
+    offload_layers: int = attrs.field(default=0, validator=[_non_negative, _bounded])
+    #: fused elementwise kernels (torch.compile, Transformer Engine, Apex); false = eager PyTorch
+    compile: bool = True
+    #: with ``precision = "fp8"``: how scaling factors are found (SCENARIO "What the training keys mean")
+    fp8_recipe: str = attrs.field(default="tensorwise", validator=_one_of(*FP8_RECIPES))
+    #: weights held and all-gathered in fp8 (Megatron --fp8-param-gather, torchao fp8 all-gather)
+    fp8_params: bool = False
+    optimizer: str = attrs.field(default="adam", validator=_one_of("adam", "adamw", "sgd"))
+    attention: str = attrs.field(default="flash", validator=_one_of("flash", "flash2", "materialized"))
+    tokens: float | None = attrs.field(default=None, validator=_pos)
+    #: a software-stack profile (``docs/frameworks.md``) whose defaults filled the keys not written
+    framework: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ParallelismSpec:
+    """``[parallelism]`` inside one island. ``dp`` defaults to what fills the island.
+
+    ``tp_comm_overlap`` (default false) hides tensor-parallel communication
+    under GEMMs (Transformer Engine userbuffers); ``dp_comm_overlap`` (default
+    true) overlaps bucketed gradient reduction with the backward pass.
+    ``options`` holds keys read by registered sharding/schedule strategies.
+    """
+
+    tp: int = attrs.field(default=1, validator=[_count, _bounded])
+    pp: int = attrs.field(default=1, validator=[_count, _bounded])
+    dp: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    cp: int = attrs.field(default=1, validator=[_count, _bounded])
+    ep: int = attrs.field(default=1, validator=[_count, _bounded])
+    sequence_parallel: bool = False
+    sharding: str = "none"
+    schedule: str = "1f1b"
+    virtual_stages: int = attrs.field(default=1, validator=[_count, _bounded])
+    #: layers on the first / last pipeline stage (Megatron --decoder-first/last-pipeline-num-layers);
+    #: None = as even a split as the layers allow
+    first_stage_layers: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    last_stage_layers: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    tp_comm_overlap: bool = False
+    #: PyTorch asynchronous TP (micro-pipelined all-gather/reduce-scatter with the GEMMs)
+    async_tp: bool = False
+    dp_comm_overlap: bool = True
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class SyncSpec:
+    """``[sync]``: how islands synchronise and ``batch_split`` (``"replicas"`` or
+    ``"balanced"``); ``options`` holds the chosen (or any registered) sync strategy's keys such as
+    ``inner_steps``."""
+
+    strategy: str = "allreduce"
+    #: how ``global_batch`` is split between islands: by data-parallel replicas, or "balanced"
+    #: (integer micro-batches per island, so that the islands finish together)
+    batch_split: str = attrs.field(
+        default="replicas", validator=attrs.validators.in_(("replicas", "balanced"))
+    )
+    #: a registered convergence model (``docs/convergence.md``); None or "none": not priced
+    convergence: str | None = None
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+def _at_least_one(inst, attribute, value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 1
+    ):
+        raise ValueError(f"{attribute.name}: expected a number >= 1, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class TierSpec:
+    """One network tier of an island (``tiers = [...]``, innermost first): ``link`` (a registered
+    interconnect or an inline table), ``gpus`` joined by one domain of it (omit on the last:
+    the whole island) and ``oversubscription`` (>= 1; bandwidth across the tier divided by it)."""
+
+    link: Any
+    gpus: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    oversubscription: float = attrs.field(default=1.0, validator=_at_least_one)
+
+
+@attrs.frozen(kw_only=True)
+class IslandSpec:
+    """``[[island]]``: one cluster. Parts (``gpu``, links, ``price``) are a
+    registered name or an inline table ``{ name = "...", field = value }``."""
+
+    name: str | None = None
+    gpu: Any = None
+    nodes: int = attrs.field(validator=[_count, _bounded])
+    gpus_per_node: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    intra_node: Any = None
+    inter_node: Any = None
+    nics_per_node: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    price: Any = None
+    tiers: tuple[TierSpec, ...] | None = None
+    parallelism: ParallelismSpec | None = None
+    #: this island's own uplink to the other islands (a link name or table); None: ``[network] link``
+    uplink: Any = None
+    #: this island's own sequences per micro-batch (ShardMeter's extension of the contract);
+    #: None: ``training.micro_batch``
+    micro_batch: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+
+
+@attrs.frozen(kw_only=True)
+class OfferSpec:
+    """``[[offer]]``: a candidate island to rent (a cloud region, a provider): up to
+    ``max_nodes`` nodes of ``gpu`` at ``price_usd_per_gpu_hour`` (billed per GPU the island
+    has), ``egress_usd_per_gb`` for the bytes it sends to other islands (default 0), its own
+    ``uplink`` (default ``[network] link``) and the island's links (``gpus_per_node``,
+    ``intra_node``, ``inter_node``, ``nics_per_node``; defaults from the GPU, as for an island).
+    ``price_date`` says when the price was read. ``shardmeter.load.offers`` turns offers into
+    islands."""
+
+    name: str = attrs.field(validator=_label)
+    gpu: Any
+    max_nodes: int = attrs.field(validator=[_count, _bounded])
+    gpus_per_node: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    intra_node: Any = None
+    inter_node: Any = None
+    nics_per_node: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    price_usd_per_gpu_hour: float = attrs.field(validator=_price)
+    egress_usd_per_gb: float = attrs.field(default=0.0, validator=_price)
+    uplink: Any = None
+    price_date: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class NetworkSpec:
+    """``[network]``: the link between islands (each island's uplink)."""
+
+    link: Any = "internet"
+
+
+@attrs.frozen(kw_only=True)
+class Scenario:
+    """A whole scenario. ``notes`` collects accepted-but-unused keys. ``islands`` ends with one
+    island per ``offers`` entry (at its ``max_nodes``, named as the offer), which
+    :meth:`to_dict` writes back as ``[[offer]]`` only."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    islands: tuple[IslandSpec, ...]
+    offers: tuple[OfferSpec, ...] = ()
+    parallelism: ParallelismSpec = attrs.field(factory=ParallelismSpec)
+    network: NetworkSpec | None = None
+    sync: SyncSpec = attrs.field(factory=SyncSpec)
+    measured: dict[str, float] = attrs.field(factory=dict)
+    source: dict[str, Any] = attrs.field(factory=dict)
+    #: ``catalog``: overlay files (paths relative to the scenario's file), applied at resolve
+    catalog: tuple[str, ...] | None = None
+    notes: tuple[str, ...] = ()
+    #: the ``table.key`` values ``training.framework``'s profile set (not written in the file)
+    framework_keys: tuple[str, ...] = ()
+    file: str | None = None
+
+    def micro_batch(self, j: int) -> int:
+        """Island ``j``'s sequences per micro-batch: its own ``micro_batch``, else
+        ``training.micro_batch``."""
+        own = self.islands[j].micro_batch
+        return self.training.micro_batch if own is None else own
+
+    def to_dict(self) -> dict[str, Any]:
+        """The scenario as plain tables (inverse of loading, presets expanded)."""
+        d = CONVERTER.unstructure(self)
+        d.pop("notes", None)
+        d.pop("file", None)
+        d.pop("framework_keys", None)
+        offered = {o.name for o in self.offers}
+        d["island"] = [isl for isl in d.pop("islands") if isl.get("name") not in offered]
+        if not d["island"]:
+            del d["island"]
+        offers = d.pop("offers")
+        if offers:
+            d["offer"] = offers
+        for isl in d.get("island", ()):
+            if isl.get("parallelism") is not None:
+                isl["parallelism"].update(isl["parallelism"].pop("options", {}))
+        d["parallelism"].update(d["parallelism"].pop("options", {}))
+        d["sync"].update(d["sync"].pop("options", {}))
+        if d["sync"].get("batch_split") == "replicas":  # the default: written only when chosen
+            del d["sync"]["batch_split"]
+        return _drop_none(d)
+
+
+def _drop_none(x):
+    if isinstance(x, dict):
+        return {k: _drop_none(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list):
+        return [_drop_none(v) for v in x]
+    return x

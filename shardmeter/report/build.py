@@ -1,0 +1,508 @@
+"""The report of one scenario (SCENARIO.md, "Report")."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import attrs
+
+from shardmeter.model.evaluate import BREAKDOWN_TERMS
+from shardmeter.model.feasibility import REASONS, Reason, reason_messages
+from shardmeter.model.memory import MEMORY_PARTS
+from shardmeter.model.stages import stage_layers
+from shardmeter.report.confidence import confidence_of
+from shardmeter.report.pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
+from shardmeter.report.text import format_report
+from shardmeter.report.words import assumption_notes, describe_bottleneck, regime_of
+from shardmeter.resolve.resolver import Resolved, ResolvedIsland
+
+__all__ = ["Report", "build_report", "json_safe", "regime_of", "describe_bottleneck"]
+
+
+#: The figures of one step (rates and utilisations) that a feasible report gives and an
+#: infeasible one leaves null; also what ``calibrate`` can fit a measured step to.
+STEP_FIELDS = (
+    "step_time_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "model_tflops_per_gpu",
+    "hardware_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "compute_utilization",
+)
+
+
+def _at(x: Any, row: int, j: int | None = None) -> Any:
+    """Row ``row`` (island ``j``) of an output array; the scalar path's outputs are plain numbers."""
+    if isinstance(x, (float, int, bool)):
+        return x
+    return x[row] if j is None else x[row, j]
+
+
+def _num(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def json_safe(o: Any) -> Any:
+    """``o`` with every non-finite float as None and numpy scalars and arrays as Python
+    numbers and lists, ready for ``json.dumps(..., allow_nan=False)``."""
+    if hasattr(o, "tolist") and not isinstance(o, (str, bytes)):  # numpy scalars and arrays
+        o = o.tolist()
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: json_safe(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [json_safe(v) for v in o]
+    return o
+
+
+class _Figure(float):
+    """A number in an infeasibility reason: ``{mem_gb:.1f}`` prints an absurd one (1e22 GB)
+    in scientific notation instead of all its digits."""
+
+    def __format__(self, spec: str) -> str:
+        if not math.isfinite(self):
+            return "-"
+        if abs(self) >= 1e9 and spec.endswith("f"):
+            return format(float(self), ".3e")
+        return format(float(self), spec)
+
+
+@attrs.define
+class Report:
+    """A prediction. Every field of SCENARIO.md's report, plus ``reasons``,
+    ``notes``, ``regime``, ``overlapped_s``, ``gpus``, the model's size, the ``layout``
+    and the cost's split (``cost_breakdown_usd``)."""
+
+    feasible: bool
+    reasons: list[str]
+    step_time_s: float | None
+    tokens_per_s: float | None
+    tokens_per_s_per_gpu: float | None
+    model_tflops_per_gpu: float | None
+    hardware_tflops_per_gpu: float | None
+    mfu: float | None
+    hfu: float | None
+    memory_per_gpu_gb: float | None
+    memory_capacity_gb: float | None
+    compute_utilization: float | None
+    wall_clock_s: float | None
+    cost_usd: float | None
+    bottleneck: str | None
+    regime: str | None
+    breakdown_s: dict[str, float]
+    overlapped_s: dict[str, float]
+    islands: list[dict[str, Any]]
+    gpus: int
+    params: float
+    model_flops_per_token: float
+    notes: list[str]
+    #: Communication time per step by topology level: ``intra_island`` (every collective inside an
+    #: island, exposed + hidden, GPU-weighted over islands like the breakdown) and ``wan`` (the
+    #: cross-island stage: ``time_s`` exposed + hidden, ``exposed_s``, ``bytes_per_island`` sent
+    #: through each island's uplink, ``round_s`` the WAN's busy time per outer round). Empty when
+    #: infeasible.
+    levels: dict[str, dict[str, float]] = attrs.field(factory=dict)
+    #: The resolved layout (:func:`_layout`): degrees, gradient accumulation, layers per stage,
+    #: parameters per GPU; ``islands`` lists each island's where they differ.
+    layout: dict[str, Any] = attrs.field(factory=dict)
+    #: The busiest GPU's memory by part (``weights``, ``gradients``, ``optimizer``,
+    #: ``activations``, ``other``: the strategy's buffers and the
+    #: framework's reservation), GB, adding up to ``memory_per_gpu_gb``.
+    memory_breakdown_gb: dict[str, float] = attrs.field(factory=dict)
+    #: ``cost_usd`` as rate x GPU-hours + egress (:func:`~shardmeter.report.pricing.cost_breakdown`);
+    #: empty without a cost (infeasible, or no ``training.tokens``).
+    cost_breakdown_usd: dict[str, Any] = attrs.field(factory=dict)
+    #: What the model assumed that the numbers do not show (:func:`~shardmeter.report.words.assumption_notes`):
+    #: defaulted sync options, convergence not priced, communication hidden under compute.
+    assumptions: list[str] = attrs.field(factory=list)
+    #: Time and cost to the data-parallel loss with a ``[sync] convergence`` model
+    #: (:func:`~shardmeter.report.quality.quality_figures`); empty without one, or when infeasible.
+    quality: dict[str, Any] = attrs.field(factory=dict)
+    #: How far the estimate lies from the validated runs: a band from the nearest runs'
+    #: residuals and whether it is inside the validated envelope
+    #: (:func:`~shardmeter.report.confidence.confidence_of`); empty when infeasible.
+    confidence: dict[str, Any] = attrs.field(factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    def to_json(self, **kw) -> str:
+        """The report as strict JSON (indented by default): a number that is not finite is
+        ``null``, as the CLI's ``--json`` writes it (JSON has no NaN or Infinity)."""
+        return json.dumps(json_safe(self.to_dict()), **({"indent": 2, "allow_nan": False} | kw))
+
+    def __str__(self) -> str:
+        return format_report(self)
+
+    def __repr__(self) -> str:
+        """One line of headline figures (:func:`shardmeter.report.notebook.report_repr`)."""
+        from shardmeter.report.notebook import report_repr
+
+        return report_repr(self)
+
+    def _repr_html_(self) -> str:
+        """A compact HTML table for Jupyter (:func:`shardmeter.report.notebook.report_html`)."""
+        from shardmeter.report.notebook import report_html
+
+        return report_html(self)
+
+
+def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
+    """Row ``row`` of :func:`~shardmeter.model.evaluate.evaluate`'s output, for the resolved
+    scenario ``res``, as a :class:`Report` (from those two alone)."""
+    sc, islands = res.scenario, res.islands
+    feasible = bool(_at(out["feasible"], row))
+    reasons = _reasons(res, out, row)
+    step = float(_at(out["step_time_s"], row))
+    if feasible and not (math.isfinite(step) and step > 0):
+        # a part's figures overflowed the model (inf or nan): no number of this plan means anything
+        feasible = False
+        reasons.append(
+            "step_time_s: the predicted step time is not a finite number > 0 "
+            "(a part's figures overflow the model)"
+        )
+    notes = list(sc.notes)
+    assumed: list[str] = []
+    gpus = int(sum(isl.gpus_used for isl in islands))
+    for isl in islands:
+        if feasible and isl.gpus_used < isl.gpus:
+            notes.append(f"island '{isl.name}' uses {isl.gpus_used} of its {isl.gpus} GPUs")
+    common: dict[str, Any] = {
+        "memory_per_gpu_gb": _num(_at(out["memory_per_gpu_gb"], row)),
+        "memory_capacity_gb": min(isl.gpu.memory_gb for isl in islands),
+        "gpus": gpus,
+        "params": float(_at(out["params"], row)),
+        "model_flops_per_token": float(_at(out["model_flops_per_token"], row)),
+        "notes": notes,
+        "assumptions": assumed,
+        "layout": _layout(res, out, row, assumed),
+        "memory_breakdown_gb": _memory_breakdown(out, row, len(islands)),
+    }
+    if not feasible:
+        return _infeasible_report(res, out, row, reasons, common)
+    bd, ov = _breakdowns(out, row, len(islands))
+    tps = float(_at(out["tokens_per_s"], row))
+    isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
+    report = Report(
+        feasible=True,
+        reasons=[],
+        step_time_s=step,
+        tokens_per_s=tps,
+        tokens_per_s_per_gpu=float(_at(out["tokens_per_s_per_gpu"], row)),
+        model_tflops_per_gpu=float(_at(out["model_tflops_per_gpu"], row)),
+        hardware_tflops_per_gpu=float(_at(out["hardware_tflops_per_gpu"], row)),
+        mfu=float(_at(out["mfu"], row)),
+        hfu=float(_at(out["hfu"], row)),
+        compute_utilization=float(_at(out["compute_utilization"], row)),
+        wall_clock_s=wall,
+        cost_usd=total_cost,
+        bottleneck=max(bd, key=lambda k: bd[k]),
+        regime=regime_of(bd),
+        breakdown_s=bd,
+        overlapped_s=ov,
+        islands=isl_reports,
+        levels=_levels(out, row, bd, ov),
+        cost_breakdown_usd=_cost_split(res, isl_reports, wall),
+        **common,
+    )
+    assumed.extend(assumption_notes(res, report))
+    report.confidence = confidence_of(res, report)
+    if res.convergence is not None:  # quality-adjusted figures; raw ones unchanged
+        from shardmeter.report.quality import apply_quality
+
+        apply_quality(res, report)
+    return report
+
+
+def _cost_split(res: Resolved, isl_reports: list[dict[str, Any]], wall: float | None) -> dict[str, Any]:
+    """:func:`~shardmeter.report.pricing.cost_breakdown` of the run (empty without a token budget)."""
+    if wall is None or not isl_reports or isl_reports[0]["egress_gb"] is None:
+        return {}
+    return cost_breakdown(res, wall, isl_reports[0]["egress_gb"])
+
+
+def _memory_breakdown(out: dict[str, Any], row: int, n_isl: int) -> dict[str, float]:
+    """The busiest island's memory parts (its GPU is the one ``memory_per_gpu_gb`` reports)."""
+    parts = out.get("island_memory_parts_gb")
+    if parts is None:
+        return {}
+    mem = [float(_at(out["island_memory_gb"], row, j)) for j in range(n_isl)]
+    busiest = max(range(n_isl), key=lambda j: mem[j] if math.isfinite(mem[j]) else math.inf)
+    return {k: float(_at(parts[k], row, busiest)) for k in MEMORY_PARTS}
+
+
+def _stage_layers(layers: int, pp: int, v: int, stage: int) -> int:
+    """Layers of pipeline stage ``stage`` when ``layers`` split over ``pp x v`` model chunks as
+    evenly as they can, the extra layers on the first chunks; a stage holds chunks ``stage``,
+    ``stage + pp``, ... (Megatron-LM's interleaved assignment, Narayanan et al. 2021, Sec. 2.2).
+    Closed form: each chunk has ``q = layers // (pp v)``, the first ``r = layers % (pp v)`` one
+    more, and ``ceil((r - stage) / pp)`` of this stage's ``v`` chunks are among them."""
+    q, r = divmod(layers, pp * v)
+    return v * q + min(v, max(0, -((stage - r) // pp)))
+
+
+def _island_layout(
+    res: Resolved, isl: ResolvedIsland, out: dict[str, Any], row: int, j: int
+) -> dict[str, Any]:
+    """One island's resolved layout (Megatron-LM's names where it has one)."""
+    sc, par = res.scenario, isl.parallelism
+    v = par.virtual_stages if par.pp > 1 else 1
+    largest = round(float(_at(out["island_layers_per_stage"], row, j)))
+    first, last = (_stage_layers(sc.model.layers, par.pp, v, s) for s in (0, par.pp - 1))
+    if par.pp > 1 and (par.first_stage_layers or par.last_stage_layers):
+        st = stage_layers(
+            float(sc.model.layers), float(par.pp), float(v),
+            float(par.first_stage_layers or 0), float(par.last_stage_layers or 0),
+        )  # fmt: skip
+        first, last = round(st.first), round(st.last)
+        uneven = {"first_stage_layers": first, "last_stage_layers": last}
+    else:
+        uneven = {"first_stage_layers": first, "last_stage_layers": last} if first != last else {}
+    return {
+        "tp": par.tp,
+        "pp": par.pp,
+        "cp": par.cp,
+        "ep": par.ep,
+        "dp": isl.dp,
+        "gpus": isl.gpus_used,
+        "sequence_parallel": par.sequence_parallel,
+        "sharding": par.sharding,
+        "schedule": par.schedule,
+        "virtual_stages": v,
+        "micro_batch": sc.micro_batch(j),
+        "grad_accumulation": round(float(_at(out["micro_batches"], row, j))),
+        "batch_per_step": float(_at(out["island_batch"], row, j)),
+        "layers_per_stage": largest,
+        "layers_per_virtual_stage": largest // v,
+        **uneven,
+        "params_per_gpu": float(_at(out["island_params_per_gpu"], row, j)),
+        "params_per_gpu_sharded": float(_at(out["island_params_per_gpu_sharded"], row, j)),
+    }
+
+
+def _layout(res: Resolved, out: dict[str, Any], row: int, assumed: list[str]) -> dict[str, Any]:
+    """The resolved layout: per island ``tp``, ``pp``, ``cp``, ``ep``, ``dp``, ``gpus``,
+    ``sequence_parallel``, ``sharding``, ``schedule``, ``virtual_stages``, ``micro_batch``,
+    ``grad_accumulation`` (micro-batches per step per pipeline), ``batch_per_step``
+    (sequences), ``layers_per_stage`` (the stage the model times: ``virtual_stages`` chunks
+    of ``layers_per_virtual_stage``; ``first_stage_layers`` / ``last_stage_layers`` of an even
+    split where the stages differ), ``layers_per_virtual_stage``, ``params_per_gpu``
+    (the largest stage's tensor / expert slice) and ``params_per_gpu_sharded`` (what the
+    sharding strategy leaves one GPU). The keys every island agrees on are at the top, with
+    ``params``, ``global_batch`` and ``dp_total`` (replicas over all islands); ``islands``
+    lists each island's (with its ``name``) where they differ."""
+    if "island_layers_per_stage" not in out:
+        return {}
+    per = [_island_layout(res, isl, out, row, j) for j, isl in enumerate(res.islands)]
+    top = {k: v for k, v in per[0].items() if all(k in p and p[k] == v for p in per[1:])}
+    top |= {
+        "dp_total": sum(p["dp"] for p in per),
+        "global_batch": res.scenario.training.global_batch,
+        "params": float(_at(out["params"], row)),
+    }
+    if len(per) > 1 and any(p != per[0] for p in per[1:]):
+        top["islands"] = [{"name": isl.name, **p} for isl, p in zip(res.islands, per, strict=True)]
+    return top
+
+
+def batch_split_key(sc: Any, j: int) -> str:
+    """The key a batch that does not split on island ``j`` names: ``island[j].micro_batch`` when
+    the island sets its own, ``training.micro_batch`` when another island does, else (no island
+    sets one: as before the per-island key) ``training.global_batch``."""
+    if sc.islands[j].micro_batch is not None:
+        return f"island[{j}].micro_batch"
+    if any(isl.micro_batch is not None for isl in sc.islands):
+        return "training.micro_batch"
+    return REASONS[Reason.BATCH_SPLIT][0]
+
+
+def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
+    """Each island's reason bits as ``key: message`` lines (the key names the island's own
+    parallelism when it has one)."""
+    sc, islands = res.scenario, res.islands
+    n_isl = len(islands)
+    reasons: list[str] = []
+    for j, isl in enumerate(islands):
+        bits = int(_at(out["reasons"], row, j))
+        if not bits:
+            continue
+        par = isl.parallelism
+        vals = {
+            "tp": par.tp,
+            "heads": sc.model.heads,
+            "cp": par.cp,
+            "s": sc.model.seq_len,
+            "ep": par.ep,
+            "E": sc.model.experts,
+            "dpcp": isl.dp * par.cp,
+            "used": isl.gpus_used,
+            "gpus": isl.gpus,
+            "bi": _fmt_int(_at(out["island_batch"], row, j)),
+            "mbs_dp": sc.micro_batch(j) * isl.dp,
+            "mem_gb": _Figure(_at(out["island_memory_gb"], row, j)),
+            "cap_gb": _Figure(_at(out["_mem_cap_gb"], row, j)),
+            "m": _fmt_int(_at(out["micro_batches"], row, j)),
+            "pp": par.pp,
+            "pv": par.pp * par.virtual_stages,
+            "v": par.virtual_stages,
+            "L": sc.model.layers,
+        }
+        message = getattr(isl.schedule, "infeasible_message", None)  # a SchedulePart's
+        own = message(isl.schedule_options) if message is not None else None
+        templates = {int(Reason.SCHEDULE): own} if own else None
+        prefix = f"island[{j}]." if n_isl > 1 and isl.own_parallelism else ""
+        for key, msg in reason_messages(bits, vals, templates):
+            if key.startswith("island["):
+                label = key.format(j=j)
+            else:
+                label = f"{prefix}{key}" if not key.startswith("training") else key
+            if key == REASONS[Reason.BATCH_SPLIT][0]:
+                label = batch_split_key(sc, j)
+            where = f" (island '{isl.name}')" if n_isl > 1 else ""
+            reasons.append(f"{label}: {msg}{where}")
+    return reasons
+
+
+def _infeasible_report(
+    res: Resolved, out: dict[str, Any], row: int, reasons: list[str], common: dict[str, Any]
+) -> Report:
+    """A report with the reasons and the memory, and no time, throughput or cost."""
+    islands = [
+        {
+            "name": isl.name,
+            "gpus": isl.gpus,
+            "tokens_per_s": None,
+            "step_time_s": None,
+            "memory_per_gpu_gb": _num(_at(out["island_memory_gb"], row, j)),
+            "cost_usd": None,
+            "feasible": int(_at(out["reasons"], row, j)) == 0,
+        }
+        for j, isl in enumerate(res.islands)
+    ]
+    none: dict[str, Any] = dict.fromkeys((*STEP_FIELDS, "wall_clock_s", "cost_usd", "bottleneck", "regime"))
+    return Report(
+        feasible=False, reasons=reasons, breakdown_s={}, overlapped_s={}, islands=islands, **none, **common
+    )
+
+
+def _breakdowns(out: dict[str, Any], row: int, n_isl: int) -> tuple[dict[str, float], dict[str, float]]:
+    """The exposed breakdown (terms > 0; compute always, the island sync between islands) and
+    the hidden time per term."""
+    bd = {k: max(0.0, float(_at(out["breakdown"][k], row))) for k in BREAKDOWN_TERMS}
+    keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)
+    bd = {k: v for k, v in bd.items() if v > 0 or k in keep}
+    ov = {k: float(_at(out["overlapped"][k], row)) for k in out["overlapped"]}
+    ov = {k: v for k, v in ov.items() if v > 0 or (k == "island_sync" and n_isl > 1)}
+    return bd, ov
+
+
+def _levels(out: dict[str, Any], row: int, bd: dict[str, float], ov: dict[str, float]) -> dict[str, Any]:
+    """Communication time per step by topology level (see :attr:`Report.levels`)."""
+    comm_in = sum(bd.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
+    return {
+        "intra_island": {
+            "time_s": comm_in + sum(ov.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm")),
+            "exposed_s": comm_in,
+        },
+        "wan": {
+            "time_s": float(_at(out["wan_s"], row)),
+            "exposed_s": bd.get("island_sync", 0.0),
+            "bytes_per_island": float(_at(out["egress_bytes_per_step"], row)),
+            "round_s": float(_at(out["wan_round_s"], row)),
+        },
+    }
+
+
+def _island_entries(res: Resolved, out, row, step, tps, notes):
+    """Per-island report entries, the total cost and the wall-clock time.
+
+    * ``tokens_per_s``: the island's share of the global batch (proportional to its
+      data-parallel replicas) per averaged step, so the islands sum to the total;
+      ``tokens_per_s_per_gpu`` over the GPUs it uses (``gpus``).
+    * ``breakdown_s``: the island's own terms + its ``idle`` + the exposed ``island_sync``,
+      adding up to the global ``step_time_s``.
+    * ``step_time_s``: the island's own inner step; ``idle_s`` / ``idle_fraction``:
+      time per step it waits for slower islands; ``compute_utilization``: its own
+      step over the global step (it waits on the WAN sync and on slower islands).
+    * ``wall_clock_s`` = ``training.tokens / tokens_per_s`` (islands train side by side,
+      so every island's wall-clock is the total); ``tokens``: the island's share.
+    * ``cost_usd`` = ``gpus_billed x wall_clock_s / 3600 x usd_per_gpu_hour`` (every GPU
+      the island has -- ``nodes x gpus_per_node`` -- is rented or owned for the whole
+      run, used or not) ``+ egress_gb x egress_usd_per_gb``, where ``egress_gb`` is
+      the traffic the island sends to other islands over the run
+      (bytes per step x ``training.tokens / (global_batch x seq_len)`` steps) and
+      the egress price is the island's cost source's (the party that bills the
+      island), or the network link's when the island has no cost source. Null
+      when the price is unknown (``CostSource.gpu_hour_usd`` is nan); the total
+      is then null too.
+    """
+    sc, islands, net = res.scenario, res.islands, res.network
+    tokens = sc.training.tokens
+    wall = tokens / tps if tokens else None
+    steps = tokens / (sc.training.global_batch * sc.model.seq_len) if tokens else None
+    egress_step = float(_at(out["egress_bytes_per_step"], row))
+    entries = []
+    total_cost = 0.0 if wall is not None else None
+    for j, isl in enumerate(islands):
+        g = int(_at(out["island_gpus"], row, j))
+        billed = isl.nodes * isl.gpus_per_node
+        isl_tps = float(_at(out["island_tokens_per_s"], row, j))
+        price = gpu_hour_usd(isl)
+        egress_gb = egress_step * steps / 1e9 if steps is not None else None
+        cost = gpu_cost = egress_cost = None
+        if wall is not None and egress_gb is not None:
+            priced = island_cost_usd(isl, net, wall, egress_gb)
+            if priced is not None:
+                gpu_cost, egress_cost = priced
+                cost = gpu_cost + egress_cost
+            else:
+                notes.append(
+                    f"island '{isl.name}': no GPU-hour price for '{isl.gpu.name}' in cost source "
+                    f"'{isl.cost.name if isl.cost else 'none'}'; cost_usd is null"
+                )
+        if total_cost is not None:
+            total_cost = None if cost is None else total_cost + cost
+        idle = max(0.0, float(_at(out["island_idle_s"], row, j)))
+        own = {k: float(_at(v, row, j)) for k, v in out["island_breakdown"].items()}
+        own_bd = {k: v for k, v in own.items() if v > 0 or k == "compute"}
+        own_bd["idle"] = idle
+        own_bd["island_sync"] = max(0.0, float(_at(out["breakdown"]["island_sync"], row)))
+        entries.append(
+            {
+                "name": isl.name,
+                "gpu": isl.gpu.name,
+                "gpus": g,
+                "gpus_billed": billed,
+                "tokens_per_s": isl_tps,
+                "tokens_per_s_per_gpu": isl_tps / g if g else None,
+                "step_time_s": float(_at(out["island_step_s"], row, j)),
+                "idle_s": idle,
+                "idle_fraction": idle / step,
+                "compute_utilization": float(_at(out["island_util"], row, j)),
+                "breakdown_s": own_bd,
+                "memory_per_gpu_gb": float(_at(out["island_memory_gb"], row, j)),
+                "batch_per_step": float(_at(out["island_batch"], row, j)),
+                "tokens": tokens * isl_tps / tps if tokens else None,
+                "wall_clock_s": wall,
+                "cost_source": isl.cost.name if isl.cost is not None else None,
+                "usd_per_gpu_hour": price if math.isfinite(price) else None,
+                "gpu_cost_usd": gpu_cost,
+                "egress_gb": egress_gb,
+                "egress_cost_usd": egress_cost,
+                "cost_usd": cost,
+            }
+        )
+    return entries, total_cost, wall
+
+
+def _fmt_int(x) -> str:
+    x = float(x)
+    if not math.isfinite(x):
+        return "-"
+    return str(round(x)) if abs(x) < 1e15 and abs(x - round(x)) < 1e-9 else f"{x:.3g}"

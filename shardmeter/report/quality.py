@@ -1,0 +1,112 @@
+"""Quality-adjusted figures: a report's time and cost to the loss data-parallel training reaches.
+
+With ``[sync] convergence = "NAME"`` the report gains a ``quality`` object (``docs/convergence.md``)
+computed from the report's own figures and the convergence part (``Resolved.convergence``):
+
+* ``tokens_factor``: tokens the sync strategy needs to reach the loss that data-parallel
+  training reaches with ``training.tokens``, over ``training.tokens`` (the part's ``terms``);
+* ``tokens_to_quality`` = ``training.tokens x tokens_factor``; ``wall_clock_to_quality_s`` =
+  ``wall_clock_s x tokens_factor``; ``cost_to_quality_usd`` = ``cost_usd x tokens_factor``
+  (GPU time and egress both grow with the steps); null where the raw figure is null;
+* ``effective_tokens_per_s`` = ``tokens_per_s / tokens_factor`` (data-parallel-equivalent);
+* ``in_validity_range``, ``validity`` (the ranges the model's sources cover), ``outside`` (the
+  inputs out of range), ``inputs`` (what the model read), ``model`` and ``source``.
+
+The raw figures are never changed. Without a convergence model nothing here runs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from shardmeter.model.convergence import convergence_inputs
+from shardmeter.parts import ConvergencePart
+
+__all__ = ["quality_figures", "apply_quality"]
+
+#: The assumption the report states when convergence is not priced (``words.assumption_notes``).
+_NOT_PRICED = "convergence not priced"
+
+
+def _scaled(x: float | None, factor: float) -> float | None:
+    return None if x is None or not math.isfinite(factor) else x * factor
+
+
+def _outside(inputs: dict[str, float], validity: dict[str, Any]) -> list[str]:
+    out = []
+    for key, rng in validity.items():
+        if key not in inputs or not isinstance(rng, (list, tuple)) or len(rng) != 2:
+            continue
+        low, high = rng
+        x = inputs[key]
+        if x < low:
+            out.append(f"{key} {x:g} < {low:g}")
+        elif x > high:
+            out.append(f"{key} {x:g} > {high:g}")
+    return out
+
+
+def quality_figures(res: Any, report: Any) -> dict[str, Any]:
+    """The ``quality`` object of a feasible ``report`` of ``res`` (``{}`` without a model)."""
+    from shardmeter.inputs.bundles import PartTable
+
+    model: ConvergencePart | None = getattr(res, "convergence", None)
+    if model is None or not report.feasible:
+        return {}
+    table = PartTable()
+    code = table.code("sync", res.sync, res.sync_options)
+    replicas = float(len(res.islands))
+    inp = convergence_inputs(table, np.array([code]), params=np.array([report.params]), replicas=replicas)
+    terms = model.terms(inp, model.options())
+    factor = float(np.asarray(terms.tokens_factor, dtype=float).reshape(-1)[0])
+    in_range = bool(np.asarray(terms.in_range).reshape(-1)[0])
+    local = bool(np.asarray(inp.local_steps).reshape(-1)[0])
+    inputs = {
+        "params": float(report.params),
+        "replicas": replicas,
+        **{
+            k: float(np.asarray(getattr(inp, k)).reshape(-1)[0])
+            for k in ("inner_steps", "compression_bits", "fragments", "overlap_steps")
+        },
+    }
+    validity = model.validity()
+    tokens = res.scenario.training.tokens
+    return {
+        "model": model.name,
+        "source": model.source,
+        "tokens_factor": factor,
+        "tokens_to_quality": _scaled(float(tokens) if tokens else None, factor),
+        "wall_clock_to_quality_s": _scaled(report.wall_clock_s, factor),
+        "cost_to_quality_usd": _scaled(report.cost_usd, factor),
+        "effective_tokens_per_s": report.tokens_per_s / factor if factor > 0 else None,
+        "in_validity_range": in_range,
+        "outside": [] if in_range or not local else _outside(inputs, validity),
+        "validity": validity,
+        "inputs": {**inputs, "local_steps": local},
+    }
+
+
+def apply_quality(res: Any, report: Any) -> None:
+    """Add the ``quality`` object to ``report`` (in place), a note with its headline figures, a
+    note when the plan lies outside the model's validity range, and drop the "convergence not
+    priced" assumption (it is priced now). Nothing happens without a convergence model."""
+    q = quality_figures(res, report)
+    if not q:
+        return
+    report.quality = q
+    report.assumptions[:] = [a for a in report.assumptions if not a.startswith(_NOT_PRICED)]
+    head = f"quality ({q['model']}): {q['tokens_factor']:.3f}x the tokens to reach the data-parallel loss"
+    if q["wall_clock_to_quality_s"] is not None:
+        head += f"; {q['wall_clock_to_quality_s'] / 86400:.2f} days to quality"
+    if q["cost_to_quality_usd"] is not None:
+        head += f", {q['cost_to_quality_usd']:,.0f} USD"
+    report.notes.append(head)
+    if not q["in_validity_range"]:
+        why = ", ".join(q["outside"]) or "this sync strategy is not one its sources cover"
+        report.notes.append(
+            f"quality: the plan lies outside the validity range of convergence model '{q['model']}' "
+            f"({why}); the tokens factor is extrapolated"
+        )

@@ -1,0 +1,252 @@
+"""Resolution: a loaded :class:`~shardmeter.load.scenario.Scenario` and a registry -> one frozen
+:class:`Resolved` with every part name replaced by its record or part and every strategy's
+options structured into its options class. Later stages (inputs, evaluation, report, pricing)
+read only this object; none of them looks a name up again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from shardmeter.errors import ScenarioError
+from shardmeter.load.scenario import ParallelismSpec, Scenario, TierSpec
+from shardmeter.parts import Part, option_defaults
+from shardmeter.records import CostSource, HardwareProfile, Interconnect
+from shardmeter.registry.convert import structure_record
+from shardmeter.registry.lookup import resolve_part
+
+__all__ = ["Resolved", "ResolvedIsland", "ResolvedTier", "resolve_scenario", "LEVELS"]
+
+#: Topology levels an :class:`~shardmeter.Estimator` may re-price on every island.
+LEVELS = ("intra_node", "inter_node", "network")
+
+
+@attrs.frozen
+class ResolvedTier:
+    """One network tier of an island: its ``link``, the GPUs one domain of it joins (``None``:
+    the whole island) and its ``oversubscription`` (bandwidth divided by it)."""
+
+    link: Interconnect
+    gpus: int | None
+    oversubscription: float = 1.0
+    #: a network link's bandwidth is per NIC, shared by the node's GPUs (``nics_per_node / gpus_per_node``)
+    nic_shared: bool = True
+
+
+@attrs.frozen
+class ResolvedIsland:
+    """One island with every part resolved."""
+
+    name: str
+    gpu: HardwareProfile
+    nodes: int
+    gpus_per_node: int
+    tiers: tuple[ResolvedTier, ...]
+    nics_per_node: int
+    cost: CostSource | None
+    parallelism: ParallelismSpec
+    sharding: Part
+    sharding_options: Any
+    schedule: Part
+    schedule_options: Any
+    dp: int
+    #: the parallelism is the island's own (``island[i].parallelism``), not the scenario's
+    own_parallelism: bool = False
+    #: a link between nodes is known (given, or the GPU's default); without one the island must
+    #: stay one node
+    has_inter_node: bool = True
+    #: the island's own uplink to the other islands; None: the scenario's ``network`` link
+    uplink: Interconnect | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def gpus_used(self) -> int:
+        par = self.parallelism
+        return par.tp * par.pp * par.cp * self.dp
+
+
+@attrs.frozen
+class Resolved:
+    """A scenario with its parts: ``islands``, the ``sync`` part and its options, and the WAN
+    ``network`` link (``None`` with one island)."""
+
+    scenario: Scenario
+    islands: tuple[ResolvedIsland, ...]
+    sync: Part
+    sync_options: Any
+    network: Interconnect | None
+    #: the ``[sync] convergence`` model (a ConvergencePart); None: convergence is not priced
+    convergence: Part | None = None
+    #: the ``training.framework`` profile (a FrameworkPart); None: no stack named
+    framework: Part | None = None
+
+
+def structure_options(part: Part, given: Mapping[str, Any], where: str, file: str | None):
+    """The part's options instance from the scenario keys it declares (the loader has already
+    type-checked them against the defaults; the strict converter checks them again)."""
+    names = option_defaults(part.options)
+    values = {k: v for k, v in given.items() if k in names}
+    return structure_record(values, part.options, path=where, file=file)
+
+
+def _tiers(reg, isl, gpu: HardwareProfile, gpn: int, levels, where: str, file: str | None):
+    def link(ref, path):
+        return resolve_part(reg, "interconnect", ref, path, file)
+
+    if isl.tiers:
+        last = isl.tiers[-1]
+        if last.gpus is not None and last.gpus < isl.nodes * gpn:
+            raise ScenarioError(
+                f"the last tier joins the whole island ({isl.nodes * gpn} GPUs); omit gpus or give "
+                f"at least that, got {last.gpus}",
+                path=f"{where}.tiers[{len(isl.tiers) - 1}].gpus",
+                file=file,
+            )
+        out = []
+        for t, tier in enumerate(isl.tiers):
+            # an Estimator's with_level re-prices the innermost tier (intra_node) or the ones beyond it
+            level = "intra_node" if t == 0 else "inter_node"
+            ref = levels.get(level, tier.link)
+            out.append(ResolvedTier(link(ref, f"{where}.tiers[{t}].link"), tier.gpus, tier.oversubscription))
+        return tuple(out)
+    intra = link(levels.get("intra_node", isl.intra_node or gpu.intra_node or "pcie4"), f"{where}.intra_node")
+    inter_ref = levels.get("inter_node", isl.inter_node or gpu.inter_node)
+    inter = link(inter_ref, f"{where}.inter_node") if inter_ref else None
+    if inter is None and isl.nodes > 1:
+        raise ScenarioError(
+            "required with more than one node (no default for this GPU)",
+            path=f"{where}.inter_node",
+            file=file,
+        )
+    return (ResolvedTier(intra, gpn, nic_shared=False), ResolvedTier(inter or intra, None))
+
+
+def resolve_scenario(
+    sc: Scenario, reg, *, levels: Mapping[str, Any] | None = None, cost_source: Any = None
+) -> Resolved:
+    """Resolve every part of ``sc`` (raises :class:`ScenarioError` naming the key on an unknown
+    name). ``levels`` re-prices ``intra_node``/``inter_node``/``network`` on every island;
+    ``cost_source`` prices every island."""
+    levels = dict(levels or {})
+    file = sc.file
+    overlays: list = []
+    if sc.catalog:  # catalog overlays replace or add records for this scenario only
+        from shardmeter.resolve.overlay import apply_overlays
+
+        base = os.path.dirname(os.path.abspath(file)) if file else None
+        reg, overlays = apply_overlays(reg, sc.catalog, base=base, scenario_file=file)
+    islands = []
+    offered = {o.name: k for k, o in enumerate(sc.offers)}
+    fixed = len(sc.islands) - len(sc.offers)
+    for i, isl in enumerate(sc.islands):
+        # an offer's island is named after the offer: its errors name the offer's keys
+        where = f"offer[{offered[isl.name]}]" if i >= fixed and isl.name in offered else f"island[{i}]"
+        gpu = resolve_part(reg, "hardware", isl.gpu, f"{where}.gpu", file)
+        gpn = isl.gpus_per_node or gpu.gpus_per_node
+        tiers = _tiers(reg, isl, gpu, gpn, levels, where, file)
+        nics = isl.nics_per_node or gpu.nics_per_node or gpn
+        cost_ref = cost_source if cost_source is not None else (isl.price or "cloud-on-demand")
+        if isinstance(cost_ref, CostSource):
+            cost = cost_ref
+        elif cost_ref == "cloud-on-demand" and "cloud-on-demand" not in reg.names("cost"):
+            cost = None
+        elif isinstance(cost_ref, Mapping) and "name" not in cost_ref:
+            cost = _own_cost(cost_ref, isl.name or f"island-{i}", where, file)
+        else:
+            cost = resolve_part(reg, "cost", cost_ref, f"{where}.price", file)
+        uplink = None
+        if isl.uplink is not None and "network" not in levels:  # with_level("network") re-prices every uplink
+            uplink = resolve_part(reg, "interconnect", _link_ref(isl.uplink), f"{where}.uplink", file)
+        par = isl.parallelism or sc.parallelism
+        ppath = f"{where}.parallelism" if isl.parallelism else "parallelism"
+        sharding = reg.get("sharding", par.sharding, path=f"{ppath}.sharding", file=file)
+        schedule = reg.get("schedule", par.schedule, path=f"{ppath}.schedule", file=file)
+        dp = par.dp or max(1, (isl.nodes * gpn) // (par.tp * par.pp * par.cp))
+        islands.append(
+            ResolvedIsland(
+                name=isl.name or f"island-{i}",
+                gpu=gpu,
+                nodes=isl.nodes,
+                gpus_per_node=gpn,
+                tiers=tiers,
+                nics_per_node=nics,
+                cost=cost,
+                parallelism=par,
+                sharding=sharding,
+                sharding_options=structure_options(sharding, par.options, ppath, file),
+                schedule=schedule,
+                schedule_options=structure_options(schedule, par.options, ppath, file),
+                dp=dp,
+                own_parallelism=isl.parallelism is not None,
+                has_inter_node=bool(isl.tiers)
+                or bool(levels.get("inter_node", isl.inter_node or gpu.inter_node)),
+                uplink=uplink,
+            )
+        )
+    sync = reg.get("sync", sc.sync.strategy, path="sync.strategy", file=file)
+    sync_opts = structure_options(sync, sc.sync.options, "sync", file)
+    conv_name = sc.sync.convergence
+    convergence = None
+    if conv_name is not None and conv_name != "none":
+        convergence = reg.get("convergence", conv_name, path="sync.convergence", file=file)
+    network = None
+    net_ref = levels.get("network", sc.network.link if sc.network else "internet")
+    if len(islands) > 1:
+        network = resolve_part(reg, "interconnect", net_ref, "network.link", file)
+    elif sc.network is not None and "network" not in levels:  # unused, but must be well-formed
+        resolve_part(reg, "interconnect", sc.network.link, "network.link", file)
+    framework = None
+    if sc.training.framework is not None:
+        framework = reg.get("framework", sc.training.framework, path="training.framework", file=file)
+    if overlays:
+        sc = attrs.evolve(sc, notes=sc.notes + tuple(_overlay_notes(overlays, islands, network)))
+    return Resolved(
+        scenario=sc,
+        islands=tuple(islands),
+        sync=sync,
+        sync_options=sync_opts,
+        network=network,
+        convergence=convergence,
+        framework=framework,
+    )
+
+
+def _link_ref(ref: Any) -> Any:
+    """An uplink table without a ``name`` overrides the default ``internet`` link, as
+    ``[network] link`` does."""
+    return {"name": "internet", **ref} if isinstance(ref, Mapping) and "name" not in ref else ref
+
+
+def _own_cost(table: Mapping[str, Any], island: str, where: str, file: str | None) -> CostSource:
+    """A ``price`` table without a ``name``: a whole cost source of this island alone (an offer's
+    price, :func:`shardmeter.load.offers.offer_price`), named by its ``source`` (else
+    ``<island> price``)."""
+    name = table.get("source") or f"{island} price"
+    return structure_record({"name": name, **table}, CostSource, path=f"{where}.price", file=file)
+
+
+def _overlay_notes(overlays, islands, network) -> list[str]:
+    """The report's notes on the overlays: which record each entry replaced, and its provenance."""
+    from shardmeter.resolve.overlay import overlay_notes
+
+    used: dict[str, set[str]] = {"hardware": set(), "interconnect": set(), "cost": set()}
+    for isl in islands:
+        used["hardware"].add(isl.gpu.name)
+        used["interconnect"].update(t.link.name for t in isl.tiers)
+        if isl.cost is not None:
+            used["cost"].add(isl.cost.name)
+        if isl.uplink is not None:
+            used["interconnect"].add(isl.uplink.name)
+    if network is not None:
+        used["interconnect"].add(network.name)
+    return overlay_notes(overlays, used)
+
+
+__all__ += ["resolve_part", "structure_options", "TierSpec"]
