@@ -12,6 +12,7 @@ always ``bundle.field`` of these classes.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,14 +30,37 @@ __all__ = [
     "Network",
     "ModelInputs",
     "PartTable",
+    "Recompute",
+    "Fp8Recipe",
     "RECOMPUTE_CODES",
     "FP8_RECIPE_CODES",
 ]
 
-#: ``training.recompute`` as the model's integer code.
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "op": 3}
-#: ``training.fp8_recipe`` as the model's integer code.
-FP8_RECIPE_CODES = {"tensorwise": 0, "rowwise": 1, "delayed": 2, "blockwise": 3, "mxfp8": 4}
+
+class Recompute(enum.IntEnum):
+    """``training.recompute`` as the model's code (``Training.recompute`` holds these as floats,
+    so ``rec == Recompute.FULL`` works on arrays and on the scalar path alike)."""
+
+    NONE = 0
+    SELECTIVE = 1
+    FULL = 2
+    OP = 3
+
+
+class Fp8Recipe(enum.IntEnum):
+    """``training.fp8_recipe`` as the model's code."""
+
+    TENSORWISE = 0
+    ROWWISE = 1
+    DELAYED = 2
+    BLOCKWISE = 3
+    MXFP8 = 4
+
+
+#: ``training.recompute`` name -> :class:`Recompute` code.
+RECOMPUTE_CODES = {m.name.lower(): int(m) for m in Recompute}
+#: ``training.fp8_recipe`` name -> :class:`Fp8Recipe` code.
+FP8_RECIPE_CODES = {m.name.lower(): int(m) for m in Fp8Recipe}
 
 
 @attrs.frozen(kw_only=True)
