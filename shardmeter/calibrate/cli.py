@@ -17,10 +17,10 @@ import attrs
 
 from shardmeter import __version__
 from shardmeter.calibrate import gemm, nccl, steps
+from shardmeter.calibrate.overlay_out import overlay_text
 from shardmeter.errors import ScenarioError
 from shardmeter.io import atomic_write, check_output
 from shardmeter.registry.manager import get_registry
-from shardmeter.resolve import overlay
 
 __all__ = ["add_calibrate_parser", "run_calibrate"]
 
@@ -230,7 +230,7 @@ def run_calibrate(paths, *, out, gpu=None, intra=None, inter=None, nics_per_node
         f'catalog = "{os.path.basename(out)}". Each entry replaces the fields it gives of the\n'
         "bundled record of that name, for the scenarios that load it only."
     )
-    text = overlay.overlay_text(((t, e) for (t, _), e in entries.items()), provenance, header)
+    text = overlay_text(((t, e) for (t, _), e in entries.items()), provenance, header)
     with atomic_write(out, label="--out") as fh:
         fh.write(text)
     lines.append(f"wrote {out}")
