@@ -13,9 +13,13 @@ from shardmeter.resolve.overlay import read_overlay
 
 
 def test_written_overlay_reads_back_to_the_same_entries(tmp_path):
-    link = {"name": "nvlink4", "latency_us": 3.0007, "efficiency": 0.1 + 0.2, "source": 'fit "α" 1%'}
+    link = {"name": "nvlink4", "latency_us": 3.0007, "efficiency": 0.1 + 0.2, "source": 'fit "\u00e9" 1%'}
     gpu = {"name": "h100-sxm", "matmul_efficiency": np.float64(0.7413), "gpus_per_node": 8}
-    prov = {"tool": "shardmeter calibrate 0", "date": "2026-12-01", "inputs": [{"file": "a.txt", "sha256": "ab"}]}
+    prov = {
+        "tool": "shardmeter calibrate 0",
+        "date": "2026-12-01",
+        "inputs": [{"file": "a.txt", "sha256": "ab"}],
+    }
     text = overlay_text([("link", link), ("gpu", gpu)], prov, "first line\n\nthird line")
     assert text.startswith("# first line\n#\n# third line\n\n[provenance]\n")
     path = tmp_path / "cal.toml"
