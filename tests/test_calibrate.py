@@ -344,7 +344,7 @@ def _step_scenario(seq: int, gb: int, measured: float | None = None) -> dict:
 
 
 def _toml(sc: dict) -> str:
-    from shardmeter.resolve.overlay import _toml_value
+    from shardmeter.calibrate.overlay_out import toml_value as _toml_value
 
     lines = []
     for table, body in sc.items():

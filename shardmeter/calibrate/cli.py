@@ -12,15 +12,17 @@ import datetime
 import hashlib
 import json
 import os
+from typing import Any
 
 import attrs
 
 from shardmeter import __version__
 from shardmeter.calibrate import gemm, nccl, steps
+from shardmeter.calibrate.overlay_out import overlay_text
 from shardmeter.errors import ScenarioError
 from shardmeter.io import atomic_write, check_output
+from shardmeter.records import HardwareProfile, Interconnect
 from shardmeter.registry.manager import get_registry
-from shardmeter.resolve import overlay
 
 __all__ = ["add_calibrate_parser", "run_calibrate"]
 
@@ -106,133 +108,217 @@ def _link_name(flag: str | None, gpu, attr: str, option: str) -> str:
     return name
 
 
+@attrs.frozen(kw_only=True)
+class _Inputs:
+    """What the command reads: the nccl-tests ``logs``, the GEMM ``csvs``, the measured
+    ``scenarios`` (folders expanded), the ``gpu`` measured (``--gpu``), the NICs per node and the
+    ``tag`` that starts every entry's ``source``."""
+
+    logs: tuple[str, ...]
+    csvs: tuple[str, ...]
+    scenarios: tuple[str, ...]
+    gpu: HardwareProfile | None
+    nics_per_node: int | None
+    today: str
+    tag: str
+
+
+@attrs.define
+class _Fits:
+    """The fits so far: the registry with them applied (each fit sees the ones before it), the
+    overlay ``entries`` by ``(table, name)``, the printed ``lines`` and the ``--json`` ``doc``."""
+
+    reg: Any
+    entries: dict[tuple[str, str], dict] = attrs.Factory(dict)
+    lines: list[str] = attrs.Factory(list)
+    doc: dict = attrs.Factory(dict)
+
+    def entry(self, table: str, name: str) -> dict:
+        """The overlay entry of ``name`` in ``[[table]]``, started empty."""
+        return self.entries.setdefault((table, name), {"name": name})
+
+
 def run_calibrate(paths, *, out, gpu=None, intra=None, inter=None, nics_per_node=None) -> dict:
     """Fit everything ``paths`` hold, write the overlay ``out``; returns the ``--json`` document
     (with ``lines``: the printed summary)."""
+    reg = get_registry()
+    inputs = _read_inputs(paths, out, reg, gpu, nics_per_node)
+    fits = _Fits(reg=reg, doc={"links": [], "gemm": [], "steps": None, "out": out})
+    _fit_links(fits, inputs, intra, inter)
+    fixed = _fit_gemms(fits, inputs)
+    if inputs.scenarios:
+        _fit_measured_steps(fits, inputs, fixed)
+    if not fits.entries:
+        raise ScenarioError("nothing to calibrate: give nccl-tests logs, a GEMM CSV or measured scenarios")
+    _write_overlay(out, fits.entries, _provenance(inputs))
+    fits.lines.append(f"wrote {out}")
+    fits.doc["lines"] = fits.lines
+    return fits.doc
+
+
+def _read_inputs(paths, out: str, reg, gpu: str | None, nics_per_node: int | None) -> _Inputs:
+    """The measurements ``paths`` sorted by kind, ``--out`` checked against them, ``--gpu``
+    looked up."""
     from shardmeter.validate.run import collect_files
 
-    logs_p, csvs, scen_p = _classify(paths)
-    scen_files = collect_files(scen_p) if scen_p else []
-    check_output(out, label="--out", inputs=[*paths, *scen_files])
-    reg = get_registry()
+    logs, csvs, scen = _classify(paths)
+    scenarios = collect_files(scen) if scen else []
+    check_output(out, label="--out", inputs=[*paths, *scenarios])
     gpu_rec = reg.get("hardware", gpu, path="--gpu") if gpu else None
-    nics = nics_per_node or (gpu_rec.nics_per_node if gpu_rec else None)
     today = datetime.date.today().isoformat()
-    tag = f"calibrated {today} by shardmeter calibrate"
-    lines: list[str] = []
-    doc: dict = {"links": [], "gemm": [], "steps": None, "out": out}
-    entries: dict[tuple[str, str], dict] = {}
+    return _Inputs(
+        logs=tuple(logs),
+        csvs=tuple(csvs),
+        scenarios=tuple(scenarios),
+        gpu=gpu_rec,
+        nics_per_node=nics_per_node or (gpu_rec.nics_per_node if gpu_rec else None),
+        today=today,
+        tag=f"calibrated {today} by shardmeter calibrate",
+    )
 
-    # -- links --------------------------------------------------------------------------------
-    parsed = [nccl.read_nccl_log(p) for p in logs_p]
+
+def _add_source(entry: dict, text: str) -> None:
+    """Append ``text`` to the entry's ``source`` ("; " between the fits that wrote it)."""
+    entry["source"] = (entry["source"] + "; " if "source" in entry else "") + text
+
+
+def _per_gpu(link) -> tuple[float, float]:
+    """A link's ``(latency s, achieved bytes/s per GPU)``, as :func:`.nccl.fit_tier` prices an inner tier."""
+    return (link.latency_us * 1e-6, link.bandwidth_gb_s * 1e9 * link.efficiency)
+
+
+def _fit_links(fits: _Fits, inputs: _Inputs, intra: str | None, inter: str | None) -> None:
+    """The one-node logs fit the intra-node link, then the multi-node logs the inter-node link,
+    its inner tier priced by the intra-node link (just fitted, else the catalog's)."""
+    parsed = [nccl.read_nccl_log(p) for p in inputs.logs]
     one = [lg for lg in parsed if lg.nodes == 1]
     multi = [lg for lg in parsed if lg.nodes > 1]
     inner = None
-    for group, flag, attr, option in (
-        (one, intra, "intra_node", "--intra"),
-        (multi, inter, "inter_node", "--inter"),
-    ):
-        if not group:
-            continue
-        name = _link_name(flag, gpu_rec, attr, option)
-        link = reg.get("interconnect", name, path=option)
-        if group is multi and inner is None:  # the catalog's intra-node link prices the inner tier
-            in_name = _link_name(intra, gpu_rec, "intra_node", "--intra")
-            il = reg.get("interconnect", in_name, path="--intra")
-            inner = (il.latency_us * 1e-6, il.bandwidth_gb_s * 1e9 * il.efficiency)
-        fit = nccl.fit_tier(link, group, nics_per_node=nics, inner_link=inner if group is multi else None)
-        fields = nccl.overlay_fields(fit, link)
-        new = attrs.evolve(link, **fields)
-        reg = reg.override("interconnect", new, plugin="calibrate")
-        if group is one:
-            inner = (new.latency_us * 1e-6, new.bandwidth_gb_s * 1e9 * new.efficiency)
-        files = ", ".join(os.path.basename(f) for f in fit.logs)
-        src = (
-            f"{tag} from nccl-tests {files} ({fit.points} sizes): latency {fit.latency_us:.3g} us, "
-            f"{fit.bandwidth_gb_s:.4g} GB/s per GPU = {fit.efficiency:.3f} of {fit.nominal_gb_s:.4g}; "
-            f"fit mean |error| {fit.mean_abs_error:.1%}"
-        )
-        entries[("link", name)] = {"name": name, **fields, "source": src}
-        doc["links"].append({**attrs.asdict(fit), "fields": fields})
-        lines.append(
-            f"link {name}: latency {fit.latency_us:.3g} us (was {link.latency_us:.3g}), efficiency "
-            f"{fit.efficiency:.3f} (was {link.efficiency:.3f}) of {fit.nominal_gb_s:.4g} GB/s per GPU; "
-            f"{fit.points} rows, mean |error| {fit.mean_abs_error:.1%}"
-        )
+    if one:
+        name = _link_name(intra, inputs.gpu, "intra_node", "--intra")
+        link = fits.reg.get("interconnect", name, path="--intra")
+        inner = _per_gpu(_fit_link(fits, inputs, one, name, link, inner_link=None))
+    if multi:
+        name = _link_name(inter, inputs.gpu, "inter_node", "--inter")
+        link = fits.reg.get("interconnect", name, path="--inter")
+        if inner is None:  # the catalog's intra-node link prices the inner tier
+            in_name = _link_name(intra, inputs.gpu, "intra_node", "--intra")
+            inner = _per_gpu(fits.reg.get("interconnect", in_name, path="--intra"))
+        _fit_link(fits, inputs, multi, name, link, inner_link=inner)
 
-    # -- GEMMs --------------------------------------------------------------------------------
-    fixed = set()
-    for path in csvs:
-        if gpu_rec is None:
+
+def _fit_link(
+    fits: _Fits, inputs: _Inputs, logs, name: str, link: Interconnect, *, inner_link
+) -> Interconnect:
+    """Fit ``link`` (``name``, as the flag or the GPU gives it) to one tier's ``logs``; the fitted
+    link replaces it in ``fits.reg``, with its overlay entry, ``--json`` fit and summary line."""
+    fit = nccl.fit_tier(link, logs, nics_per_node=inputs.nics_per_node, inner_link=inner_link)
+    fields: dict[str, Any] = nccl.overlay_fields(fit, link)  # latency_us, efficiency[, bandwidth_gb_s]
+    new = attrs.evolve(link, **fields)
+    fits.reg = fits.reg.override("interconnect", new, plugin="calibrate")
+    files = ", ".join(os.path.basename(f) for f in fit.logs)
+    src = (
+        f"{inputs.tag} from nccl-tests {files} ({fit.points} sizes): latency {fit.latency_us:.3g} us, "
+        f"{fit.bandwidth_gb_s:.4g} GB/s per GPU = {fit.efficiency:.3f} of {fit.nominal_gb_s:.4g}; "
+        f"fit mean |error| {fit.mean_abs_error:.1%}"
+    )
+    fits.entries[("link", name)] = {"name": name, **fields, "source": src}
+    fits.doc["links"].append({**attrs.asdict(fit), "fields": fields})
+    fits.lines.append(
+        f"link {name}: latency {fit.latency_us:.3g} us (was {link.latency_us:.3g}), efficiency "
+        f"{fit.efficiency:.3f} (was {link.efficiency:.3f}) of {fit.nominal_gb_s:.4g} GB/s per GPU; "
+        f"{fit.points} rows, mean |error| {fit.mean_abs_error:.1%}"
+    )
+    return new
+
+
+def _fit_gemms(fits: _Fits, inputs: _Inputs) -> set[tuple[str, str]]:
+    """Each GEMM CSV fits the ``--gpu``'s matmul efficiencies (links applied); returns the
+    ``(gpu, field)`` pairs fitted, which the measured steps then keep."""
+    fixed: set[tuple[str, str]] = set()
+    for path in inputs.csvs:
+        if inputs.gpu is None:
             raise ScenarioError("give --gpu: the GPU the GEMMs were timed on", file=path)
-        gpu_now = reg.get("hardware", gpu_rec.name)
-        fits = gemm.fit_gemm(gpu_now, gemm.read_gemm_csv(path), path)
-        vals = {f.field: round(f.efficiency, 4) for f in fits}
-        reg = reg.override("hardware", attrs.evolve(gpu_now, **vals), plugin="calibrate")
-        entry = entries.setdefault(("gpu", gpu_rec.name), {"name": gpu_rec.name})
+        name = inputs.gpu.name
+        gpu_now = fits.reg.get("hardware", name)
+        found = gemm.fit_gemm(gpu_now, gemm.read_gemm_csv(path), path)
+        vals = {f.field: round(f.efficiency, 4) for f in found}
+        fits.reg = fits.reg.override("hardware", attrs.evolve(gpu_now, **vals), plugin="calibrate")
+        entry = fits.entry("gpu", name)
         entry.update(vals)
-        for f in fits:
-            fixed.add((gpu_rec.name, f.field))
-            entry["source"] = (entry.get("source", "") + "; " if "source" in entry else "") + (
-                f"{tag}: {f.field} from {os.path.basename(path)} ({f.rows} GEMMs; "
-                f"mean |error| {f.error_before:.1%} -> {f.error_after:.1%})"
+        for f in found:
+            fixed.add((name, f.field))
+            _add_source(
+                entry,
+                f"{inputs.tag}: {f.field} from {os.path.basename(path)} ({f.rows} GEMMs; "
+                f"mean |error| {f.error_before:.1%} -> {f.error_after:.1%})",
             )
-            doc["gemm"].append(attrs.asdict(f))
-            lines.append(
-                f"gpu {gpu_rec.name}: {f.field} {f.efficiency:.3f} (was {getattr(gpu_now, f.field) or gpu_now.matmul_efficiency:.3f})"
-                f" from {f.rows} GEMMs; mean |error| {f.error_before:.1%} -> {f.error_after:.1%}"
-            )
-            lines.append("  GEMM FLOPs   achieved/peak   model/peak")
-            lines += [f"  {fl:10.0e}   {a:13.3f}   {m:10.3f}" for fl, a, m in f.curve]
+            fits.doc["gemm"].append(attrs.asdict(f))
+            fits.lines += _gemm_lines(name, gpu_now, f)
+    return fixed
 
-    # -- measured steps -----------------------------------------------------------------------
-    if scen_files:
-        sf = steps.fit_steps(scen_files, reg, fixed=fixed)
-        for (g, field), v in sf.values.items():
-            entry = entries.setdefault(("gpu", g), {"name": g})
-            entry[field] = round(v, 4)
-            lines.append(f"gpu {g}: {field} {v:.3f} from measured steps")
-        fitted = ", ".join(f"{f}" for _, f in sf.values) or "nothing"
-        for g in {g for g, _ in sf.values}:
-            entry = entries[("gpu", g)]
-            entry["source"] = (entry.get("source", "") + "; " if "source" in entry else "") + (
-                f"{tag}: {fitted} from {len(scen_files)} measured runs (mean |error| "
-                f"{sf.error_before:.1%} -> {sf.error_after:.1%})"
-            )
-        for g, field in sf.unused:
-            lines.append(f"gpu {g}: {field} kept (no measured run depends on it)")
-        lines += list(sf.left_out)
-        lines.append(
-            f"measured steps: mean |error| {sf.error_before:.2%} before, {sf.error_after:.2%} after "
-            f"({len(sf.cases)} fields of {len(scen_files) - len(sf.left_out)} runs)"
+
+def _gemm_lines(name: str, gpu_now: HardwareProfile, f) -> list[str]:
+    """The summary of one GEMM field's fit: the new value, then its efficiency curve."""
+    was = getattr(gpu_now, f.field) or gpu_now.matmul_efficiency
+    return [
+        f"gpu {name}: {f.field} {f.efficiency:.3f} (was {was:.3f})"
+        f" from {f.rows} GEMMs; mean |error| {f.error_before:.1%} -> {f.error_after:.1%}",
+        "  GEMM FLOPs   achieved/peak   model/peak",
+        *(f"  {fl:10.0e}   {a:13.3f}   {m:10.3f}" for fl, a, m in f.curve),
+    ]
+
+
+def _fit_measured_steps(fits: _Fits, inputs: _Inputs, fixed: set[tuple[str, str]]) -> None:
+    """The measured scenarios fit the efficiencies the links and GEMMs left (``fixed`` kept)."""
+    sf = steps.fit_steps(inputs.scenarios, fits.reg, fixed=fixed)
+    for (g, field), v in sf.values.items():
+        fits.entry("gpu", g)[field] = round(v, 4)
+        fits.lines.append(f"gpu {g}: {field} {v:.3f} from measured steps")
+    fitted = ", ".join(f"{f}" for _, f in sf.values) or "nothing"
+    for g in {g for g, _ in sf.values}:
+        _add_source(
+            fits.entries[("gpu", g)],
+            f"{inputs.tag}: {fitted} from {len(inputs.scenarios)} measured runs (mean |error| "
+            f"{sf.error_before:.1%} -> {sf.error_after:.1%})",
         )
-        doc["steps"] = {
-            "values": [{"gpu": g, "field": f, "value": v} for (g, f), v in sf.values.items()],
-            "unused": [{"gpu": g, "field": f} for g, f in sf.unused],
-            "error_before": sf.error_before,
-            "error_after": sf.error_after,
-            "cases": [attrs.asdict(c) for c in sf.cases],
-            "left_out": list(sf.left_out),
-        }
+    for g, field in sf.unused:
+        fits.lines.append(f"gpu {g}: {field} kept (no measured run depends on it)")
+    fits.lines += list(sf.left_out)
+    fits.lines.append(
+        f"measured steps: mean |error| {sf.error_before:.2%} before, {sf.error_after:.2%} after "
+        f"({len(sf.cases)} fields of {len(inputs.scenarios) - len(sf.left_out)} runs)"
+    )
+    fits.doc["steps"] = {
+        "values": [{"gpu": g, "field": f, "value": v} for (g, f), v in sf.values.items()],
+        "unused": [{"gpu": g, "field": f} for g, f in sf.unused],
+        "error_before": sf.error_before,
+        "error_after": sf.error_after,
+        "cases": [attrs.asdict(c) for c in sf.cases],
+        "left_out": list(sf.left_out),
+    }
 
-    if not entries:
-        raise ScenarioError("nothing to calibrate: give nccl-tests logs, a GEMM CSV or measured scenarios")
-    provenance = {
+
+def _provenance(inputs: _Inputs) -> dict:
+    """The overlay's ``[provenance]``: the tool, the date, the method and each input's SHA-256."""
+    return {
         "tool": f"shardmeter calibrate {__version__}",
-        "date": today,
+        "date": inputs.today,
         "method": "docs/calibration.md",
         "inputs": [
-            {"file": os.path.basename(p), "sha256": _sha256(p)} for p in [*logs_p, *csvs, *scen_files]
+            {"file": os.path.basename(p), "sha256": _sha256(p)}
+            for p in [*inputs.logs, *inputs.csvs, *inputs.scenarios]
         ],
     }
+
+
+def _write_overlay(out: str, entries: dict[tuple[str, str], dict], provenance: dict) -> None:
+    """Write the overlay to ``out`` atomically."""
     header = (
         "Catalog overlay written by `shardmeter calibrate`; load it from a scenario with\n"
         f'catalog = "{os.path.basename(out)}". Each entry replaces the fields it gives of the\n'
         "bundled record of that name, for the scenarios that load it only."
     )
-    text = overlay.overlay_text(((t, e) for (t, _), e in entries.items()), provenance, header)
+    text = overlay_text(((t, e) for (t, _), e in entries.items()), provenance, header)
     with atomic_write(out, label="--out") as fh:
         fh.write(text)
-    lines.append(f"wrote {out}")
-    doc["lines"] = lines
-    return doc

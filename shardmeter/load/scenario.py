@@ -6,9 +6,10 @@ merge a model preset -> split strategy options out of ``[parallelism]`` and
 strict cattrs converter -> range checks. Every problem is a
 :class:`ScenarioError` naming the file and the key path.
 
-The records live in :mod:`.scenario_specs`, the overrides in :mod:`.overrides`,
-file reading and presets in :mod:`.scenario_files` and the strategy options in
-:mod:`.scenario_options`; this module builds the records from the raw tables.
+The records live in :mod:`.specs`, the overrides in :mod:`.overrides`, file
+reading and presets in :mod:`.files`, the strategy options in :mod:`.options`
+and a framework profile's defaults in :mod:`.framework_defaults`; this module
+builds the records from the raw tables.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ import attrs
 
 from shardmeter.errors import ScenarioError
 from shardmeter.load.files import MAX_DEPTH, check_depth, model_presets, read_scenario_file
+from shardmeter.load.framework_defaults import apply_framework
+from shardmeter.load.framework_defaults import (
+    framework_failed as framework_failed,  # re-exported: shardmeter.inputs.build imports it from here
+)
 from shardmeter.load.offers import OFFERS_NOTE, offer_island
 from shardmeter.load.options import check_option_record, check_option_values, split_options
 from shardmeter.load.overrides import apply_override, parse_override
@@ -154,7 +159,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     notes: list[str] = []
     model_rec = _model_record(data.get("model"), file, notes)
     training = _required_table(data.get("training"), "training", file)
-    framework_keys = _apply_framework(data, model_rec, reg, file, notes)
+    framework_keys = apply_framework(data, model_rec, reg, file, notes)
     training_rec = structure_record(training, TrainingSpec, path="training", file=file)
     parse_par = _parallelism_parser(reg, file, notes)
     par_rec = parse_par(data.get("parallelism", {}), "parallelism")
@@ -190,93 +195,6 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         framework_keys=framework_keys,
         file=file,
     )
-
-
-#: The tables a software-stack profile may fill.
-_FRAMEWORK_TABLES = ("training", "parallelism")
-
-
-def framework_failed(name: str, exc: Exception, file: str | None) -> ScenarioError:
-    """The one-line error for a framework profile whose code raised (its defaults or one of its
-    behaviour hooks): names the profile and the exception, at ``training.framework``."""
-    return ScenarioError(
-        f"framework '{name}' failed: {type(exc).__name__}: {exc}", path="training.framework", file=file
-    )
-
-
-def _apply_framework(
-    data: dict[str, Any], model: ModelSpec, reg, file: str | None, notes: list[str]
-) -> tuple[str, ...]:
-    """``training.framework``: the named profile's defaults fill the ``[training]`` and
-    ``[parallelism]`` keys the scenario does not write (a written key always wins, and an island's
-    own ``[parallelism]`` keys win over the top-level table's), one note per value set. Returns
-    the keys it set (``table.key``)."""
-    name = data["training"].get("framework")
-    if name is None:
-        return ()
-    if not isinstance(name, str):
-        raise ScenarioError(
-            f"expected a framework name (a string), got {name!r}", path="training.framework", file=file
-        )
-    part = reg.get("framework", name, path="training.framework", file=file)
-    tables = copy.deepcopy({**data, "model": attrs.asdict(model)})  # the profile reads, never writes
-    try:
-        defaults = part.defaults(tables, _island_gpus(data, reg, file))
-        items = list(dict(defaults).items())
-    except ScenarioError:
-        raise
-    except Exception as exc:  # a plugin's bug is named, not a traceback
-        raise framework_failed(name, exc, file) from exc
-    set_keys: list[str] = []
-    for key, entry in items:
-        table, _, field = str(key).partition(".")
-        if table not in _FRAMEWORK_TABLES or not field or "." in field or field == "framework":
-            raise ScenarioError(
-                f"framework '{name}' sets {key!r}: a profile sets training.KEY and parallelism.KEY only",
-                path="training.framework",
-                file=file,
-            )
-        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[1], str)):
-            raise ScenarioError(
-                f"framework '{name}' gives {key} as {entry!r:.60}, not (value, why)",
-                path="training.framework",
-                file=file,
-            )
-        target = data.setdefault(table, {})
-        if not isinstance(target, dict) or field in target:
-            continue  # written in the scenario (a non-table is reported where it is parsed)
-        target[field] = entry[0]
-        notes.append(f"framework {name} set {key} = {_note_value(entry[0])} ({entry[1]})")
-        set_keys.append(f"{table}.{field}")
-    return tuple(set_keys)
-
-
-def _island_gpus(data: Mapping[str, Any], reg, file: str | None) -> tuple:
-    """The hardware profiles of the islands and offers, as far as the registry knows them
-    (a GPU only a catalog overlay adds, or a malformed one, is left out: resolve reports it)."""
-    from shardmeter.registry.lookup import resolve_part
-
-    out = []
-    for table in ("island", "islands", "offer"):
-        rows = data.get(table)
-        for k, row in enumerate(rows if isinstance(rows, list) else []):
-            if isinstance(row, dict) and row.get("gpu") is not None:
-                try:
-                    out.append(resolve_part(reg, "hardware", row["gpu"], f"{table}[{k}].gpu", file))
-                except ScenarioError:
-                    continue
-    return tuple(out)
-
-
-def _note_value(value: Any) -> str:
-    """A value as the scenario would write it (TOML)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        import json
-
-        return json.dumps(value)
-    return repr(value)
 
 
 def _check_tables(data: Mapping[str, Any], file: str | None) -> None:

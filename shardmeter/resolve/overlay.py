@@ -4,15 +4,14 @@ An overlay has the layout of ``shardmeter/hardware_catalog/*.toml`` (``[[gpu]]``
 ``[[cost]]`` entries) plus an optional ``[provenance]`` table. An entry whose ``name`` is a
 registered record replaces the fields it gives, for the scenario that loads it only; an entry
 under a new name adds a whole record (every required field given). Errors name the overlay
-file, the entry's line and the field.
+file, the entry's line and the field. The text ``shardmeter calibrate`` saves is written by
+:mod:`shardmeter.calibrate.overlay_out` (calibrate sits above resolve; resolve never imports it).
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-import json
-import math
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -25,7 +24,7 @@ from shardmeter.load.files import read_scenario_file
 from shardmeter.records import CostSource, HardwareProfile, Interconnect
 from shardmeter.registry.convert import structure_record
 
-__all__ = ["TABLES", "OverlayEntry", "Overlay", "read_overlay", "apply_overlays", "overlay_text"]
+__all__ = ["TABLES", "OverlayEntry", "Overlay", "read_overlay", "apply_overlays", "overlay_notes"]
 
 #: Overlay table -> (registry kind, record class); the names of the bundled catalog files.
 TABLES: dict[str, tuple[str, type]] = {
@@ -201,35 +200,3 @@ def overlay_notes(overlays: Iterable[Overlay], used: Mapping[str, set[str]]) -> 
 
 def _short(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(int(v))
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise ValueError(f"not a finite number: {v!r}")
-        return repr(float(v))  # a numpy float's repr is np.float64(...)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # a JSON string is a TOML basic string
-    if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def overlay_text(
-    entries: Iterable[tuple[str, Mapping[str, Any]]], provenance: Mapping[str, Any], header: str
-) -> str:
-    """An overlay file: ``header`` (comment lines), ``[provenance]``, then each ``(table,
-    fields)`` entry (``name`` first)."""
-    out = [f"# {ln}" if ln else "#" for ln in header.splitlines()]
-    out += ["", "[provenance]"]
-    out += [f"{k} = {_toml_value(v)}" for k, v in provenance.items()]
-    for table, fields in entries:
-        out += ["", f"[[{table}]]", f"name = {_toml_value(fields['name'])}"]
-        out += [f"{k} = {_toml_value(v)}" for k, v in fields.items() if k != "name"]
-    return "\n".join(out) + "\n"

@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from shardmeter.errors import ScenarioError
-from shardmeter.load.scenario import ParallelismSpec, Scenario, TierSpec
+from shardmeter.load.scenario import IslandSpec, ParallelismSpec, Scenario, TierSpec
 from shardmeter.parts import Part, option_defaults
 from shardmeter.records import CostSource, HardwareProfile, Interconnect
 from shardmeter.registry.convert import structure_record
@@ -136,72 +136,12 @@ def resolve_scenario(
     ``cost_source`` prices every island."""
     levels = dict(levels or {})
     file = sc.file
-    overlays: list = []
-    if sc.catalog:  # catalog overlays replace or add records for this scenario only
-        from shardmeter.resolve.overlay import apply_overlays
-
-        base = os.path.dirname(os.path.abspath(file)) if file else None
-        reg, overlays = apply_overlays(reg, sc.catalog, base=base, scenario_file=file)
-    islands = []
-    offered = {o.name: k for k, o in enumerate(sc.offers)}
-    fixed = len(sc.islands) - len(sc.offers)
-    for i, isl in enumerate(sc.islands):
-        # an offer's island is named after the offer: its errors name the offer's keys
-        where = f"offer[{offered[isl.name]}]" if i >= fixed and isl.name in offered else f"island[{i}]"
-        gpu = resolve_part(reg, "hardware", isl.gpu, f"{where}.gpu", file)
-        gpn = isl.gpus_per_node or gpu.gpus_per_node
-        tiers = _tiers(reg, isl, gpu, gpn, levels, where, file)
-        nics = isl.nics_per_node or gpu.nics_per_node or gpn
-        cost_ref = cost_source if cost_source is not None else (isl.price or "cloud-on-demand")
-        if isinstance(cost_ref, CostSource):
-            cost = cost_ref
-        elif cost_ref == "cloud-on-demand" and "cloud-on-demand" not in reg.names("cost"):
-            cost = None
-        elif isinstance(cost_ref, Mapping) and "name" not in cost_ref:
-            cost = _own_cost(cost_ref, isl.name or f"island-{i}", where, file)
-        else:
-            cost = resolve_part(reg, "cost", cost_ref, f"{where}.price", file)
-        uplink = None
-        if isl.uplink is not None and "network" not in levels:  # with_level("network") re-prices every uplink
-            uplink = resolve_part(reg, "interconnect", _link_ref(isl.uplink), f"{where}.uplink", file)
-        par = isl.parallelism or sc.parallelism
-        ppath = f"{where}.parallelism" if isl.parallelism else "parallelism"
-        sharding = reg.get("sharding", par.sharding, path=f"{ppath}.sharding", file=file)
-        schedule = reg.get("schedule", par.schedule, path=f"{ppath}.schedule", file=file)
-        dp = par.dp or max(1, (isl.nodes * gpn) // (par.tp * par.pp * par.cp))
-        islands.append(
-            ResolvedIsland(
-                name=isl.name or f"island-{i}",
-                gpu=gpu,
-                nodes=isl.nodes,
-                gpus_per_node=gpn,
-                tiers=tiers,
-                nics_per_node=nics,
-                cost=cost,
-                parallelism=par,
-                sharding=sharding,
-                sharding_options=structure_options(sharding, par.options, ppath, file),
-                schedule=schedule,
-                schedule_options=structure_options(schedule, par.options, ppath, file),
-                dp=dp,
-                own_parallelism=isl.parallelism is not None,
-                has_inter_node=bool(isl.tiers)
-                or bool(levels.get("inter_node", isl.inter_node or gpu.inter_node)),
-                uplink=uplink,
-            )
-        )
+    reg, overlays = _apply_catalog(sc, reg)
+    islands = _islands(sc, reg, levels, cost_source)
     sync = reg.get("sync", sc.sync.strategy, path="sync.strategy", file=file)
     sync_opts = structure_options(sync, sc.sync.options, "sync", file)
-    conv_name = sc.sync.convergence
-    convergence = None
-    if conv_name is not None and conv_name != "none":
-        convergence = reg.get("convergence", conv_name, path="sync.convergence", file=file)
-    network = None
-    net_ref = levels.get("network", sc.network.link if sc.network else "internet")
-    if len(islands) > 1:
-        network = resolve_part(reg, "interconnect", net_ref, "network.link", file)
-    elif sc.network is not None and "network" not in levels:  # unused, but must be well-formed
-        resolve_part(reg, "interconnect", sc.network.link, "network.link", file)
+    convergence = _convergence(sc, reg)
+    network = _network(sc, reg, levels, len(islands))
     framework = None
     if sc.training.framework is not None:
         framework = reg.get("framework", sc.training.framework, path="training.framework", file=file)
@@ -209,13 +149,108 @@ def resolve_scenario(
         sc = attrs.evolve(sc, notes=sc.notes + tuple(_overlay_notes(overlays, islands, network)))
     return Resolved(
         scenario=sc,
-        islands=tuple(islands),
+        islands=islands,
         sync=sync,
         sync_options=sync_opts,
         network=network,
         convergence=convergence,
         framework=framework,
     )
+
+
+def _apply_catalog(sc: Scenario, reg) -> tuple[Any, list]:
+    """``(registry, overlays)``: the scenario's ``catalog`` overlays applied to a copy of ``reg``
+    (paths relative to the scenario's folder); they replace or add records for it only."""
+    if not sc.catalog:
+        return reg, []
+    from shardmeter.resolve.overlay import apply_overlays
+
+    base = os.path.dirname(os.path.abspath(sc.file)) if sc.file else None
+    return apply_overlays(reg, sc.catalog, base=base, scenario_file=sc.file)
+
+
+def _islands(sc: Scenario, reg, levels: Mapping[str, Any], cost_source: Any) -> tuple[ResolvedIsland, ...]:
+    """Every island, in order; an offer's island (after the fixed ones) is named after the
+    offer, so its errors name the offer's keys."""
+    offered = {o.name: k for k, o in enumerate(sc.offers)}
+    fixed = len(sc.islands) - len(sc.offers)
+    out = []
+    for i, isl in enumerate(sc.islands):
+        where = f"offer[{offered[isl.name]}]" if i >= fixed and isl.name in offered else f"island[{i}]"
+        out.append(_island(sc, reg, i, isl, where, levels, cost_source))
+    return tuple(out)
+
+
+def _island(
+    sc: Scenario, reg, i: int, isl: IslandSpec, where: str, levels: Mapping[str, Any], cost_source: Any
+) -> ResolvedIsland:
+    """Island ``i``: its GPU, tiers, NICs, price, uplink, and its (own or the scenario's)
+    parallelism with the sharding and schedule parts and their options."""
+    file = sc.file
+    gpu = resolve_part(reg, "hardware", isl.gpu, f"{where}.gpu", file)
+    gpn = isl.gpus_per_node or gpu.gpus_per_node
+    tiers = _tiers(reg, isl, gpu, gpn, levels, where, file)
+    nics = isl.nics_per_node or gpu.nics_per_node or gpn
+    cost = _cost(reg, isl, isl.name or f"island-{i}", cost_source, where, file)
+    uplink = None
+    if isl.uplink is not None and "network" not in levels:  # with_level("network") re-prices every uplink
+        uplink = resolve_part(reg, "interconnect", _link_ref(isl.uplink), f"{where}.uplink", file)
+    par = isl.parallelism or sc.parallelism
+    ppath = f"{where}.parallelism" if isl.parallelism else "parallelism"
+    sharding = reg.get("sharding", par.sharding, path=f"{ppath}.sharding", file=file)
+    schedule = reg.get("schedule", par.schedule, path=f"{ppath}.schedule", file=file)
+    return ResolvedIsland(
+        name=isl.name or f"island-{i}",
+        gpu=gpu,
+        nodes=isl.nodes,
+        gpus_per_node=gpn,
+        tiers=tiers,
+        nics_per_node=nics,
+        cost=cost,
+        parallelism=par,
+        sharding=sharding,
+        sharding_options=structure_options(sharding, par.options, ppath, file),
+        schedule=schedule,
+        schedule_options=structure_options(schedule, par.options, ppath, file),
+        dp=par.dp or max(1, (isl.nodes * gpn) // (par.tp * par.pp * par.cp)),
+        own_parallelism=isl.parallelism is not None,
+        has_inter_node=bool(isl.tiers) or bool(levels.get("inter_node", isl.inter_node or gpu.inter_node)),
+        uplink=uplink,
+    )
+
+
+def _cost(
+    reg, isl: IslandSpec, name: str, cost_source: Any, where: str, file: str | None
+) -> CostSource | None:
+    """The island's cost source: ``cost_source`` (every island), else its ``price`` (a name, a
+    table of its own, ``cloud-on-demand`` by default); None when the default is not registered."""
+    cost_ref = cost_source if cost_source is not None else (isl.price or "cloud-on-demand")
+    if isinstance(cost_ref, CostSource):
+        return cost_ref
+    if cost_ref == "cloud-on-demand" and "cloud-on-demand" not in reg.names("cost"):
+        return None
+    if isinstance(cost_ref, Mapping) and "name" not in cost_ref:
+        return _own_cost(cost_ref, name, where, file)
+    return resolve_part(reg, "cost", cost_ref, f"{where}.price", file)
+
+
+def _convergence(sc: Scenario, reg) -> Part | None:
+    """The ``[sync] convergence`` model; None when not given or ``"none"``."""
+    name = sc.sync.convergence
+    if name is None or name == "none":
+        return None
+    return reg.get("convergence", name, path="sync.convergence", file=sc.file)
+
+
+def _network(sc: Scenario, reg, levels: Mapping[str, Any], n_islands: int) -> Interconnect | None:
+    """The WAN link between islands (``internet`` by default); None with one island, where a
+    given ``[network]`` link is still looked up (unused, but it must be well-formed)."""
+    if n_islands > 1:
+        net_ref = levels.get("network", sc.network.link if sc.network else "internet")
+        return resolve_part(reg, "interconnect", net_ref, "network.link", sc.file)
+    if sc.network is not None and "network" not in levels:
+        resolve_part(reg, "interconnect", sc.network.link, "network.link", sc.file)
+    return None
 
 
 def _link_ref(ref: Any) -> Any:
