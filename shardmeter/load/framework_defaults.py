@@ -3,7 +3,9 @@ tables, before they are structured (docs/frameworks.md).
 
 The profile (a ``FrameworkPart``, :mod:`shardmeter.plugins.frameworks` bundles some) reads a
 copy of the tables and the islands' GPUs and returns ``{"table.key": (value, why)}``; every
-key the scenario does not write is filled, with one note each. A profile's code that raises is
+key the scenario does not write is filled, with one note each, except a key whose absence
+qualifies a key the scenario writes (:data:`~shardmeter.load.specs.QUALIFIES`: a written
+``recompute = "full"`` means every layer, so no profile then fills ``recompute_layers``). A profile's code that raises is
 one line naming the profile (:func:`framework_failed`), here and where its behaviour hooks run.
 """
 
@@ -17,7 +19,7 @@ from typing import Any
 import attrs
 
 from shardmeter.errors import ScenarioError
-from shardmeter.load.specs import ModelSpec
+from shardmeter.load.specs import ModelSpec, qualified_key
 
 __all__ = ["apply_framework", "framework_failed"]
 
@@ -57,6 +59,7 @@ def apply_framework(
         raise
     except Exception as exc:  # a plugin's bug is named, not a traceback
         raise framework_failed(name, exc, file) from exc
+    written = {f"{t}.{k}" for t in _FRAMEWORK_TABLES if isinstance(data.get(t), dict) for k in data[t]}
     set_keys: list[str] = []
     for key, entry in items:
         table, _, field = str(key).partition(".")
@@ -75,6 +78,13 @@ def apply_framework(
         target = data.setdefault(table, {})
         if not isinstance(target, dict) or field in target:
             continue  # written in the scenario (a non-table is reported where it is parsed)
+        qualified = qualified_key(table, field)
+        if qualified in written:  # its absence is part of what the written key means
+            notes.append(
+                f"framework {name} left {key} unset: {qualified} is written, and {key} would change "
+                f"what it means"
+            )
+            continue
         target[field] = entry[0]
         notes.append(f"framework {name} set {key} = {_note_value(entry[0])} ({entry[1]})")
         set_keys.append(f"{table}.{field}")

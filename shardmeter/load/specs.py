@@ -18,6 +18,8 @@ from shardmeter.records import PRECISIONS
 from shardmeter.registry.convert import CONVERTER
 
 __all__ = [
+    "QUALIFIES",
+    "qualified_key",
     "Scenario",
     "ModelSpec",
     "TrainingSpec",
@@ -195,6 +197,13 @@ class ModelSpec:
         return self.v_head_dim or self.d_head
 
 
+#: Field metadata naming the key of the same table whose written value this key's absence
+#: qualifies: ``recompute_layers`` unset means "every layer" of a written ``recompute = "full"``.
+#: A software-stack profile never fills such a key where the scenario writes the key it
+#: qualifies (SCENARIO.md, "Software stacks": a written key keeps its documented meaning).
+QUALIFIES = "shardmeter.qualifies"
+
+
 @attrs.frozen(kw_only=True)
 class TrainingSpec:
     """``[training]``. Defaults: ``micro_batch = 1``, ``precision = "bf16"``,
@@ -209,9 +218,14 @@ class TrainingSpec:
     micro_batch: int = attrs.field(default=1, validator=[_count, _bounded])
     precision: str = attrs.field(default="bf16", validator=_one_of(*PRECISIONS))
     recompute: str = attrs.field(default="none", validator=_one_of(*RECOMPUTE_MODES))
-    #: with ``recompute = "full"``: layers recomputed per pipeline stage (per model chunk); None = all
+    #: with ``recompute = "full"``: layers recomputed per pipeline stage (per model chunk); None = all.
+    #: It qualifies ``recompute``: its absence is part of what a written ``recompute = "full"``
+    #: means (every layer), so no profile may fill it under a written ``recompute``
+    #: (:data:`QUALIFIES`).
     recompute_layers: int | None = attrs.field(
-        default=None, validator=[_count_or_none, _bounded, _with_full_recompute]
+        default=None,
+        validator=[_count_or_none, _bounded, _with_full_recompute],
+        metadata={QUALIFIES: "recompute"},
     )
     #: layers per stage whose activations wait in host memory (Megatron-Core cpu_offloading_num_layers)
     offload_layers: int = attrs.field(default=0, validator=[_non_negative, _bounded])
@@ -405,3 +419,15 @@ def _drop_none(x):
     if isinstance(x, list):
         return [_drop_none(v) for v in x]
     return x
+
+
+def qualified_key(table: str, field: str) -> str | None:
+    """The ``table.key`` whose written value ``table.field``'s absence qualifies (its
+    :data:`QUALIFIES` metadata), else None."""
+    spec = {"training": TrainingSpec, "parallelism": ParallelismSpec}.get(table)
+    if spec is None:
+        return None
+    for a in attrs.fields(spec):
+        if a.name == field and QUALIFIES in a.metadata:
+            return f"{table}.{a.metadata[QUALIFIES]}"
+    return None
