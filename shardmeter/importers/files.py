@@ -1,16 +1,17 @@
-"""Reading a framework's configuration file as strictly as a scenario file (a regular file of at
-most 16 MiB, UTF-8 text, no NUL bytes): each problem a one-line error naming the file."""
+"""Reading a framework's configuration file through the one input reader
+(:func:`shardmeter.reading.read_input`: a regular file of at most 16 MiB, UTF-8 text, no NUL
+bytes): each problem a one-line error naming the file."""
 
 from __future__ import annotations
 
 import json
 import os
-import stat
 import sys
 from typing import Any
 
 from shardmeter.errors import ShardMeterError
 from shardmeter.load.files import MAX_SCENARIO_BYTES
+from shardmeter.reading import InputError, read_input
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -30,32 +31,12 @@ class ConfigError(ShardMeterError):
 
 
 def read_text(path: str | os.PathLike) -> tuple[str, str]:
-    """The text of the file at ``path`` and its name."""
-    name = os.fspath(path)
+    """The text of the file at ``path`` and its name (:func:`shardmeter.reading.read_input`)."""
     try:
-        st = os.stat(name)
-    except FileNotFoundError:
-        raise ConfigError(name, "no such file") from None
-    except OSError as exc:
-        raise ConfigError(name, f"cannot read: {exc.strerror or exc}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ConfigError(name, "is a directory, not a configuration file")
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(name, "is not a regular file (a FIFO, device or socket)")
-    if st.st_size > MAX_SCENARIO_BYTES:
-        raise ConfigError(name, f"is {st.st_size:,} bytes; a configuration is at most {MAX_SCENARIO_BYTES:,}")
-    try:
-        with open(name, "rb") as fh:
-            raw = fh.read(MAX_SCENARIO_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(name, f"cannot read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ConfigError(name, "not a UTF-8 text file") from None
-    if "\x00" in text:
-        raise ConfigError(name, "not a text file (contains NUL bytes)")
-    return text, name
+        got = read_input(path, what="configuration file", max_bytes=MAX_SCENARIO_BYTES)
+    except InputError as exc:
+        raise ConfigError(exc.file or os.fspath(path), exc.message) from None
+    return got.text, got.name
 
 
 def read_toml(path: str | os.PathLike) -> tuple[dict[str, Any], str]:

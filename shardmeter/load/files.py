@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import copy
 import os
-import stat
 import sys
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
 from shardmeter.errors import ScenarioError
+from shardmeter.reading import decode_text, read_input_bytes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,27 +51,7 @@ def read_scenario_file(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
     name = os.fspath(path)
     if name == "-":
         return read_scenario_stdin(), STDIN_NAME
-    if not os.path.exists(name):
-        raise ScenarioError("no such file", file=name)
-    if os.path.isdir(name):
-        raise ScenarioError("is a directory, not a scenario file", file=name)
-    try:
-        st = os.stat(name)
-    except OSError as exc:
-        raise ScenarioError(f"cannot read: {exc.strerror or exc}", file=name) from None
-    if not stat.S_ISREG(st.st_mode):  # a FIFO would block open() forever, a device never ends
-        raise ScenarioError(
-            "is not a regular file (a FIFO, device or socket); give a scenario file", file=name
-        )
-    if st.st_size > MAX_SCENARIO_BYTES:
-        raise ScenarioError(
-            f"is {st.st_size:,} bytes; a scenario file is at most {MAX_SCENARIO_BYTES:,}", file=name
-        )
-    try:
-        with open(name, "rb") as fh:
-            raw = fh.read(MAX_SCENARIO_BYTES + 1)
-    except OSError as exc:
-        raise ScenarioError(f"cannot read: {exc.strerror or exc}", file=name) from None
+    raw = read_input_bytes(name, what="scenario file", max_bytes=MAX_SCENARIO_BYTES)
     return parse_scenario_bytes(raw, name), name
 
 
@@ -110,14 +90,7 @@ def read_scenario_stdin() -> dict[str, Any]:
 def parse_scenario_bytes(raw: bytes, name: str) -> dict[str, Any]:
     """The raw tables of a scenario's bytes: UTF-8 (a byte-order mark dropped), no NUL bytes,
     TOML; each problem a one-line :class:`ScenarioError` naming ``name``."""
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise ScenarioError("UTF-16 text: save the file as UTF-8 (TOML must be UTF-8)", file=name)
-    try:
-        text = raw.decode("utf-8-sig")  # a UTF-8 byte-order mark (Windows editors) is dropped
-    except UnicodeDecodeError:
-        raise ScenarioError("not a UTF-8 text file (TOML must be UTF-8)", file=name) from None
-    if "\x00" in text:
-        raise ScenarioError("not a text file (contains NUL bytes)", file=name)
+    text = decode_text(raw, name)
     try:
         return tomllib.loads(text)
     except ValueError as exc:  # TOMLDecodeError, or an integer of more than 4300 digits
