@@ -78,7 +78,7 @@ def _kind(mode: int) -> str | None:
     for test, name in _KINDS:
         if test(mode):
             return name
-    return None if stat.S_ISREG(mode) else "not a regular file"
+    return None if stat.S_ISREG(mode) else "an unknown kind of file"
 
 
 def read_input_bytes(
@@ -97,8 +97,10 @@ def read_input_bytes(
     except OSError as exc:
         raise InputError(name, f"cannot read: {exc.strerror or exc}") from None
     kind = _kind(st.st_mode)
+    if kind == "a directory":
+        raise InputError(name, f"is a directory, not a {what}")
     if kind is not None:
-        raise InputError(name, f"is {kind}, not a {what}")
+        raise InputError(name, f"is not a regular file ({kind}); give a {what}")
     if st.st_size > max_bytes:
         raise InputError(name, f"is {st.st_size:,} bytes; a {what} is at most {max_bytes:,}")
     try:

@@ -14,7 +14,7 @@ from shardmeter.reading import InputError, read_input
 def test_a_fifo_is_refused_without_blocking(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    with pytest.raises(InputError, match="is a FIFO, not a calibration log"):
+    with pytest.raises(InputError, match="is not a regular file \\(a FIFO\\); give a calibration log"):
         read_input(fifo, what="calibration log")
 
 
