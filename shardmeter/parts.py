@@ -90,9 +90,29 @@ def option_defaults(options: type) -> dict[str, Any]:
     return out
 
 
+def _sugar_rule(default: Any) -> Any:
+    """The value rule of a declarative record's option, which has only its default to go by: an
+    integer >= 1 when the default is >= 1, else >= the smaller of 0 and the default
+    (``overlap_steps = -1`` is "automatic"); a number >= 0; None for a bool or a string (the
+    strict converter checks every type)."""
+    if isinstance(default, bool) or not isinstance(default, (int, float)):
+        return None
+    whole = isinstance(default, int)
+    floor = (1 if default >= 1 else min(0, default)) if whole else 0.0
+    want = f"an integer >= {floor}" if whole else "a finite number >= 0"
+
+    def check(inst: Any, attribute: Any, value: Any) -> None:
+        if value < floor:
+            raise ValueError(f"{attribute.name}: expected {want}, got {value!r}")
+
+    return check
+
+
 def make_options_class(name: str, defaults: dict[str, Any]) -> type:
-    """An attrs options class from a declarative ``{key: default}`` table (the records' sugar)."""
-    fields = {k: attrs.field(default=v, type=type(v)) for k, v in defaults.items()}
+    """An attrs options class from a declarative ``{key: default}`` table (the records' sugar),
+    each field typed as its default and checked by :func:`_sugar_rule` (a part's own options
+    class states its rules with its validators instead)."""
+    fields = {k: attrs.field(default=v, type=type(v), validator=_sugar_rule(v)) for k, v in defaults.items()}
     cls_name = "".join(w.capitalize() for w in str(name).replace("-", "_").split("_") if w) + "Options"
     return attrs.make_class(cls_name or "Options", fields, frozen=True, kw_only=True)
 
