@@ -51,13 +51,22 @@ class ShardInputs:
     (Adam in mixed precision: fp32 master, m and v = 12; 8 in fp32 training);
     ``param_gather_bytes``: bytes per parameter a parameter all-gather moves (the 16-bit copy, 4 in
     fp32 training; with fp8 weights, ``training.fp8_params``, 1 for the layers' matrices, so the
-    average over this GPU's parameters); the degrees
-    ``tp``, ``dp``, ``cp``; ``domain_gpus``: GPUs of the innermost network tier (a node, or an
-    NVLink domain); ``params_largest_module``: of its largest weight matrix (one linear, the
-    unit DeepSpeed ZeRO-3 gathers; None: unknown, a layer); ``recompute_layers``: layers of the
-    stage whose forward full recompute re-runs in the backward pass (0: none);
-    ``params_last_module``: of a layer's last linear in forward order (the MLP's output
-    projection; 0: unknown, or a MoE layer's experts).
+    average over this GPU's parameters); the degrees ``tp``, ``dp``, ``cp``;
+    ``params_largest_module``: of its largest weight matrix (one linear, the unit DeepSpeed
+    ZeRO-3 gathers; None: unknown, a layer); ``recompute_layers``: layers of the stage whose
+    forward full recompute re-runs in the backward pass (0: none); ``params_last_module``: of a
+    layer's last linear in forward order (the MLP's output projection; 0: unknown, or a MoE
+    layer's experts).
+
+    The island's network, as :class:`~shardmeter.inputs.bundles.Topology` gives it: the whole
+    tier list, innermost first, on a trailing tier axis (in the scalar path a tuple, one value
+    per tier; :func:`shardmeter.numeric.ops.tier` and :func:`~shardmeter.numeric.ops.n_tiers`
+    read either): ``tier_gpus``, the GPUs one domain of each tier joins (a node, an NVLink
+    domain, a rail group; ``inf`` for the outermost, the whole island); ``tier_bytes_s``, the
+    achieved bandwidth per GPU across that tier, one direction, bytes/s; ``tier_latency_s``,
+    seconds per step of a collective algorithm on it. The core always gives them (``None``
+    only in a record built by hand). ``domain_gpus``: the first tier's GPUs (a node, or an
+    NVLink domain), kept for parts written before the tiers were given.
     """
 
     params_per_gpu: Array
@@ -76,6 +85,9 @@ class ShardInputs:
     param_gather_bytes: Array = attrs.field(
         default=attrs.Factory(lambda s: where(s.weight_bytes > 2, 4.0, 2.0), takes_self=True)
     )
+    tier_gpus: Array | None = None
+    tier_bytes_s: Array | None = None
+    tier_latency_s: Array | None = None
 
 
 @attrs.frozen(kw_only=True)

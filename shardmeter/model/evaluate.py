@@ -574,6 +574,9 @@ def _shard_inputs(
         dp=dp,
         cp=cp,
         domain_gpus=_f(topo.domain_gpus),
+        tier_gpus=topo.tier_gpus,
+        tier_bytes_s=topo.tier_bytes_s,
+        tier_latency_s=topo.tier_latency_s,
     )
 
 
