@@ -150,9 +150,39 @@ class ShardingPart(Part):
         """The collectives of one step."""
         raise NotImplementedError
 
+    def infeasible(self, inp: ShardInputs, opts: Any) -> Array:
+        """Rows whose layout this strategy cannot run (a shard group that does not divide the
+        data-parallel ranks, ...), reported under :attr:`~shardmeter.model.feasibility.Reason.SHARDING`.
+        Structural: it may read the degrees ``tp``, ``dp``, ``cp`` and the tiers (``domain_gpus``,
+        ``tier_*``) only; ``estimate`` and the planner's pre-check both call it with the size
+        fields (parameters, bytes, layers) zero, so a plan is rejected for the same reason before
+        and after the full model. The default: nothing is infeasible."""
+        return where(inp.dp < 0, True, False)  # shaped like dp
+
+    def infeasible_message(self, opts: Any) -> str | None:
+        """Why rows of :meth:`infeasible` cannot run, for the report under
+        ``parallelism.sharding`` (a ``str.format`` template that may use ``{tp}``, ``{cp}``,
+        ``{dpcp}`` (dp x cp), ``{pp}`` and ``{gpus}``, the island's); ``None``: the bundled
+        strategies' message (a shard group must divide dp x cp into whole replicas)."""
+        return None
+
 
 # ---------------------------------------------------------------------------------------------
 # pipeline schedules
+
+
+def unmet_needs(needs: ScheduleNeeds, pipe: PipeInputs) -> Array:
+    """Rows of ``pipe`` that break ``needs`` (see :class:`ScheduleNeeds`), shaped like ``pp`` at
+    least; only the needs declared are evaluated."""
+    pp, m, v = pipe.pp, pipe.micro_batches, pipe.virtual_stages
+    bad = where(pp < 0, True, False)
+    if needs.min_micro_batches > 1:
+        bad = bad | ((pp > 1) & (m < needs.min_micro_batches))
+    if needs.virtual_stages == "refused":
+        bad = bad | ((pp > 1) & (v > 1))
+    if needs.interleaved_multiple_of_pp:
+        bad = bad | ((v > 1) & ((pp < 2) | (mod(m, pp) != 0)))
+    return bad
 
 
 @attrs.frozen(kw_only=True)

@@ -103,6 +103,19 @@ class ZeroSharding(ShardingPart):
     reduce_bucket_elements: float = 0.0
     regather_recompute: bool = False
 
+    def infeasible(self, inp: ShardInputs, opts: Any) -> Array:
+        """HSDP (``shard_group = "node"``): the shard group (:func:`shard_group_size`, the
+        data x context-parallel ranks inside one innermost domain) must divide ``dp x cp`` into
+        whole replicas. PyTorch builds HYBRID_SHARD's intra-node groups with
+        ``torch.distributed.new_subgroups``, which raises "The world size ... must be divisible
+        by 'group_size'" (``torch/distributed/distributed_c10d.py``; FSDP2's ``init_device_mesh``
+        likewise needs the (replicate, shard) mesh to tile the group). A shard group of 24 in
+        64 ranks would otherwise be priced as 2.67 replicas. Sharding over the whole group
+        (``"dp"``) always divides it."""
+        if self.shard_group != "node":
+            return ops.where(inp.dp < 0, True, False)  # shaped like dp
+        return ops.mod(inp.dp * inp.cp, shard_group_size(inp, True)) != 0
+
     def bucket_bytes(self, opts: Any) -> float:
         """The last gradient bucket, bytes (always exposed after the backward pass)."""
         return LAST_BUCKET_BYTES

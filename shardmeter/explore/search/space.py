@@ -47,7 +47,12 @@ from shardmeter.explore.search.knobs import KNOB_ALIASES, check_only, normalise_
 from shardmeter.explore.search.layouts import CONTEXT_PARALLEL as CONTEXT_PARALLEL
 from shardmeter.explore.search.layouts import LAYOUT_COLUMNS, check_islands, layout_table
 from shardmeter.explore.search.layouts import MAX_LAYOUTS as MAX_LAYOUTS
-from shardmeter.explore.search.structural import STRUCTURAL_INPUTS, layout_reason_bits, structural_bits
+from shardmeter.explore.search.structural import (
+    STRUCTURAL_INPUTS,
+    inner_structural_bits,
+    layout_reason_bits,
+    structural_bits,
+)
 from shardmeter.inputs.bundles import PartTable
 from shardmeter.load.scenario import Scenario, load_scenario
 
@@ -149,6 +154,22 @@ class Space:
             if "dup_if_pp1" in axis.aux:
                 dup |= axis.aux["dup_if_pp1"][c]
         return bits, dup & (self.layout["pp"][li] == 1)
+
+    def inner_verdict(self, prefixes: np.ndarray) -> np.ndarray | None:
+        """Structural reason bits of candidate prefixes that vary with their inner options,
+        ``(prefixes, R_in)`` (a sharding strategy's own verdict where the sharding axis is
+        inner: :func:`~.structural.inner_structural_bits`); None where none do."""
+        li, codes = self._prefix_codes(prefixes)
+        return inner_structural_bits(self, self._gather(li, self.axes[: self.n_struct], codes))
+
+    def verdict(self, ids: np.ndarray) -> np.ndarray:
+        """Every structural reason bit of candidates ``ids``: their prefix's
+        (:meth:`prefix_verdict`) and their inner option's (:meth:`inner_verdict`)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        prefixes, inner = np.divmod(ids, self.R_in)
+        bits = self.prefix_verdict(prefixes)[0]
+        per = self.inner_verdict(prefixes)
+        return bits if per is None else bits | per[np.arange(len(ids)), inner]
 
     def describe(self, i: int, islands_names: Sequence[str]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
         """Scenario overrides of candidate ``i`` and a readable plan dict."""
