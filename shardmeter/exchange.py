@@ -1,6 +1,7 @@
 """The records a behaviour part exchanges with the core (:mod:`shardmeter.parts`): what the core
 hands a part's methods (``*Inputs``) and what they return (:class:`StateBytes`,
-:class:`CommEvent`, :class:`PipeTerms`, :class:`SyncTerms`, :class:`ConvergenceTerms`).
+:class:`CommEvent`, :class:`PipeTerms`, :class:`SyncTerms`, :class:`ConvergenceTerms`), and the
+declarations a part makes of itself (:class:`ScheduleNeeds`, :class:`SyncHyperparameters`).
 
 Every array in these records broadcasts against the others of the same call (in the scalar
 path, one plan on one island, they are Python floats); ``CONTRIBUTING.md`` ("Exchange records")
@@ -24,8 +25,10 @@ __all__ = [
     "CommEvent",
     "PipeInputs",
     "PipeTerms",
+    "ScheduleNeeds",
     "WanInputs",
     "SyncTerms",
+    "SyncHyperparameters",
     "ConvergenceInputs",
     "ConvergenceTerms",
 ]
@@ -188,6 +191,28 @@ class PipeTerms:
     p2p_bytes: ArrayLike | None = None
 
 
+@attrs.frozen(kw_only=True)
+class ScheduleNeeds:
+    """What a pipeline schedule declares it needs of a plan (:meth:`SchedulePart.needs`); the
+    host reads this, never the schedule's name or its terms on made-up inputs.
+
+    * ``virtual_stages``: ``"used"`` (its bubble shrinks with the model chunks per GPU: ``plan``
+      tries :data:`VIRTUAL_STAGES` for it), ``"ignored"`` (it runs as one chunk whatever
+      ``virtual_stages`` says: ``plan`` tries 1) or ``"refused"`` (``virtual_stages > 1`` with
+      ``pp > 1`` cannot run: an engine without interleaving).
+    * ``min_micro_batches``: micro-batches per step it needs with ``pp > 1`` (1: any).
+    * ``interleaved_multiple_of_pp``: with ``virtual_stages > 1`` the micro-batches per step must
+      be a multiple of ``pp`` (Megatron-LM's interleaved schedule, Narayanan et al. 2021,
+      Sec. 2.2.2).
+    """
+
+    virtual_stages: str = attrs.field(
+        default="ignored", validator=attrs.validators.in_(("used", "ignored", "refused"))
+    )
+    min_micro_batches: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    interleaved_multiple_of_pp: bool = False
+
+
 # ---------------------------------------------------------------------------------------------
 # island synchronisation
 
@@ -220,6 +245,21 @@ class SyncTerms:
     wan_s: ArrayLike
     round_s: ArrayLike
     egress_bytes: ArrayLike
+
+
+@attrs.frozen(kw_only=True)
+class SyncHyperparameters:
+    """What a convergence model reads of one sync strategy (:meth:`SyncPart.hyperparameters`):
+    ``local_steps`` (true: the replicas train apart between syncs, a DiLoCo-family strategy),
+    ``inner_steps`` (H), ``compression_bits`` per exchanged element, ``fragments`` (F) and
+    ``overlap_steps`` (tau, resolved: never -1). The defaults are a synchronous strategy's, as
+    data-parallel training: every step, 16 bits, one fragment, no overlap."""
+
+    local_steps: bool = False
+    inner_steps: float = 1.0
+    compression_bits: float = 16.0
+    fragments: float = 1.0
+    overlap_steps: float = 0.0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,11 +4,14 @@ A part *computes* its own terms, array-at-a-time over the rows of a batch of pla
 prices communication on the topology and composes the step (``docs/architecture.md``):
 
 * a :class:`ShardingPart` returns the model-state bytes one GPU holds (:class:`StateBytes`) and
-  the collectives it issues (:class:`CommEvent`), from :class:`ShardInputs`;
+  the collectives it issues (:class:`CommEvent`), from :class:`ShardInputs`, and the layouts it
+  cannot run (:meth:`ShardingPart.infeasible`);
 * a :class:`SchedulePart` returns the pipeline bubble, the micro-batches in flight and the
-  point-to-point transfers (:class:`PipeTerms`) from :class:`PipeInputs`;
+  point-to-point transfers (:class:`PipeTerms`) from :class:`PipeInputs`, and declares what it
+  needs of a plan (:class:`ScheduleNeeds`: virtual stages, micro-batches);
 * a :class:`SyncPart` returns the cross-island time and bytes (:class:`SyncTerms`) from
-  :class:`WanInputs`;
+  :class:`WanInputs`, and declares what a convergence model reads of it
+  (:class:`SyncHyperparameters`);
 * a :class:`ConvergencePart` returns the tokens a sync strategy needs to reach the loss
   data-parallel training reaches (:class:`ConvergenceTerms`) from its hyperparameters
   (:class:`ConvergenceInputs`); it prices quality, never time (``docs/convergence.md``);
@@ -25,13 +28,21 @@ compute elementwise, without looking at other rows.
 
 A part's ``options`` is an attrs class; the scenario's keys for it (``[parallelism]`` for
 sharding and schedules, ``[sync]`` for sync) are structured into an instance by the project's
-converter, so a misspelt or mistyped option is a one-line error naming the key. The instance is
-passed to every method as ``opts``.
+converter, so a misspelt or mistyped option is a one-line error naming the key, and its own
+validators are the only value rules. The instance is passed to every method as ``opts``.
+
+A part *declares* what the host needs to know of it; the host never learns it by calling the
+part on made-up inputs or from the names of its options: the values ``plan`` tries
+(:meth:`Part.search_values`), a schedule's use of virtual stages and its requirements
+(:meth:`SchedulePart.needs`) and what it runs as with one stage
+(:meth:`SchedulePart.one_stage_order`), a sync strategy's hyperparameters
+(:meth:`SyncPart.hyperparameters`), a sharding strategy's infeasible layouts
+(:meth:`ShardingPart.infeasible`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
@@ -43,12 +54,14 @@ from shardmeter.exchange import (
     ConvergenceTerms,
     PipeInputs,
     PipeTerms,
+    ScheduleNeeds,
     ShardInputs,
     StateBytes,
+    SyncHyperparameters,
     SyncTerms,
     WanInputs,
 )
-from shardmeter.numeric.ops import Array, where
+from shardmeter.numeric.ops import Array, mod, where
 
 if TYPE_CHECKING:  # named in a signature only
     from shardmeter.records import HardwareProfile
@@ -60,6 +73,10 @@ __all__ = [
     "SchedulePart",
     "SyncPart",
     "ShardInputs",
+    "ScheduleNeeds",
+    "unmet_needs",
+    "SyncHyperparameters",
+    "VIRTUAL_STAGES",
     "StateBytes",
     "CommEvent",
     "PipeInputs",
@@ -74,6 +91,11 @@ __all__ = [
     "option_defaults",
     "make_options_class",
 ]
+
+
+#: Virtual stages ``plan`` tries for a schedule that uses them (Megatron-LM's usual choices),
+#: at most the model's layers: :meth:`SchedulePart.search_values`' default.
+VIRTUAL_STAGES = (2, 3, 4, 6, 8)
 
 
 @attrs.frozen
@@ -130,6 +152,13 @@ class Part:
 
     def option_defaults(self) -> dict[str, Any]:
         return option_defaults(self.options)
+
+    def search_values(self, opts: Any) -> Mapping[str, Sequence[Any]]:
+        """The values ``plan`` tries, per option: ``{key: values}`` over keys of :attr:`options`
+        (a schedule's may also give ``virtual_stages``). The planner crosses them, in this order,
+        each candidate setting those keys and leaving the rest at ``opts`` (the scenario's values,
+        else the defaults). ``{}`` (the default): the part is tried once, as ``opts`` has it."""
+        return {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,16 +226,53 @@ class SchedulePart(Part):
     def terms(self, pipe: PipeInputs, opts: Any) -> PipeTerms:
         raise NotImplementedError
 
+    def needs(self, opts: Any) -> ScheduleNeeds:
+        """What this schedule needs of a plan (:class:`ScheduleNeeds`). The default: one model
+        chunk per GPU, any number of micro-batches."""
+        return ScheduleNeeds()
+
+    def uses_virtual_stages(self, opts: Any) -> bool:
+        """Whether the bubble shrinks with virtual stages (:meth:`needs`)."""
+        return self.needs(opts).virtual_stages == "used"
+
+    def search_values(self, opts: Any) -> Mapping[str, Sequence[Any]]:
+        """:meth:`Part.search_values`; the default tries ``virtual_stages`` at
+        :data:`VIRTUAL_STAGES` when the schedule uses them (an override adding its own options
+        keeps that entry: ``{**super().search_values(opts), "key": [...]}``)."""
+        return {"virtual_stages": VIRTUAL_STAGES} if self.uses_virtual_stages(opts) else {}
+
+    def one_stage_order(self, opts: Any) -> Hashable | None:
+        """What the schedule runs as with one stage (``pp = 1``: no pipeline, no bubble, no
+        transfers, one model chunk): ``"1f1b"`` (each micro-batch's backward right after its
+        forward, one in flight: 1F1B, interleaved, DeepSpeed's engine) or ``"gpipe"`` (every
+        forward first, all ``m`` in flight). Two (schedule, options) pairs with the same order
+        compute the same terms there, so ``plan`` scores the first and counts the others as
+        duplicates; ``None`` (the default): its own (only its own virtual-stage variants, which
+        the model runs as one chunk at ``pp = 1``, are copies of each other)."""
+        return None
+
     def infeasible(self, pipe: PipeInputs, opts: Any) -> Array:
         """Rows this schedule cannot run (structural: needs ``pp``, ``micro_batches`` and
-        ``virtual_stages`` only, so the planner can reject them before the full model)."""
-        return where(pipe.pp < 0, True, False)  # nothing is infeasible (shaped like pp)
+        ``virtual_stages`` only, so the planner can reject them before the full model). The
+        default: the rows that break :meth:`needs` (:func:`unmet_needs`)."""
+        return unmet_needs(self.needs(opts), pipe)
 
     def infeasible_message(self, opts: Any) -> str | None:
         """Why rows of :meth:`infeasible` cannot run, for the report (a ``str.format`` template
-        that may use ``{m}``, ``{pp}`` and ``{v}``); ``None``: the interleaved schedule's
-        message (the micro-batches must be a multiple of ``pp``)."""
-        return None
+        that may use ``{m}``, ``{pp}``, ``{pv}`` (pp x virtual_stages) and ``{v}``); ``None``: the
+        interleaved rule's message (the micro-batches must be a multiple of ``pp``). The default
+        says which of :meth:`needs` a row can break."""
+        n = self.needs(opts)
+        said = []
+        if n.min_micro_batches > 1:
+            said.append(f"at least {n.min_micro_batches} micro-batches per step (got {{m}})")
+        if n.virtual_stages == "refused":
+            said.append("one model chunk per GPU (pp x virtual_stages is {pv}, pp {pp})")
+        if not said:
+            return None
+        if n.interleaved_multiple_of_pp:
+            said.append("with virtual stages, micro-batches ({m}) a multiple of pp ({pp})")
+        return f"the schedule '{self.name}' needs " + " and ".join(said)
 
     def in_flight_at(self, pipe: PipeInputs, opts: Any, rank: Array) -> Array:
         """Micro-batches whose activations pipeline rank ``rank`` (0 = first stage) holds at its
@@ -237,6 +303,11 @@ class SyncPart(Part):
     def state_bytes_per_param(self, opts: Any) -> float:
         """Extra optimizer state per parameter this strategy keeps (sharded like the weights)."""
         return 0.0
+
+    def hyperparameters(self, opts: Any) -> SyncHyperparameters:
+        """What a convergence model reads of this strategy with options ``opts``; the default:
+        synchronous every step (:class:`SyncHyperparameters`' defaults)."""
+        return SyncHyperparameters()
 
     def exchange(self, wan: WanInputs, opts: Any) -> SyncTerms:
         raise NotImplementedError

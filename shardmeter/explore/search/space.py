@@ -10,10 +10,11 @@ A candidate is one layout row x one option of every *axis*:
   for several islands, the nodes used on each island (powers of two and all
   of them), each island's ``dp`` filling the nodes it uses;
 * **axes** (a regular cross product): micro-batch (powers of two up to 16),
-  pipeline schedule x virtual stages (every registered schedule; those whose
-  bubble shrinks with virtual stages take 2, 3, 4, 6 or 8), recompute,
-  sharding (every registered strategy), and for several islands the sync
-  strategy x inner steps x compression bits.
+  pipeline schedule x virtual stages (every registered schedule; those that
+  use virtual stages take 2, 3, 4, 6 or 8), recompute, sharding (every
+  registered strategy), and for several islands the sync strategy x inner
+  steps x compression bits; a part's own options at the values it declares
+  (:meth:`~shardmeter.parts.Part.search_values`).
 
 Candidate ``i`` is layout ``i // R`` with axis options decoded from
 ``i % R`` (mixed radix), so any range of ids is decoded with a few integer
@@ -39,7 +40,6 @@ import numpy as np
 
 # The space is built by .knobs, .layouts, .axes and .structural; their tunables (the `X as X`
 # imports) stay importable from here as before.
-from shardmeter.explore.search.axes import INNER_STEPS as INNER_STEPS
 from shardmeter.explore.search.axes import MICRO_BATCHES as MICRO_BATCHES
 from shardmeter.explore.search.axes import VIRTUAL_STAGES as VIRTUAL_STAGES
 from shardmeter.explore.search.axes import Axis, plan_axes
@@ -194,7 +194,7 @@ class Space:
         for axis, c in zip(self.axes, codes, strict=True):
             ov.extend(axis.overrides[int(c[0])].items())
         d = dict(ov)
-        plan = {
+        plan: dict[str, Any] = {
             "parallelism": {
                 "tp": int(lay["tp"]),
                 "pp": int(lay["pp"]),
@@ -221,6 +221,10 @@ class Space:
                 for j in range(self.n_islands)
             ],
         }
+        # a part's own searched options (``Part.search_values``) beside the layout's keys
+        for k, v in d.items():
+            if k.startswith("parallelism.") and k[12:] not in plan["parallelism"]:
+                plan["parallelism"][k[12:]] = v
         if any(k.startswith("sync.") for k in d):
             plan["sync"] = {k[5:]: v for k, v in d.items() if k.startswith("sync.")}
         return ov, plan
