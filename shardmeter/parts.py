@@ -4,11 +4,14 @@ A part *computes* its own terms, array-at-a-time over the rows of a batch of pla
 prices communication on the topology and composes the step (``docs/architecture.md``):
 
 * a :class:`ShardingPart` returns the model-state bytes one GPU holds (:class:`StateBytes`) and
-  the collectives it issues (:class:`CommEvent`), from :class:`ShardInputs`;
+  the collectives it issues (:class:`CommEvent`), from :class:`ShardInputs`, and the layouts it
+  cannot run (:meth:`ShardingPart.infeasible`);
 * a :class:`SchedulePart` returns the pipeline bubble, the micro-batches in flight and the
-  point-to-point transfers (:class:`PipeTerms`) from :class:`PipeInputs`;
+  point-to-point transfers (:class:`PipeTerms`) from :class:`PipeInputs`, and declares what it
+  needs of a plan (:class:`ScheduleNeeds`: virtual stages, micro-batches);
 * a :class:`SyncPart` returns the cross-island time and bytes (:class:`SyncTerms`) from
-  :class:`WanInputs`;
+  :class:`WanInputs`, and declares what a convergence model reads of it
+  (:class:`SyncHyperparameters`);
 * a :class:`ConvergencePart` returns the tokens a sync strategy needs to reach the loss
   data-parallel training reaches (:class:`ConvergenceTerms`) from its hyperparameters
   (:class:`ConvergenceInputs`); it prices quality, never time (``docs/convergence.md``);
@@ -16,26 +19,49 @@ prices communication on the topology and composes the step (``docs/architecture.
   the ``training.*`` and ``parallelism.*`` defaults its stack uses (``docs/frameworks.md``); it
   computes no term itself: what it carries beyond keys is a part it names (a schedule).
 
-Every array in these records broadcasts against the others of the same call (in the scalar
-path, one plan on one island, they are Python floats). The evaluator calls each distinct
+The records live in :mod:`shardmeter.exchange` and are importable from here. Every array in
+them broadcasts against the others of the same call (in the scalar path, one plan on one
+island, they are Python floats). The evaluator calls each distinct
 (part, options) pair once per batch (never once per plan) on the batch's arrays, and each row
 takes the result of its own part (:mod:`shardmeter.model.dispatch`); a part must therefore
 compute elementwise, without looking at other rows.
 
 A part's ``options`` is an attrs class; the scenario's keys for it (``[parallelism]`` for
 sharding and schedules, ``[sync]`` for sync) are structured into an instance by the project's
-converter, so a misspelt or mistyped option is a one-line error naming the key. The instance is
-passed to every method as ``opts``.
+converter, so a misspelt or mistyped option is a one-line error naming the key, and its own
+validators are the only value rules. The instance is passed to every method as ``opts``.
+
+A part *declares* what the host needs to know of it; the host never learns it by calling the
+part on made-up inputs or from the names of its options: the values ``plan`` tries
+(:meth:`Part.search_values`), a schedule's use of virtual stages and its requirements
+(:meth:`SchedulePart.needs`) and what it runs as with one stage
+(:meth:`SchedulePart.one_stage_order`), a sync strategy's hyperparameters
+(:meth:`SyncPart.hyperparameters`), a sharding strategy's infeasible layouts
+(:meth:`ShardingPart.infeasible`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from shardmeter.numeric.ops import Array, where
+from shardmeter.exchange import (
+    COLLECTIVES,
+    CommEvent,
+    ConvergenceInputs,
+    ConvergenceTerms,
+    PipeInputs,
+    PipeTerms,
+    ScheduleNeeds,
+    ShardInputs,
+    StateBytes,
+    SyncHyperparameters,
+    SyncTerms,
+    WanInputs,
+)
+from shardmeter.numeric.ops import Array, mod, where
 
 if TYPE_CHECKING:  # named in a signature only
     from shardmeter.records import HardwareProfile
@@ -47,6 +73,10 @@ __all__ = [
     "SchedulePart",
     "SyncPart",
     "ShardInputs",
+    "ScheduleNeeds",
+    "unmet_needs",
+    "SyncHyperparameters",
+    "VIRTUAL_STAGES",
     "StateBytes",
     "CommEvent",
     "PipeInputs",
@@ -62,11 +92,10 @@ __all__ = [
     "make_options_class",
 ]
 
-#: A numpy array over the rows of a batch, or a Python float in the scalar path (one plan).
-ArrayLike = Any
 
-#: Collectives the core prices (``docs/architecture.md``, "Pricing a collective").
-COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce", "all_to_all")
+#: Virtual stages ``plan`` tries for a schedule that uses them (Megatron-LM's usual choices),
+#: at most the model's layers: :meth:`SchedulePart.search_values`' default.
+VIRTUAL_STAGES = (2, 3, 4, 6, 8)
 
 
 @attrs.frozen
@@ -83,9 +112,29 @@ def option_defaults(options: type) -> dict[str, Any]:
     return out
 
 
+def _sugar_rule(default: Any) -> Any:
+    """The value rule of a declarative record's option, which has only its default to go by: an
+    integer >= 1 when the default is >= 1, else >= the smaller of 0 and the default
+    (``overlap_steps = -1`` is "automatic"); a number >= 0; None for a bool or a string (the
+    strict converter checks every type)."""
+    if isinstance(default, bool) or not isinstance(default, (int, float)):
+        return None
+    whole = isinstance(default, int)
+    floor = (1 if default >= 1 else min(0, default)) if whole else 0.0
+    want = f"an integer >= {floor}" if whole else "a finite number >= 0"
+
+    def check(inst: Any, attribute: Any, value: Any) -> None:
+        if value < floor:
+            raise ValueError(f"{attribute.name}: expected {want}, got {value!r}")
+
+    return check
+
+
 def make_options_class(name: str, defaults: dict[str, Any]) -> type:
-    """An attrs options class from a declarative ``{key: default}`` table (the records' sugar)."""
-    fields = {k: attrs.field(default=v, type=type(v)) for k, v in defaults.items()}
+    """An attrs options class from a declarative ``{key: default}`` table (the records' sugar),
+    each field typed as its default and checked by :func:`_sugar_rule` (a part's own options
+    class states its rules with its validators instead)."""
+    fields = {k: attrs.field(default=v, type=type(v), validator=_sugar_rule(v)) for k, v in defaults.items()}
     cls_name = "".join(w.capitalize() for w in str(name).replace("-", "_").split("_") if w) + "Options"
     return attrs.make_class(cls_name or "Options", fields, frozen=True, kw_only=True)
 
@@ -104,104 +153,16 @@ class Part:
     def option_defaults(self) -> dict[str, Any]:
         return option_defaults(self.options)
 
+    def search_values(self, opts: Any) -> Mapping[str, Sequence[Any]]:
+        """The values ``plan`` tries, per option: ``{key: values}`` over keys of :attr:`options`
+        (a schedule's may also give ``virtual_stages``). The planner crosses them, in this order,
+        each candidate setting those keys and leaving the rest at ``opts`` (the scenario's values,
+        else the defaults). ``{}`` (the default): the part is tried once, as ``opts`` has it."""
+        return {}
+
 
 # ---------------------------------------------------------------------------------------------
 # sharding
-
-
-@attrs.frozen(kw_only=True)
-class ShardInputs:
-    """What a sharding strategy sees of one GPU (arrays, broadcastable).
-
-    ``params_per_gpu``: parameters this GPU's model shard holds before data-parallel sharding
-    (its pipeline stage and tensor-parallel slice); ``params_per_layer``: of one layer of it;
-    ``layers_per_stage``; ``weight_bytes``/``grad_bytes`` per element; ``optimizer_bytes_per_param``
-    (Adam in mixed precision: fp32 master, m and v = 12; 8 in fp32 training);
-    ``param_gather_bytes``: bytes per parameter a parameter all-gather moves (the 16-bit copy, 4 in
-    fp32 training; with fp8 weights, ``training.fp8_params``, 1 for the layers' matrices, so the
-    average over this GPU's parameters); the degrees
-    ``tp``, ``dp``, ``cp``; ``domain_gpus``: GPUs of the innermost network tier (a node, or an
-    NVLink domain); ``params_largest_module``: of its largest weight matrix (one linear, the
-    unit DeepSpeed ZeRO-3 gathers; None: unknown, a layer); ``recompute_layers``: layers of the
-    stage whose forward full recompute re-runs in the backward pass (0: none);
-    ``params_last_module``: of a layer's last linear in forward order (the MLP's output
-    projection; 0: unknown, or a MoE layer's experts).
-    """
-
-    params_per_gpu: Array
-    params_per_layer: Array
-    layers_per_stage: Array
-    weight_bytes: Array
-    grad_bytes: Array
-    optimizer_bytes_per_param: Array
-    tp: Array
-    dp: Array
-    cp: Array
-    domain_gpus: Array
-    params_largest_module: Array | None = None
-    recompute_layers: Array = 0.0
-    params_last_module: Array = 0.0
-    param_gather_bytes: Array = attrs.field(
-        default=attrs.Factory(lambda s: where(s.weight_bytes > 2, 4.0, 2.0), takes_self=True)
-    )
-
-
-@attrs.frozen(kw_only=True)
-class StateBytes:
-    """Model state one GPU holds, bytes: ``weights`` (with any gathered-layer buffers),
-    ``gradients``, ``optimizer``, ``extra`` (anything else the strategy keeps).
-    ``param_shards``: how many ways parameter-shaped state is divided (a sync strategy's outer
-    state is sharded like the parameters); ``optimizer_shards``: how many ways the optimizer
-    update's work is divided."""
-
-    weights: ArrayLike
-    gradients: ArrayLike
-    optimizer: ArrayLike
-    param_shards: ArrayLike = 1.0
-    optimizer_shards: ArrayLike = 1.0
-    extra: ArrayLike = 0.0
-
-
-@attrs.frozen(kw_only=True)
-class CommEvent:
-    """One collective a strategy issues, priced by the core on the island's network tiers.
-
-    * ``collective``: one of :data:`COLLECTIVES`; ``bytes``: the whole buffer ``S`` (an
-      all-gather's output, a reduce-scatter's input); ``count``: how many such calls.
-    * ``group_size`` ranks ``group_stride`` apart in the rank order (Megatron's: tensor,
-      context, data, pipeline from the innermost): the tiers the group spans follow from it.
-    * ``flat``: one flat ring over all members, so each GPU's whole share crosses every tier
-      (DeepSpeed ZeRO-3 as Narayanan et al. 2021 measured), instead of NCCL's hierarchical
-      algorithm that aggregates inside each domain first.
-    * ``per``: ``"micro_batch"`` (issued in every micro-batch, prefetched under that
-      micro-batch's work) or ``"step"`` (once per step, bucketed under the last backward pass
-      when ``[parallelism] dp_comm_overlap`` is on).
-    * ``window`` (``"micro_batch"`` events only): the work it may hide under: ``"micro_batch"``
-      (all of the micro-batch's work), or only the compute of one pass, ``"forward"``,
-      ``"recompute"`` or ``"backward"`` (the head's included), for a strategy that synchronises
-      the device between passes' layers so no transfer outlives its pass (DeepSpeed ZeRO-3 before
-      4912e0ad7, ``fetch_sync``).
-    * ``exposed_fraction``: the share that can never hide (the first layer's gather, which
-      nothing precedes); ``bucket_bytes`` / ``bucket_ranks``: the last gradient bucket, reduced
-      after the backward pass ends and so always exposed (``None``: not bucketed).
-    * ``term``: the breakdown term it counts in.
-    """
-
-    collective: str = attrs.field(validator=attrs.validators.in_(COLLECTIVES))
-    bytes: ArrayLike
-    group_size: ArrayLike
-    group_stride: ArrayLike = 1.0
-    count: ArrayLike = 1.0
-    flat: bool = False
-    per: str = attrs.field(default="step", validator=attrs.validators.in_(("micro_batch", "step")))
-    window: str = attrs.field(
-        default="micro_batch",
-        validator=attrs.validators.in_(("micro_batch", "forward", "recompute", "backward")),
-    )
-    exposed_fraction: ArrayLike = 0.0
-    bucket_bytes: ArrayLike | None = None
-    bucket_ranks: ArrayLike = 1.0
-    term: str = attrs.field(default="dp_comm", validator=attrs.validators.in_(("dp_comm",)))
 
 
 @attrs.frozen(kw_only=True)
@@ -218,45 +179,39 @@ class ShardingPart(Part):
         """The collectives of one step."""
         raise NotImplementedError
 
+    def infeasible(self, inp: ShardInputs, opts: Any) -> Array:
+        """Rows whose layout this strategy cannot run (a shard group that does not divide the
+        data-parallel ranks, ...), reported under :attr:`~shardmeter.model.feasibility.Reason.SHARDING`.
+        Structural: it may read the degrees ``tp``, ``dp``, ``cp`` and the tiers (``domain_gpus``,
+        ``tier_*``) only; ``estimate`` and the planner's pre-check both call it with the size
+        fields (parameters, bytes, layers) zero, so a plan is rejected for the same reason before
+        and after the full model. The default: nothing is infeasible."""
+        return where(inp.dp < 0, True, False)  # shaped like dp
+
+    def infeasible_message(self, opts: Any) -> str | None:
+        """Why rows of :meth:`infeasible` cannot run, for the report under
+        ``parallelism.sharding`` (a ``str.format`` template that may use ``{tp}``, ``{cp}``,
+        ``{dpcp}`` (dp x cp), ``{pp}`` and ``{gpus}``, the island's); ``None``: the bundled
+        strategies' message (a shard group must divide dp x cp into whole replicas)."""
+        return None
+
 
 # ---------------------------------------------------------------------------------------------
 # pipeline schedules
 
 
-@attrs.frozen(kw_only=True)
-class PipeInputs:
-    """One pipeline stage's view of a step (arrays): ``pp`` stages, ``micro_batches`` per step,
-    ``virtual_stages`` (model chunks per GPU; 1 when ``pp = 1``); the time of one micro-batch
-    on the stage, ``stage_s`` (forward + backward, with its exposed communication), of which
-    ``forward_s`` is the forward pass and ``weight_grad_s`` the weight-gradient GEMMs of the
-    backward pass (the part a zero-bubble schedule defers). ``activation_bytes``: the whole
-    activation (or its gradient) of one micro-batch at a stage boundary, ``s/cp x b x h`` 16-bit
-    elements; ``tp``: the tensor-parallel ranks that hold it (for :attr:`PipeTerms.p2p_bytes`)."""
-
-    pp: Array
-    micro_batches: Array
-    virtual_stages: Array
-    stage_s: Array
-    forward_s: Array
-    weight_grad_s: Array
-    activation_bytes: ArrayLike = 0.0
-    tp: ArrayLike = 1.0
-
-
-@attrs.frozen(kw_only=True)
-class PipeTerms:
-    """``bubble_s``: idle time per step; ``in_flight``: micro-batches whose activations the
-    first stage holds at its peak, in units of one micro-batch through the whole stage;
-    ``p2p_transfers``: activation (or gradient) sends per step on the stage's critical path,
-    each priced as one message of ``p2p_bytes`` on the link between stages;
-    ``p2p_bytes``: what one GPU sends per transfer (``None``: Megatron's scatter-gather,
-    ``activation_bytes / tp``); ``infeasible``: rows the schedule cannot run."""
-
-    bubble_s: ArrayLike
-    in_flight: ArrayLike
-    p2p_transfers: ArrayLike
-    infeasible: ArrayLike = False
-    p2p_bytes: ArrayLike | None = None
+def unmet_needs(needs: ScheduleNeeds, pipe: PipeInputs) -> Array:
+    """Rows of ``pipe`` that break ``needs`` (see :class:`ScheduleNeeds`), shaped like ``pp`` at
+    least; only the needs declared are evaluated."""
+    pp, m, v = pipe.pp, pipe.micro_batches, pipe.virtual_stages
+    bad = where(pp < 0, True, False)
+    if needs.min_micro_batches > 1:
+        bad = bad | ((pp > 1) & (m < needs.min_micro_batches))
+    if needs.virtual_stages == "refused":
+        bad = bad | ((pp > 1) & (v > 1))
+    if needs.interleaved_multiple_of_pp:
+        bad = bad | ((v > 1) & ((pp < 2) | (mod(m, pp) != 0)))
+    return bad
 
 
 @attrs.frozen(kw_only=True)
@@ -271,16 +226,53 @@ class SchedulePart(Part):
     def terms(self, pipe: PipeInputs, opts: Any) -> PipeTerms:
         raise NotImplementedError
 
+    def needs(self, opts: Any) -> ScheduleNeeds:
+        """What this schedule needs of a plan (:class:`ScheduleNeeds`). The default: one model
+        chunk per GPU, any number of micro-batches."""
+        return ScheduleNeeds()
+
+    def uses_virtual_stages(self, opts: Any) -> bool:
+        """Whether the bubble shrinks with virtual stages (:meth:`needs`)."""
+        return self.needs(opts).virtual_stages == "used"
+
+    def search_values(self, opts: Any) -> Mapping[str, Sequence[Any]]:
+        """:meth:`Part.search_values`; the default tries ``virtual_stages`` at
+        :data:`VIRTUAL_STAGES` when the schedule uses them (an override adding its own options
+        keeps that entry: ``{**super().search_values(opts), "key": [...]}``)."""
+        return {"virtual_stages": VIRTUAL_STAGES} if self.uses_virtual_stages(opts) else {}
+
+    def one_stage_order(self, opts: Any) -> Hashable | None:
+        """What the schedule runs as with one stage (``pp = 1``: no pipeline, no bubble, no
+        transfers, one model chunk): ``"1f1b"`` (each micro-batch's backward right after its
+        forward, one in flight: 1F1B, interleaved, DeepSpeed's engine) or ``"gpipe"`` (every
+        forward first, all ``m`` in flight). Two (schedule, options) pairs with the same order
+        compute the same terms there, so ``plan`` scores the first and counts the others as
+        duplicates; ``None`` (the default): its own (only its own virtual-stage variants, which
+        the model runs as one chunk at ``pp = 1``, are copies of each other)."""
+        return None
+
     def infeasible(self, pipe: PipeInputs, opts: Any) -> Array:
         """Rows this schedule cannot run (structural: needs ``pp``, ``micro_batches`` and
-        ``virtual_stages`` only, so the planner can reject them before the full model)."""
-        return where(pipe.pp < 0, True, False)  # nothing is infeasible (shaped like pp)
+        ``virtual_stages`` only, so the planner can reject them before the full model). The
+        default: the rows that break :meth:`needs` (:func:`unmet_needs`)."""
+        return unmet_needs(self.needs(opts), pipe)
 
     def infeasible_message(self, opts: Any) -> str | None:
         """Why rows of :meth:`infeasible` cannot run, for the report (a ``str.format`` template
-        that may use ``{m}``, ``{pp}`` and ``{v}``); ``None``: the interleaved schedule's
-        message (the micro-batches must be a multiple of ``pp``)."""
-        return None
+        that may use ``{m}``, ``{pp}``, ``{pv}`` (pp x virtual_stages) and ``{v}``); ``None``: the
+        interleaved rule's message (the micro-batches must be a multiple of ``pp``). The default
+        says which of :meth:`needs` a row can break."""
+        n = self.needs(opts)
+        said = []
+        if n.min_micro_batches > 1:
+            said.append(f"at least {n.min_micro_batches} micro-batches per step (got {{m}})")
+        if n.virtual_stages == "refused":
+            said.append("one model chunk per GPU (pp x virtual_stages is {pv}, pp {pp})")
+        if not said:
+            return None
+        if n.interleaved_multiple_of_pp:
+            said.append("with virtual stages, micro-batches ({m}) a multiple of pp ({pp})")
+        return f"the schedule '{self.name}' needs " + " and ".join(said)
 
     def in_flight_at(self, pipe: PipeInputs, opts: Any, rank: Array) -> Array:
         """Micro-batches whose activations pipeline rank ``rank`` (0 = first stage) holds at its
@@ -303,36 +295,6 @@ class SchedulePart(Part):
 
 
 @attrs.frozen(kw_only=True)
-class WanInputs:
-    """The cross-island view (arrays over rows ``(n, 1)`` or rows x islands ``(n, I)``):
-    ``islands`` (an int), ``slowest_step_s`` (n, 1), ``island_step_s`` (n, I), ``params``
-    of the whole model, ``grad_bytes`` per element, ``uplink_bytes_s`` achieved per island,
-    ``latency_s`` per WAN ring step, ``overlap_window_s`` (n, I): backward time left on each
-    island after its own data-parallel reduction."""
-
-    islands: int
-    slowest_step_s: Array
-    island_step_s: Array
-    params: Array
-    grad_bytes: Array
-    uplink_bytes_s: Array
-    latency_s: Array
-    overlap_window_s: Array
-
-
-@attrs.frozen(kw_only=True)
-class SyncTerms:
-    """Per (inner) step, arrays (n, 1): ``exposed_s`` (added to the step), ``wan_s`` (all WAN
-    time, exposed + hidden), ``round_s`` (WAN busy time per outer round), ``egress_bytes``
-    (bytes each island sends to others per step, (n,))."""
-
-    exposed_s: ArrayLike
-    wan_s: ArrayLike
-    round_s: ArrayLike
-    egress_bytes: ArrayLike
-
-
-@attrs.frozen(kw_only=True)
 class SyncPart(Part):
     """How islands synchronise (only with two islands or more)."""
 
@@ -342,39 +304,17 @@ class SyncPart(Part):
         """Extra optimizer state per parameter this strategy keeps (sharded like the weights)."""
         return 0.0
 
+    def hyperparameters(self, opts: Any) -> SyncHyperparameters:
+        """What a convergence model reads of this strategy with options ``opts``; the default:
+        synchronous every step (:class:`SyncHyperparameters`' defaults)."""
+        return SyncHyperparameters()
+
     def exchange(self, wan: WanInputs, opts: Any) -> SyncTerms:
         raise NotImplementedError
 
 
 # ---------------------------------------------------------------------------------------------
 # convergence
-
-
-@attrs.frozen(kw_only=True)
-class ConvergenceInputs:
-    """A sync strategy's hyperparameters over a batch of plans (arrays, broadcastable):
-    ``params`` of the whole model (N), ``replicas`` that train apart between syncs (M, the
-    islands), ``local_steps`` (true: a DiLoCo-family strategy; false: every step synchronous,
-    as data-parallel training), ``inner_steps`` (H; 1 when synchronous), ``compression_bits``
-    per exchanged element, ``fragments`` (F) and ``overlap_steps`` (tau, resolved: never -1)."""
-
-    params: Array
-    replicas: Array
-    local_steps: Array
-    inner_steps: Array
-    compression_bits: Array
-    fragments: Array
-    overlap_steps: Array
-
-
-@attrs.frozen(kw_only=True)
-class ConvergenceTerms:
-    """``tokens_factor`` (>= 1 for the bundled model): tokens needed to reach the loss that
-    data-parallel training reaches with the same token budget, over that budget;
-    ``in_range``: whether the plan lies inside the model's validity range (its sources)."""
-
-    tokens_factor: ArrayLike
-    in_range: ArrayLike
 
 
 @attrs.frozen(kw_only=True)

@@ -1,11 +1,10 @@
 """Strategy options inside ``[parallelism]`` and ``[sync]``: keys that are not fields of the
 table's record belong to the registered strategies (their ``options``); they are split
-out, checked against the chosen strategy's defaults, and a key read only by a strategy
-that is not chosen is kept and noted as ignored."""
+out, checked by the chosen strategy's options class (its types and validators), and a key
+read only by a strategy that is not chosen is kept and noted as ignored."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,28 +18,14 @@ __all__ = ["split_options", "check_option_values", "check_option_record"]
 def check_option_values(
     defaults: Mapping[str, Any], given: Mapping[str, Any], where: str, file: str | None
 ) -> None:
-    """A chosen strategy's options must have the type of their default (as the
-    estimator checks ``[sync]`` options): a bool, an integer >= 1 (>= 0 when the
-    default is below 1, >= the default when it is negative: ``overlap_steps = -1``
-    is "automatic"), a finite number >= 0, or a string."""
+    """The one rule the loader adds to a chosen strategy's options: an integer past
+    :data:`~shardmeter.load.specs.MAX_COUNT` is an overflow, not a plan. Every other value rule
+    is the options class's own (its field types, through the strict converter, and its
+    validators: :func:`check_option_record`), so a plugin's option may take any value its class
+    accepts (a negative float, ...); a declarative record's options class carries the rules of
+    its defaults' kinds (:func:`shardmeter.parts.make_options_class`)."""
     for k, v in given.items():
-        if k not in defaults:
-            continue
-        default = defaults[k]
-        if isinstance(default, bool):
-            ok, want = isinstance(v, bool), "true or false"
-        elif isinstance(default, int):
-            floor = 1 if default >= 1 else min(0, default)
-            ok, want = isinstance(v, int) and not isinstance(v, bool) and v >= floor, f"an integer >= {floor}"
-        elif isinstance(default, float):
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-            want = "a finite number >= 0"
-        else:
-            ok, want = isinstance(v, type(default)), f"a {type(default).__name__}"
-        if not ok:
-            raise ScenarioError(f"expected {want}, got {v!r}", path=f"{where}.{k}", file=file)
-        # an overflow, not a plan
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and v > MAX_COUNT:
+        if k in defaults and isinstance(v, int) and not isinstance(v, bool) and v > MAX_COUNT:
             raise ScenarioError(
                 f"{v!r} is absurdly large (limit {MAX_COUNT})", path=f"{where}.{k}", file=file
             )

@@ -9,32 +9,23 @@ from typing import Any
 import numpy as np
 
 from shardmeter.numeric.ops import Array
-from shardmeter.parts import ConvergenceInputs, ConvergencePart
+from shardmeter.parts import ConvergenceInputs, ConvergencePart, SyncHyperparameters
 
 __all__ = ["sync_hyperparameters", "convergence_inputs", "tokens_factor"]
 
 
 def sync_hyperparameters(sync: Any, opts: Any) -> dict[str, float]:
-    """What a convergence model reads of one sync (part, options) pair: a strategy with an
-    ``inner_steps`` option is DiLoCo-family (``local_steps`` 1.0), anything else synchronises
-    every step (H = 1, 16 bits, one fragment, no overlap). ``overlap_steps = -1`` resolves as
-    :class:`~shardmeter.strategies.sync.DiLoCo` does: 1 with fragments, else 0."""
-    if not hasattr(opts, "inner_steps"):
-        return {
-            "local_steps": 0.0,
-            "inner_steps": 1.0,
-            "compression_bits": 16.0,
-            "fragments": 1.0,
-            "overlap_steps": 0.0,
-        }
-    frags = float(getattr(opts, "fragments", 1))
-    tau = float(getattr(opts, "overlap_steps", 0))
+    """What a convergence model reads of one sync (part, options) pair, as the part declares it
+    (:meth:`~shardmeter.parts.SyncPart.hyperparameters`; a synchronous strategy's by default:
+    H = 1, 16 bits, one fragment, no overlap), as floats; ``sync`` None (a batch with no sync
+    part): synchronous."""
+    h = SyncHyperparameters() if sync is None else sync.hyperparameters(opts)
     return {
-        "local_steps": 1.0,
-        "inner_steps": float(opts.inner_steps),
-        "compression_bits": float(getattr(opts, "compression_bits", 16)),
-        "fragments": frags,
-        "overlap_steps": (1.0 if frags > 1 else 0.0) if tau < 0 else tau,
+        "local_steps": 1.0 if h.local_steps else 0.0,
+        "inner_steps": float(h.inner_steps),
+        "compression_bits": float(h.compression_bits),
+        "fragments": float(h.fragments),
+        "overlap_steps": float(h.overlap_steps),
     }
 
 

@@ -24,7 +24,7 @@ from shardmeter.inputs.bundles import ModelInputs, PartTable, Topology
 from shardmeter.model.comm import PricedTraffic, exposed_traffic, layer_comm, price_traffic
 from shardmeter.model.compute import full_recompute_share, local_shapes, micro_batch_compute
 from shardmeter.model.dispatch import by_code
-from shardmeter.model.feasibility import Reason, batch_reasons, batch_split, layout_reasons
+from shardmeter.model.feasibility import Reason, batch_reasons, batch_split, layout_reasons, sharding_reasons
 from shardmeter.model.formulas import (
     KERNEL_OVERHEAD_S,
     layers_forward_flops,
@@ -186,7 +186,9 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # ---- batch split and structural feasibility ------------------------------------------------
     b_isl, m, m_int = batch_split(_f(tr.global_batch), dp, _f(tr.micro_batch), _f(tr.island_batch))
     peak, peak16 = _f(hw.peak_flops), _f(hw.peak16_flops)
-    reasons = _structural_reasons(inp, m, tp, pp, cp, dp, ep, v, peak)
+    reasons = _structural_reasons(inp, m, tp, pp, cp, dp, ep, v, peak) | sharding_reasons(
+        parts, lay.sharding, tp, dp, cp, topo
+    )
     first_l, last_l = _f(lay.first_stage_layers), _f(lay.last_stage_layers)
     peak = ops.where(peak > 0, peak, 1.0)
     peak16 = ops.where(peak16 > 0, peak16, peak)
@@ -331,7 +333,9 @@ def island_memory(inp: ModelInputs, parts: PartTable) -> dict[str, Any]:
         v = ops.where(pp > 1, ops.maximum(_f(lay.virtual_stages), 1.0), 1.0)
         shape = batch_shape(inp)
         _, m, m_int = batch_split(_f(tr.global_batch), dp, _f(tr.micro_batch), _f(tr.island_batch))
-        reasons = _structural_reasons(inp, m, tp, pp, cp, dp, ep, v, _f(hw.peak_flops))
+        reasons = _structural_reasons(inp, m, tp, pp, cp, dp, ep, v, _f(hw.peak_flops)) | sharding_reasons(
+            parts, lay.sharding, tp, dp, cp, inp.topology
+        )
         stl = stage_layers(ms.layers, pp, v, _f(lay.first_stage_layers), _f(lay.last_stage_layers))
         zero = 0.0 * pp
         pipe = PipeInputs(
@@ -574,6 +578,9 @@ def _shard_inputs(
         dp=dp,
         cp=cp,
         domain_gpus=_f(topo.domain_gpus),
+        tier_gpus=topo.tier_gpus,
+        tier_bytes_s=topo.tier_bytes_s,
+        tier_latency_s=topo.tier_latency_s,
     )
 
 

@@ -1,6 +1,7 @@
 """Why a plan cannot run: one :class:`Reason` flag per cause, the scenario key it names, and
 the checks that need no model (shared by :func:`~.evaluate.evaluate` and the planner's
-pre-checks, so both reject a plan for the same reason with the same arithmetic)."""
+pre-checks, so both reject a plan for the same reason with the same arithmetic), the sharding
+strategy's own verdict among them (:func:`sharding_reasons`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,24 @@ from typing import Any
 
 import numpy as np
 
+from shardmeter.model.dispatch import by_code
 from shardmeter.model.stages import stage_layers
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 from shardmeter.numeric.reduce import over_islands
+from shardmeter.parts import ShardInputs
 
-__all__ = ["Reason", "REASONS", "reason_messages", "layout_reasons", "batch_split", "batch_reasons"]
+__all__ = [
+    "Reason",
+    "REASONS",
+    "reason_messages",
+    "part_templates",
+    "layout_reasons",
+    "batch_split",
+    "batch_reasons",
+    "structural_shard_inputs",
+    "sharding_reasons",
+]
 
 
 class Reason(enum.IntFlag):
@@ -30,6 +43,7 @@ class Reason(enum.IntFlag):
     SCHEDULE = 128
     STAGES = 256
     STAGE_LAYERS = 512
+    SHARDING = 1024
 
 
 #: Reason -> (scenario key, message template); the key may hold ``{j}`` (the island).
@@ -60,6 +74,11 @@ REASONS: dict[int, tuple[str, str]] = {
         "evenly over the other stages of pp ({pp}), and every stage's layers in whole chunks of "
         "pp x virtual_stages ({pv}), as Megatron-LM requires",
     ),
+    Reason.SHARDING: (
+        "parallelism.sharding",
+        "the sharding strategy cannot split dp x cp ({dpcp}) into its shard groups: a group (HSDP's: "
+        "the data-parallel ranks inside one node) must divide it into whole replicas",
+    ),
 }
 
 
@@ -80,6 +99,23 @@ def reason_messages(
                 out.append((key, tmpl.format(**values)))
             except (KeyError, ValueError, IndexError):
                 out.append((key, tmpl))
+    return out
+
+
+def part_templates(schedule: Any, schedule_opts: Any, sharding: Any, sharding_opts: Any) -> dict[int, str]:
+    """The messages the parts give for their own reasons (:meth:`~shardmeter.SchedulePart.infeasible_message`
+    for :attr:`Reason.SCHEDULE`, :meth:`~shardmeter.ShardingPart.infeasible_message` for
+    :attr:`Reason.SHARDING`), as :func:`reason_messages` takes them; a part that gives none keeps
+    :data:`REASONS`' message."""
+    out = {}
+    for bit, part, opts in (
+        (Reason.SCHEDULE, schedule, schedule_opts),
+        (Reason.SHARDING, sharding, sharding_opts),
+    ):
+        message = getattr(part, "infeasible_message", None)
+        own = message(opts) if message is not None else None
+        if own:
+            out[int(bit)] = own
     return out
 
 
@@ -123,3 +159,38 @@ def batch_reasons(m, pp, virtual_stages, layers, first_stage_layers=0.0, last_st
     bad = stage_layers(layers, pp, virtual_stages, first_stage_layers, last_stage_layers).bad
     bits = bits | ops.where(bad, Reason.STAGE_LAYERS, 0)
     return _bits(bits)
+
+
+def structural_shard_inputs(tp, dp, cp, topo: Any) -> ShardInputs:
+    """What a sharding strategy's :meth:`~shardmeter.ShardingPart.infeasible` sees: the degrees
+    and the island's tiers (``topo``: a :class:`~shardmeter.inputs.bundles.Topology`, or any
+    record with its fields), every size field zero."""
+    zero = 0.0 * dp
+    return ShardInputs(
+        params_per_gpu=zero,
+        params_per_layer=zero,
+        layers_per_stage=zero,
+        weight_bytes=zero,
+        grad_bytes=zero,
+        optimizer_bytes_per_param=zero,
+        tp=tp,
+        dp=dp,
+        cp=cp,
+        domain_gpus=ops.as_float(topo.domain_gpus),
+        tier_gpus=topo.tier_gpus,
+        tier_bytes_s=topo.tier_bytes_s,
+        tier_latency_s=topo.tier_latency_s,
+    )
+
+
+def sharding_reasons(parts: Any, codes: Any, tp, dp, cp, topo: Any) -> Array:
+    """:attr:`Reason.SHARDING` where the row's sharding strategy (``codes`` into ``parts``, a
+    ``PartTable``) refuses the layout (:meth:`~shardmeter.ShardingPart.infeasible` on
+    :func:`structural_shard_inputs`): the call ``evaluate`` and the planner's pre-check share."""
+    shard = structural_shard_inputs(tp, dp, cp, topo)
+
+    def run(code: int) -> dict[str, Any]:
+        part, opts = parts.get("sharding", code)
+        return {"bad": ops.as_float(part.infeasible(shard, opts))}
+
+    return _bits(ops.where(by_code(codes, run)["bad"] > 0, int(Reason.SHARDING), 0))

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from shardmeter.model.evaluate import BREAKDOWN_TERMS
-from shardmeter.model.feasibility import REASONS, Reason, reason_messages
+from shardmeter.model.feasibility import REASONS, Reason, part_templates, reason_messages
 from shardmeter.model.memory import MEMORY_PARTS
 from shardmeter.model.stages import stage_layers
 from shardmeter.report.confidence import confidence_of
@@ -353,9 +353,7 @@ def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
             "v": par.virtual_stages,
             "L": sc.model.layers,
         }
-        message = getattr(isl.schedule, "infeasible_message", None)  # a SchedulePart's
-        own = message(isl.schedule_options) if message is not None else None
-        templates = {int(Reason.SCHEDULE): own} if own else None
+        templates = part_templates(isl.schedule, isl.schedule_options, isl.sharding, isl.sharding_options)
         prefix = f"island[{j}]." if n_isl > 1 and isl.own_parallelism else ""
         for key, msg in reason_messages(bits, vals, templates):
             if key.startswith("island["):

@@ -30,7 +30,7 @@ import attrs
 
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
-from shardmeter.parts import PipeInputs, PipeTerms, SchedulePart
+from shardmeter.parts import PipeInputs, PipeTerms, ScheduleNeeds, SchedulePart
 
 __all__ = ["ClassicSchedule", "DeepSpeedSchedule", "DeepSpeedOptions", "p2p_transfers"]
 
@@ -53,11 +53,17 @@ class ClassicSchedule(SchedulePart):
     in_flight: str = attrs.field(default="pipeline", validator=attrs.validators.in_(("pipeline", "all")))
     bubble_fraction: float = 1.0
 
-    def infeasible(self, pipe: PipeInputs, opts: Any) -> Array:
-        """Interleaving with ``v > 1`` needs the micro-batches to be a multiple of ``p``."""
+    def needs(self, opts: Any) -> ScheduleNeeds:
+        """Interleaving (``bubble_over_virtual``) uses virtual stages and, with ``v > 1``, needs
+        the micro-batches to be a multiple of ``p``; GPipe and 1F1B run one chunk per GPU."""
         if not self.bubble_over_virtual:
-            return ops.where(pipe.pp < 0, True, False)  # nothing is infeasible (shaped like pp)
-        return (pipe.virtual_stages > 1) & ((pipe.pp < 2) | (ops.mod(pipe.micro_batches, pipe.pp) != 0))
+            return ScheduleNeeds()
+        return ScheduleNeeds(virtual_stages="used", interleaved_multiple_of_pp=True)
+
+    def one_stage_order(self, opts: Any) -> str:
+        """With one stage GPipe runs every forward first; 1F1B and interleaved each micro-batch's
+        backward after its forward (no bubble, no transfers: :meth:`terms` at ``pp = 1``)."""
+        return "gpipe" if self.in_flight == "all" else "1f1b"
 
     def terms(self, pipe: PipeInputs, opts: Any) -> PipeTerms:
         pp, m, v = pipe.pp, pipe.micro_batches, pipe.virtual_stages
@@ -69,7 +75,7 @@ class ClassicSchedule(SchedulePart):
             held = ops.minimum(m, pp)
             if self.bubble_over_virtual:
                 held = held * ops.where(v > 1, 1.0 + (pp - 1.0) / (pp * v), 1.0)
-        # the evaluator asks infeasible() itself, as the planner's pre-check does
+        # the evaluator asks infeasible() (needs()) itself, as the planner's pre-check does
         return PipeTerms(bubble_s=bubble, in_flight=held, p2p_transfers=p2p_transfers(pipe))
 
     def in_flight_at(self, pipe: PipeInputs, opts: Any, rank: Array) -> Array:
@@ -129,8 +135,14 @@ class DeepSpeedSchedule(SchedulePart):
 
     options: type = DeepSpeedOptions
 
-    def infeasible(self, pipe: PipeInputs, opts: Any) -> Array:
-        return (pipe.pp > 1) & (pipe.virtual_stages > 1)
+    def needs(self, opts: Any) -> ScheduleNeeds:
+        """The engine has no interleaved schedule: ``virtual_stages > 1`` is refused."""
+        return ScheduleNeeds(virtual_stages="refused")
+
+    def one_stage_order(self, opts: Any) -> str:
+        """One stage: each micro-batch's forward then its backward, no sends (``TrainSchedule``
+        with ``stages = 1``)."""
+        return "1f1b"
 
     def infeasible_message(self, opts: Any) -> str | None:
         return "DeepSpeed's PipelineEngine has no interleaved schedule: virtual_stages must be 1 (got {v})"

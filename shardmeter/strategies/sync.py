@@ -31,9 +31,16 @@ import numpy as np
 
 from shardmeter.numeric.ops import Array
 from shardmeter.numeric.reduce import over_islands
-from shardmeter.parts import SyncPart, SyncTerms, WanInputs
+from shardmeter.parts import SyncHyperparameters, SyncPart, SyncTerms, WanInputs
 
-__all__ = ["GlobalAllReduce", "DiLoCo", "DiLoCoOptions", "WAN_BUCKET_BYTES", "ring_over_islands"]
+__all__ = [
+    "GlobalAllReduce",
+    "DiLoCo",
+    "DiLoCoOptions",
+    "WAN_BUCKET_BYTES",
+    "INNER_STEPS",
+    "ring_over_islands",
+]
 
 #: Gradient bucket of a bucketed data-parallel all-reduce (PyTorch DDP's ``bucket_cap_mb = 25``):
 #: the last one is reduced after the backward pass ends, so its WAN time is always exposed.
@@ -119,6 +126,9 @@ def _between(low: int, high: int | None = None):
 #: Bits per pseudo-gradient element a format can have (1-bit sign compression up to fp32).
 COMPRESSION_BITS = (1, 32)
 
+#: Inner-step counts ``plan`` tries for DiLoCo, up to the scenario's own (which it always tries).
+INNER_STEPS = (50, 100, 250, 500, 1000, 2000)
+
 
 @attrs.frozen(kw_only=True)
 class DiLoCoOptions:
@@ -142,6 +152,36 @@ class DiLoCo(SyncPart):
 
     def state_bytes_per_param(self, opts: Any) -> float:
         return self.outer_state_bytes_per_param
+
+    def search_values(self, opts: Any) -> dict[str, list[Any]]:
+        """``inner_steps`` at :data:`INNER_STEPS` up to the scenario's H (and H itself), and
+        ``compression_bits`` at the scenario's only; a declarative ``SyncStrategy`` whose options
+        table lacks ``inner_steps`` is tried once, as it stands."""
+        if not hasattr(opts, "inner_steps"):  # a declarative record's options class
+            return {}
+        h_now = int(opts.inner_steps)
+        values: dict[str, list[Any]] = {
+            "inner_steps": sorted({h for h in INNER_STEPS if h <= h_now} | {h_now})
+        }
+        if hasattr(opts, "compression_bits"):
+            values["compression_bits"] = [opts.compression_bits]
+        return values
+
+    def hyperparameters(self, opts: Any) -> SyncHyperparameters:
+        """Local steps with H = ``inner_steps`` and the options' bits, fragments and overlap
+        (``overlap_steps = -1`` resolved as :meth:`exchange` does: 1 with fragments, else 0); a
+        declarative record whose options lack ``inner_steps`` synchronises every step."""
+        if not hasattr(opts, "inner_steps"):  # a declarative record's options class
+            return SyncHyperparameters()
+        frags = float(getattr(opts, "fragments", 1))
+        tau = float(getattr(opts, "overlap_steps", 0))
+        return SyncHyperparameters(
+            local_steps=True,
+            inner_steps=float(opts.inner_steps),
+            compression_bits=float(getattr(opts, "compression_bits", 16)),
+            fragments=frags,
+            overlap_steps=(1.0 if frags > 1 else 0.0) if tau < 0 else tau,
+        )
 
     def exchange(self, wan: WanInputs, opts: Any) -> SyncTerms:
         shape = np.shape(wan.island_step_s)

@@ -103,6 +103,19 @@ class ZeroSharding(ShardingPart):
     reduce_bucket_elements: float = 0.0
     regather_recompute: bool = False
 
+    def infeasible(self, inp: ShardInputs, opts: Any) -> Array:
+        """HSDP (``shard_group = "node"``): the shard group (:func:`shard_group_size`, the
+        data x context-parallel ranks inside one innermost domain) must divide ``dp x cp`` into
+        whole replicas. PyTorch builds HYBRID_SHARD's intra-node groups with
+        ``torch.distributed.new_subgroups``, which raises "The world size ... must be divisible
+        by 'group_size'" (``torch/distributed/distributed_c10d.py``; FSDP2's ``init_device_mesh``
+        likewise needs the (replicate, shard) mesh to tile the group). A shard group of 24 in
+        64 ranks would otherwise be priced as 2.67 replicas. Sharding over the whole group
+        (``"dp"``) always divides it."""
+        if self.shard_group != "node":
+            return ops.where(inp.dp < 0, True, False)  # shaped like dp
+        return ops.mod(inp.dp * inp.cp, shard_group_size(inp, True)) != 0
+
     def bucket_bytes(self, opts: Any) -> float:
         """The last gradient bucket, bytes (always exposed after the backward pass)."""
         return LAST_BUCKET_BYTES
@@ -170,10 +183,8 @@ class ZeroSharding(ShardingPart):
     def traffic(self, inp: ShardInputs, opts: Any) -> list[CommEvent]:
         """ZeRO-3 / FSDP: per micro-batch and layer two all-gathers of the layer's parameters
         (forward, backward; DeepSpeed ZeRO-3 a third for a full recompute, :meth:`gathers`) and
-        a reduce-scatter of its gradients over the shard group, the first gather and the last
-        reduction never hidden; with ``fetch_sync`` (:class:`ZeroThreeOptions`) each pass's
-        transfers hide under that pass only. HSDP adds one all-reduce of the gradient shard
-        across domains per step.
+        a reduce-scatter of its gradients over the shard group (:meth:`layer_traffic`). HSDP
+        adds one all-reduce of the gradient shard across domains per step.
         DDP: one all-reduce of the gradients per step; ZeRO-1/2: a reduce-scatter of the
         gradients and an all-gather of the updated parameters (Rajbhandari et al. 2020, Sec. 7:
         the same 2 x volume as an all-reduce)."""
@@ -182,47 +193,9 @@ class ZeroSharding(ShardingPart):
         param_msg = inp.params_per_gpu * inp.param_gather_bytes  # fp8 weights gather in fp8
         bucket = dict(bucket_bytes=self.bucket_bytes(opts), bucket_ranks=dpcp)
         if self.gather_per_layer:
-            # One collective per layer (the FSDP unit: a transformer block), so each pays its
-            # own ring latency: 2 L all-gathers (forward, backward) and L reduce-scatters of a
-            # layer's share. The forward's first all-gather has no compute before it and the
-            # backward's last reduce-scatter none after it (Zhao et al. 2023, PyTorch FSDP,
-            # Sec. 3.3.1, Fig. 5): one of the 2 L gathers and one of the L reductions exposed.
-            n = shard_group_size(inp, self.shard_group == "node")
-            ls = ops.maximum(inp.layers_per_stage, 1.0)
-            g_f, g_r, g_b = self.gathers(inp)
-            sync = bool(getattr(opts, "fetch_sync", False))
-            layer_ag = dict(
-                collective="all_gather",
-                bytes=param_msg / ls,
-                group_size=n,
-                group_stride=inp.tp,
-                flat=self.flat_collectives,
-                per="micro_batch",
-            )
-            if sync:  # each pass's gathers on their own (:class:`ZeroThreeOptions`)
-                gathers = [
-                    CommEvent(count=g_f, window="forward", exposed_fraction=1.0 / g_f, **layer_ag),
-                    CommEvent(count=g_r, window="recompute", **layer_ag),
-                    CommEvent(count=g_b, window="backward", **layer_ag),
-                ]
-            else:  # one event: all hide under the micro-batch's work, the first never
-                total = g_f + g_r + g_b
-                gathers = [CommEvent(count=total, exposed_fraction=1.0 / total, **layer_ag)]
-            events = [
-                *gathers,
-                CommEvent(
-                    collective="reduce_scatter",
-                    bytes=grad_msg / ls,
-                    group_size=n,
-                    group_stride=inp.tp,
-                    count=ls,
-                    flat=self.flat_collectives,
-                    per="micro_batch",
-                    window="backward" if sync else "micro_batch",
-                    exposed_fraction=1.0 / ls,
-                ),
-            ]
+            events = self.layer_traffic(inp, opts, param_msg, grad_msg)
             if self.shard_group == "node":
+                n = shard_group_size(inp, True)
                 events.append(
                     CommEvent(
                         collective="all_reduce",
@@ -248,4 +221,54 @@ class ZeroSharding(ShardingPart):
             ]
         return [
             CommEvent(collective="all_reduce", bytes=grad_msg, group_size=dpcp, group_stride=inp.tp, **bucket)
+        ]
+
+    def layer_traffic(
+        self, inp: ShardInputs, opts: Any, param_msg: Array, grad_msg: Array
+    ) -> list[CommEvent]:
+        """ZeRO-3 / FSDP's per-layer collectives over the shard group, per micro-batch: the
+        parameter all-gathers of :meth:`gathers` and a reduce-scatter of each layer's gradients
+        (``param_msg`` / ``grad_msg``: the stage's bytes), the first gather and the last
+        reduction never hidden; with ``fetch_sync`` (:class:`ZeroThreeOptions`) each pass's
+        transfers hide under that pass only.
+
+        One collective per layer (the FSDP unit: a transformer block), so each pays its own ring
+        latency: 2 L all-gathers (forward, backward) and L reduce-scatters of a layer's share.
+        The forward's first all-gather has no compute before it and the backward's last
+        reduce-scatter none after it (Zhao et al. 2023, PyTorch FSDP, Sec. 3.3.1, Fig. 5): one of
+        the 2 L gathers and one of the L reductions exposed."""
+        n = shard_group_size(inp, self.shard_group == "node")
+        ls = ops.maximum(inp.layers_per_stage, 1.0)
+        g_f, g_r, g_b = self.gathers(inp)
+        sync = bool(getattr(opts, "fetch_sync", False))
+        layer_ag = dict(
+            collective="all_gather",
+            bytes=param_msg / ls,
+            group_size=n,
+            group_stride=inp.tp,
+            flat=self.flat_collectives,
+            per="micro_batch",
+        )
+        if sync:  # each pass's gathers on their own (:class:`ZeroThreeOptions`)
+            gathers = [
+                CommEvent(count=g_f, window="forward", exposed_fraction=1.0 / g_f, **layer_ag),
+                CommEvent(count=g_r, window="recompute", **layer_ag),
+                CommEvent(count=g_b, window="backward", **layer_ag),
+            ]
+        else:  # one event: all hide under the micro-batch's work, the first never
+            total = g_f + g_r + g_b
+            gathers = [CommEvent(count=total, exposed_fraction=1.0 / total, **layer_ag)]
+        return [
+            *gathers,
+            CommEvent(
+                collective="reduce_scatter",
+                bytes=grad_msg / ls,
+                group_size=n,
+                group_stride=inp.tp,
+                count=ls,
+                flat=self.flat_collectives,
+                per="micro_batch",
+                window="backward" if sync else "micro_batch",
+                exposed_fraction=1.0 / ls,
+            ),
         ]

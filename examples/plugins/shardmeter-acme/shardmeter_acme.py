@@ -72,9 +72,10 @@ def shardmeter_interconnect_models():
 @attrs.frozen(kw_only=True)
 class AcmeZero2Options:
     """``[parallelism]`` keys ``acme-zero2`` reads: ``acme_bucket_mb``, the gradient bucket in
-    megabytes (10^6 bytes; PyTorch DDP's ``bucket_cap_mb`` defaults to 25)."""
+    megabytes (10^6 bytes; PyTorch DDP's ``bucket_cap_mb`` defaults to 25), at least 0 (its
+    validator is the only rule: ShardMeter checks the type, the options class the value)."""
 
-    acme_bucket_mb: float = 25.0
+    acme_bucket_mb: float = attrs.field(default=25.0, validator=attrs.validators.ge(0.0))
 
 
 @attrs.frozen(kw_only=True)

@@ -71,6 +71,11 @@ class ZeroBubbleH1(SchedulePart):
             infeasible=self.infeasible(pipe, opts),
         )
 
+    def one_stage_order(self, opts: Any) -> str:
+        """With one stage (``pp = 1``) there is no bubble to fill and no transfer: each
+        micro-batch's forward then its backward, as 1F1B runs it (``plan`` scores one of the two)."""
+        return "1f1b"
+
 
 @shardmeter.hookimpl
 def shardmeter_pipeline_schedules():

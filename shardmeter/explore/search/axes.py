@@ -1,6 +1,12 @@
 """The regular axes of the plan space (see :mod:`.space`): micro-batch, pipeline schedule x
-virtual stages, recompute, sharding and, for several islands, sync strategy x inner steps x
-compression bits.
+virtual stages (x the schedule's own searched options), recompute, sharding (x its searched
+options) and, for several islands, sync strategy x its searched options (DiLoCo's inner steps
+and compression bits).
+
+What a part is tried at is what it declares (:meth:`~shardmeter.parts.Part.search_values`,
+given the scenario's options for it), and which schedule options are copies of another with one
+stage is what the schedules declare (:meth:`~shardmeter.parts.SchedulePart.one_stage_order`):
+the planner never calls a part on made-up inputs nor reads meaning into an option's name.
 
 Each option's effect on the model's input arrays is not hand-coded: it is read off
 :meth:`Estimator.inputs` of the scenario with that option set (resolved once per option,
@@ -16,19 +22,16 @@ from typing import Any
 import numpy as np
 
 from shardmeter.errors import ScenarioError, ShardMeterError
-from shardmeter.explore.search.knobs import only_label, pick
+from shardmeter.explore.search.knobs import KNOBS, only_label, pick
 from shardmeter.inputs.bundles import PartTable
 from shardmeter.load.scenario import Scenario, apply_override, load_scenario
-from shardmeter.parts import PipeInputs, option_defaults
+from shardmeter.parts import VIRTUAL_STAGES, Part
+from shardmeter.resolve.resolver import structure_options
 
-__all__ = ["Axis", "plan_axes", "VIRTUAL_STAGES", "MICRO_BATCHES", "INNER_STEPS"]
+__all__ = ["Axis", "plan_axes", "VIRTUAL_STAGES", "MICRO_BATCHES"]
 
-#: Virtual stages tried for schedules whose bubble shrinks with them (Megatron-LM's usual choices).
-VIRTUAL_STAGES = (2, 3, 4, 6, 8)
 #: Micro-batch sizes tried (powers of two).
 MICRO_BATCHES = (1, 2, 4, 8, 16)
-#: Inner-step counts tried for local-step sync strategies, up to the scenario's value.
-INNER_STEPS = (50, 100, 250, 500, 1000, 2000)
 
 
 class Axis:
@@ -61,10 +64,36 @@ def plan_axes(
     recs = pick(only, "training.recompute", ["none", "selective", "full"], t.recompute)
     axes.append(_axis(est, raw, "recompute", [{"training.recompute": r} for r in recs], base, file, table))
     shard = pick(only, "parallelism.sharding", reg.names("sharding"), par.sharding)
-    axes.append(_axis(est, raw, "sharding", [{"parallelism.sharding": s} for s in shard], base, file, table))
+    s_ov: list[dict[str, Any]] = []
+    for s in shard:
+        part = reg.get("sharding", s, path="--only parallelism.sharding", file=file)
+        opts, values = _declared(part, par.options, "parallelism", sc)
+        s_ov.extend({"parallelism.sharding": s, **c} for c in _combos(values, opts, "parallelism", only))
+    axes.append(_axis(est, raw, "sharding", s_ov, base, file, table))
     if n_islands > 1:
         axes.append(_sync_axis(est, raw, sc, only, base, file, table))
     return [a for a in axes if len(a)]
+
+
+def _declared(part: Part, given: Mapping[str, Any], table: str, sc: Scenario) -> tuple[Any, dict[str, Any]]:
+    """``(options, {key: values})``: ``part``'s options as the scenario's ``given`` keys set them,
+    and the values it declares it is tried at with them
+    (:meth:`~shardmeter.parts.Part.search_values`)."""
+    opts = structure_options(part, given, table, sc.file)
+    return opts, dict(part.search_values(opts))
+
+
+def _combos(
+    values: Mapping[str, Any], opts: Any, table: str, only: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """The scenario overrides ``{"TABLE.KEY": value}`` of every combination of ``values``, in
+    their order (one empty override for none); a key that is a knob of ``--only`` keeps the
+    values ``--only`` gives it (the options' own value for the knob alone)."""
+    lists = [
+        pick(only, f"{table}.{k}", vals, getattr(opts, k)) if f"{table}.{k}" in KNOBS else list(vals)
+        for k, vals in values.items()
+    ]
+    return [{f"{table}.{k}": v for k, v in zip(values, c, strict=True)} for c in itertools.product(*lists)]
 
 
 def _diff_cols(
@@ -108,32 +137,35 @@ def _micro_batch_axis(only: dict[str, Any], global_batch: int, micro_batch: int)
 
 
 def _schedule_options(reg, only: dict[str, Any], sc: Scenario) -> list[dict[str, Any]]:
-    """Every schedule x virtual stages tried: 2, 3, 4, 6 or 8 (at most the layers) for schedules
-    whose bubble shrinks with them, else 1. A schedule that is one stack's engine
-    (``SchedulePart.searched = False``) is tried only when the scenario or ``--only`` names it."""
+    """Every schedule x its virtual stages x its other searched options, as each declares them
+    (:meth:`~shardmeter.parts.SchedulePart.search_values`: the bundled interleaved schedule's
+    ``virtual_stages`` are 2, 3, 4, 6 and 8, at most the layers; a schedule that does not search
+    them runs at 1). A schedule that is one stack's engine (``SchedulePart.searched = False``) is
+    tried only when the scenario or ``--only`` names it."""
     par, file = sc.parallelism, sc.file
     # a stack's own engine (searched = False, such as deepspeed-1f1b) only where the scenario uses it
-    searched = [
-        n
-        for n in reg.names("schedule")
-        if getattr(reg.get("schedule", n), "searched", True) or n == par.schedule
-    ]
+    searched = [n for n in reg.names("schedule") if reg.get("schedule", n).searched or n == par.schedule]
     sched_names = pick(only, "parallelism.schedule", searched, par.schedule)
     v_only: Any = (
         only.get("parallelism.virtual_stages", "all") if "parallelism.virtual_stages" in only else "all"
     )
-    s_ov = []
+    s_ov: list[dict[str, Any]] = []
     used_v = False
     for name in sched_names:
         rec = reg.get("schedule", name, path="--only parallelism.schedule", file=file)
-        if _uses_virtual_stages(rec):
+        opts, values = _declared(rec, par.options, "parallelism", sc)
+        declared = values.pop("virtual_stages", None)
+        if declared is not None:  # the layout key a schedule's values may name, with its --only
             used_v = True
-            vs = VIRTUAL_STAGES if v_only == "all" else [par.virtual_stages] if v_only is None else v_only
+            vs = declared if v_only == "all" else [par.virtual_stages] if v_only is None else v_only
             vs = [v for v in vs if v <= sc.model.layers]
         else:
             vs = [1]
+        combos = _combos(values, opts, "parallelism", only)
         for v in vs:
-            s_ov.append({"parallelism.schedule": name, "parallelism.virtual_stages": int(v)})
+            s_ov.extend(
+                {"parallelism.schedule": name, "parallelism.virtual_stages": int(v), **c} for c in combos
+            )
     if isinstance(v_only, list) and not used_v and v_only != [1]:
         raise ShardMeterError(
             f"{only_label('parallelism.virtual_stages', v_only[0])}: none of the schedules tried "
@@ -149,72 +181,40 @@ def _schedule_axis(est, raw, sc: Scenario, only: dict[str, Any], base, table: Pa
     earlier one when ``pp = 1``."""
     s_ov = _schedule_options(est.registry, only, sc)
     sched = _axis(est, raw, "schedule", s_ov, base, sc.file, table)
-    # with pp = 1 the model ignores virtual stages (v -> 1): an option whose schedule then computes
-    # the same terms as an earlier option's is an exact copy of it
+    # with pp = 1 the model ignores virtual stages (v -> 1): an option whose schedule then runs as
+    # an earlier option's does (one_stage_order) is an exact copy of it
     codes = [
         int(np.asarray(sched.cols["layout.schedule"][j]).ravel()[0])
         if "layout.schedule" in sched.cols
         else int(np.asarray(base["layout.schedule"]).ravel()[0])
         for j in range(len(s_ov))
     ]
-    sig = [_pp1_signature(*table.get("schedule", c)) for c in codes]
+    sig = [_one_stage_signature(table, c) for c in codes]
     sched.aux["dup_if_pp1"] = np.array([sig[j] in sig[:j] for j in range(len(s_ov))], bool)
     return sched
 
 
-def _uses_virtual_stages(schedule) -> bool:
-    """Does the schedule's bubble shrink with virtual stages (probed: pp = 4, m = 8, v = 1 vs 2)?"""
-    opts = schedule.options()
-    b = [float(np.asarray(schedule.terms(_probe(4.0, 8.0, v), opts).bubble_s).ravel()[0]) for v in (1.0, 2.0)]
-    return b[1] < b[0]
-
-
-def _probe(pp: float, m, v: float) -> PipeInputs:
-    one = np.ones_like(np.asarray(m, dtype=float))
-    return PipeInputs(
-        pp=pp * one,
-        micro_batches=np.asarray(m, dtype=float),
-        virtual_stages=v * one,
-        stage_s=one,
-        forward_s=one / 3.0,
-        weight_grad_s=one / 3.0,
-    )
-
-
-def _pp1_signature(schedule, opts) -> tuple:
-    """A schedule's terms at ``pp = 1`` over a few micro-batch counts (what it computes there)."""
-    t = schedule.terms(_probe(1.0, np.array([1.0, 2.0, 3.0, 8.0, 16.0]), 1.0), opts)
-    return tuple(
-        tuple(np.broadcast_to(np.asarray(x, dtype=float), (5,)).tolist())
-        for x in (t.bubble_s, t.in_flight, t.p2p_transfers)
-    )
+def _one_stage_signature(table: PartTable, code: int) -> tuple:
+    """What schedule option ``code`` runs as with one stage, as its schedule declares it
+    (:meth:`~shardmeter.parts.SchedulePart.one_stage_order`); a schedule that declares none is
+    only its own (its virtual-stage variants, one code, are copies of each other)."""
+    part, opts = table.get("schedule", code)
+    order = part.one_stage_order(opts)
+    return ("own", code) if order is None else ("order", order)
 
 
 def _sync_axis(est, raw, sc, only, base, file, table) -> Axis:
-    """Sync strategy x inner steps (up to the scenario's) x compression bits, for several islands."""
+    """Sync strategy x its searched options (DiLoCo's inner steps up to the scenario's, its
+    compression bits), for several islands."""
     reg = est.registry
     strategies = pick(only, "sync.strategy", reg.names("sync"), sc.sync.strategy)
-    opts = dict(sc.sync.options)
-    ovs = []
-    takes: set[str] = set()  # the options some strategy tried takes
+    ovs: list[dict[str, Any]] = []
+    takes: set[str] = set()  # the options some strategy tried searches
     for name in strategies:
         rec = reg.get("sync", name, path="--only sync.strategy", file=file)
-        defaults = option_defaults(rec.options)
-        if "inner_steps" not in defaults:  # a strategy without local steps
-            ovs.append({"sync.strategy": name})
-            continue
-        takes |= {"inner_steps"} | ({"compression_bits"} & set(defaults))
-        h_now = int(opts.get("inner_steps", defaults.get("inner_steps", 1)))
-        hs = pick(only, "sync.inner_steps", sorted({h for h in INNER_STEPS if h <= h_now} | {h_now}), h_now)
-        b_now = opts.get("compression_bits", defaults.get("compression_bits", 16))
-        bits = pick(only, "sync.compression_bits", [b_now], b_now)
-        for h, b in itertools.product(hs, bits):
-            ov = {"sync.strategy": name}
-            if "inner_steps" in defaults:
-                ov["sync.inner_steps"] = h
-            if "compression_bits" in defaults:
-                ov["sync.compression_bits"] = b
-            ovs.append(ov)
+        opts, values = _declared(rec, sc.sync.options, "sync", sc)
+        takes |= set(values)
+        ovs.extend({"sync.strategy": name, **c} for c in _combos(values, opts, "sync", only))
     for key in ("sync.inner_steps", "sync.compression_bits"):
         if only.get(key) and key[5:] not in takes:
             raise ShardMeterError(

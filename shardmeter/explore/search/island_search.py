@@ -1193,6 +1193,7 @@ def describe(raw: dict[str, Any], sc, c: dict[str, Any], ctx_data) -> tuple[dict
             "schedule": ov.get("parallelism.schedule", sc.parallelism.schedule),
             "virtual_stages": int(ov.get("parallelism.virtual_stages", 1)),
         }
+        par.update({k[12:]: v for k, v in ov.items() if k[12:] not in par})  # a part's searched options
         pars.append(par)
         d = dict(isl_raw[j])
         d["nodes"] = int(c["nodes"][j])

@@ -84,6 +84,9 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     prefixes = np.arange(start, stop, dtype=np.int64)
     bits, dup = space.prefix_verdict(prefixes)
     reason_counts = {b: int(np.count_nonzero(bits & b)) * R_in for b in REASONS}
+    skipped = space.inner_verdict(prefixes[(bits != 0) | dup])  # the model never sees these
+    for b in REASONS:
+        reason_counts[b] += 0 if skipped is None else int(np.count_nonzero(skipped & b))
     okp = prefixes[(bits == 0) & ~dup]
     res = {
         "evaluated": len(prefixes) * R_in,

@@ -10,10 +10,11 @@ A candidate is one layout row x one option of every *axis*:
   for several islands, the nodes used on each island (powers of two and all
   of them), each island's ``dp`` filling the nodes it uses;
 * **axes** (a regular cross product): micro-batch (powers of two up to 16),
-  pipeline schedule x virtual stages (every registered schedule; those whose
-  bubble shrinks with virtual stages take 2, 3, 4, 6 or 8), recompute,
-  sharding (every registered strategy), and for several islands the sync
-  strategy x inner steps x compression bits.
+  pipeline schedule x virtual stages (every registered schedule; those that
+  use virtual stages take 2, 3, 4, 6 or 8), recompute, sharding (every
+  registered strategy), and for several islands the sync strategy x inner
+  steps x compression bits; a part's own options at the values it declares
+  (:meth:`~shardmeter.parts.Part.search_values`).
 
 Candidate ``i`` is layout ``i // R`` with axis options decoded from
 ``i % R`` (mixed radix), so any range of ids is decoded with a few integer
@@ -39,7 +40,6 @@ import numpy as np
 
 # The space is built by .knobs, .layouts, .axes and .structural; their tunables (the `X as X`
 # imports) stay importable from here as before.
-from shardmeter.explore.search.axes import INNER_STEPS as INNER_STEPS
 from shardmeter.explore.search.axes import MICRO_BATCHES as MICRO_BATCHES
 from shardmeter.explore.search.axes import VIRTUAL_STAGES as VIRTUAL_STAGES
 from shardmeter.explore.search.axes import Axis, plan_axes
@@ -47,7 +47,12 @@ from shardmeter.explore.search.knobs import KNOB_ALIASES, check_only, normalise_
 from shardmeter.explore.search.layouts import CONTEXT_PARALLEL as CONTEXT_PARALLEL
 from shardmeter.explore.search.layouts import LAYOUT_COLUMNS, check_islands, layout_table
 from shardmeter.explore.search.layouts import MAX_LAYOUTS as MAX_LAYOUTS
-from shardmeter.explore.search.structural import STRUCTURAL_INPUTS, layout_reason_bits, structural_bits
+from shardmeter.explore.search.structural import (
+    STRUCTURAL_INPUTS,
+    inner_structural_bits,
+    layout_reason_bits,
+    structural_bits,
+)
 from shardmeter.inputs.bundles import PartTable
 from shardmeter.load.scenario import Scenario, load_scenario
 
@@ -150,6 +155,22 @@ class Space:
                 dup |= axis.aux["dup_if_pp1"][c]
         return bits, dup & (self.layout["pp"][li] == 1)
 
+    def inner_verdict(self, prefixes: np.ndarray) -> np.ndarray | None:
+        """Structural reason bits of candidate prefixes that vary with their inner options,
+        ``(prefixes, R_in)`` (a sharding strategy's own verdict where the sharding axis is
+        inner: :func:`~.structural.inner_structural_bits`); None where none do."""
+        li, codes = self._prefix_codes(prefixes)
+        return inner_structural_bits(self, self._gather(li, self.axes[: self.n_struct], codes))
+
+    def verdict(self, ids: np.ndarray) -> np.ndarray:
+        """Every structural reason bit of candidates ``ids``: their prefix's
+        (:meth:`prefix_verdict`) and their inner option's (:meth:`inner_verdict`)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        prefixes, inner = np.divmod(ids, self.R_in)
+        bits = self.prefix_verdict(prefixes)[0]
+        per = self.inner_verdict(prefixes)
+        return bits if per is None else bits | per[np.arange(len(ids)), inner]
+
     def describe(self, i: int, islands_names: Sequence[str]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
         """Scenario overrides of candidate ``i`` and a readable plan dict."""
         lis, codes = self.codes(np.array([i]))
@@ -173,7 +194,7 @@ class Space:
         for axis, c in zip(self.axes, codes, strict=True):
             ov.extend(axis.overrides[int(c[0])].items())
         d = dict(ov)
-        plan = {
+        plan: dict[str, Any] = {
             "parallelism": {
                 "tp": int(lay["tp"]),
                 "pp": int(lay["pp"]),
@@ -200,6 +221,10 @@ class Space:
                 for j in range(self.n_islands)
             ],
         }
+        # a part's own searched options (``Part.search_values``) beside the layout's keys
+        for k, v in d.items():
+            if k.startswith("parallelism.") and k[12:] not in plan["parallelism"]:
+                plan["parallelism"][k[12:]] = v
         if any(k.startswith("sync.") for k in d):
             plan["sync"] = {k[5:]: v for k, v in d.items() if k.startswith("sync.")}
         return ov, plan

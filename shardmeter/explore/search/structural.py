@@ -1,8 +1,10 @@
 """The planner's structural checks: every reason bit :func:`~shardmeter.model.evaluate.evaluate`
 would set that needs no model (layout sizes, batch split, virtual stages, layers, the
-schedule's own verdict), computed with the same functions
-(:mod:`shardmeter.model.feasibility`, :meth:`~shardmeter.SchedulePart.infeasible`), so a plan is
-rejected for the same reason before and after the full model."""
+schedule's and the sharding strategy's own verdicts), computed with the same functions
+(:mod:`shardmeter.model.feasibility`, :meth:`~shardmeter.SchedulePart.infeasible`,
+:meth:`~shardmeter.ShardingPart.infeasible` through
+:func:`~shardmeter.model.feasibility.sharding_reasons`), so a plan is rejected for the same
+reason before and after the full model."""
 
 from __future__ import annotations
 
@@ -11,17 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from shardmeter.inputs.bundles import Topology
 from shardmeter.model.dispatch import by_code
-from shardmeter.model.feasibility import Reason, batch_reasons, batch_split, layout_reasons
+from shardmeter.model.feasibility import Reason, batch_reasons, batch_split, layout_reasons, sharding_reasons
 from shardmeter.numeric.reduce import over_islands
 from shardmeter.parts import PipeInputs
 
 if TYPE_CHECKING:  # annotations only: the space module imports this one
     from shardmeter.explore.search.space import Space
 
-__all__ = ["STRUCTURAL_INPUTS", "layout_reason_bits", "structural_bits"]
+__all__ = ["STRUCTURAL_INPUTS", "layout_reason_bits", "structural_bits", "inner_structural_bits"]
 
-#: Model input columns read by :func:`structural_bits`.
+#: Model input columns read by :func:`structural_bits`; an axis that sets one is structural (it
+#: leads the candidate numbering). Not listed: the sharding strategy (``layout.sharding``) and the
+#: tiers its verdict reads, so the sharding axis stays inner (after recompute, as the candidate
+#: ids have always been numbered): its verdict is the pre-check's where the prefix fixes the
+#: strategy, else per candidate (:func:`inner_structural_bits`).
 STRUCTURAL_INPUTS = frozenset(
     {
         "layout.dp",
@@ -67,10 +74,61 @@ def layout_reason_bits(layout, base) -> np.ndarray:
     return np.bitwise_or.reduce(np.atleast_2d(bits), axis=-1)
 
 
+def _tiers(cols: Mapping[str, np.ndarray], space: Space) -> dict[str, np.ndarray]:
+    """The tier columns (rows, islands, tiers) of a prefix batch, as the model reads them."""
+    return {
+        k: np.asarray(cols[f"topology.{k}"] if f"topology.{k}" in cols else space.base[f"topology.{k}"])
+        for k in ("tier_gpus", "tier_bytes_s", "tier_latency_s")
+    }
+
+
+def _fixed_sharding(space: Space, g) -> np.ndarray | None:
+    """The sharding codes of a prefix batch when its prefixes fix them (no inner axis varies the
+    strategy: an inner axis of one value sets it for all), else None."""
+    inner = [a.cols["layout.sharding"] for a in space.axes[space.n_struct :] if "layout.sharding" in a.cols]
+    if any(np.unique(c).size > 1 for c in inner):
+        return None
+    return np.asarray(inner[0][:1], dtype=float) if inner else g("layout.sharding")
+
+
+def _sharding_bits(space: Space, cols: Mapping[str, np.ndarray], g, codes) -> np.ndarray:
+    """:func:`~shardmeter.model.feasibility.sharding_reasons` of the degrees and tiers ``g``
+    reads, with sharding ``codes``."""
+    topo = Topology(
+        **{k: g(f"topology.{k}") for k in ("gpus_per_node", "nodes", "domain_gpus")}, **_tiers(cols, space)
+    )
+    return sharding_reasons(space.table, codes, g("layout.tp"), g("layout.dp"), g("layout.cp"), topo)
+
+
+def inner_structural_bits(space: Space, cols: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """The structural reason bits that vary with the inner options, ``(prefixes, R_in)``, of a
+    prefix batch (``cols``: its columns, as :func:`structural_bits` takes them): the sharding
+    strategy's own verdict where an inner axis varies the strategy; None where none does (then
+    :func:`structural_bits` has it)."""
+
+    def g0(k):
+        return np.asarray(cols[k] if k in cols else space.base[k], dtype=float)
+
+    if _fixed_sharding(space, g0) is not None:
+        return None
+    inner = space.inner_columns()  # (1, R_in, ...)
+    wide = {k: np.asarray(v)[:, None] for k, v in cols.items()}  # (prefixes, 1, ...)
+
+    def g(k):
+        return np.asarray(inner[k] if k in inner else wide[k] if k in wide else space.base[k], dtype=float)
+
+    bits = _sharding_bits(space, {**wide, **inner}, g, g("layout.sharding"))
+    shape = (len(next(iter(wide.values()))) if wide else 1, space.R_in)
+    bits = np.broadcast_to(bits, np.broadcast_shapes(np.shape(bits), (*shape, 1)))
+    return over_islands(np.bitwise_or, np.asarray(bits, dtype=np.int64), keepdims=False)
+
+
 def structural_bits(space: Space, cols: Mapping[str, np.ndarray], layout_bits: np.ndarray) -> np.ndarray:
     """Every reason bit ``evaluate`` would set that does not need the full model (all but memory
     and precision), with the same functions (:mod:`shardmeter.model.feasibility`, the schedule's
-    own :meth:`~shardmeter.SchedulePart.infeasible`)."""
+    own :meth:`~shardmeter.SchedulePart.infeasible`, and the sharding strategy's own
+    :meth:`~shardmeter.ShardingPart.infeasible` where the prefix fixes the strategy; a sharding
+    axis of several options is inner: :func:`inner_structural_bits` has its verdicts)."""
 
     def g(k):
         return np.asarray(cols[k] if k in cols else space.base[k], dtype=float)
@@ -101,4 +159,7 @@ def structural_bits(space: Space, cols: Mapping[str, np.ndarray], layout_bits: n
 
     bad = by_code(g("layout.schedule"), run)["bad"]
     bits = bits | np.where(bad > 0, int(Reason.SCHEDULE), 0)
+    codes = _fixed_sharding(space, g)
+    if codes is not None:  # the prefix fixes the sharding strategy (else inner_structural_bits)
+        bits = bits | _sharding_bits(space, cols, g, codes)
     return over_islands(np.bitwise_or, np.asarray(bits, dtype=np.int64), keepdims=False) | layout_bits
