@@ -95,7 +95,7 @@ def test_bigger_micro_batch_never_lowers_memory():
     batch = {k: np.broadcast_to(v, (5, *v.shape[1:])) for k, v in inp.columns().items()}
     batch["training.micro_batch"] = mbs
     batch["training.global_batch"] = np.full((5, 1), 1536.0 * 16)
-    mem = evaluate_columns(batch, table)["memory_per_gpu_gb"]
+    mem = evaluate_columns(batch, table).memory_bytes
     assert np.all(np.diff(mem) > 0)
 
 

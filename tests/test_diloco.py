@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pathlib
 
+import attrs
 import numpy as np
 import pytest
 
@@ -106,7 +107,7 @@ def test_global_allreduce_hides_under_backward_but_not_its_last_bucket():
 
 def test_one_island_never_syncs():
     z = cross_island(None, None, 1, np.ones((3, 1)), np.ones((3, 1)), 1e9, 2.0, 0.0, (3, 1))
-    assert all(np.all(np.asarray(v) == 0.0) for v in z.values())
+    assert all(np.all(np.asarray(v) == 0.0) for v in attrs.asdict(z).values())
     # and a one-island scenario reports no WAN time whatever its sync strategy says
     sc = {
         "model": {"layers": 2, "hidden": 1024, "heads": 8, "vocab": 32000, "seq_len": 1024},
@@ -137,7 +138,7 @@ def test_intellect1_sync_accounting_with_the_measured_inner_step(est, case):
     out = evaluate(inp, table)
     n = inp.network.wan_bytes_s.shape[-1]
     assert n == 14
-    p = float(out["params"][0])
+    p = float(out.params[0])
     assert p == pytest.approx(10.21e9, rel=0.01)  # the file's payload assumption
     shape = (1, n)
     wan = WanInputs(
@@ -158,8 +159,8 @@ def test_intellect1_sync_accounting_with_the_measured_inner_step(est, case):
     assert cu == pytest.approx(INTELLECT_CU[case], abs=0.02)
     assert cu == pytest.approx(sc.measured["compute_utilization"], abs=0.02)
     # the model's own definition agrees: CU = inner / (inner + round / H) for identical islands
-    model_cu = float(out["compute_utilization"][0])
-    inner = float(out["island_step_s"][0, 0])
+    model_cu = float(out.compute_utilization[0])
+    inner = float(out.island.step_s[0, 0])
     assert model_cu == pytest.approx(inner / (inner + t_ar / 100), rel=1e-9)
 
 
@@ -218,10 +219,10 @@ def _needed_gbit_s(est, layers, hidden, sync, cu=0.95):
     inp = base.columns()
     inp["network.wan_bytes_s"] = (GRID * 1e9 / 8)[:, None] * np.ones(inp["network.wan_bytes_s"].shape)
     out = evaluate_columns(inp, table)
-    assert out["feasible"].all()
-    reach = out["compute_utilization"] >= cu
+    assert out.feasible.all()
+    reach = out.compute_utilization >= cu
     assert reach.any() and not reach[0]
-    return float(GRID[np.argmax(reach)]), float(np.max(out["island_step_s"][0]))
+    return float(GRID[np.argmax(reach)]), float(np.max(out.island.step_s[0]))
 
 
 @pytest.mark.parametrize("model", sorted(TABLE4))

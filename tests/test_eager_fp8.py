@@ -7,13 +7,15 @@ torchao's roofline_utils.py), and times are those bytes at the GPU's HBM rate.
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 import shardmeter
 from shardmeter.model import elementwise as E
 from shardmeter.model import fp8 as F8
-from shardmeter.model.evaluate import _shard_inputs
+from shardmeter.model.degrees import Degrees
 from shardmeter.model.formulas import gemm_time
+from shardmeter.model.sharding import shard_inputs
 
 H100_HBM = 3350e9 * 0.94  # h100-sxm: memory_bandwidth_gb_s x hbm_efficiency (gpus.toml)
 
@@ -131,8 +133,13 @@ def test_fp8_params_gather_the_layers_weights_in_one_byte():
 
     ms, tr = inp.model, inp.training
     sh = local_shapes(ms, tr, 1.0, 1.0, 1.0, 1.0)
-    plain = _shard_inputs(ms, sh, inp.topology, 1.0, 1.0, 8.0, 1.0, 1.0, 2.0, fp8_params=False)
-    fp8p = _shard_inputs(ms, sh, inp.topology, 1.0, 1.0, 8.0, 1.0, 1.0, 2.0, fp8_params=True)
+    deg = Degrees(tp=1.0, pp=1.0, dp=8.0, cp=1.0, ep=1.0, v=1.0, sp=False)
+
+    def shard(fp8_params: float):
+        tr_w = attrs.evolve(tr, weight_bytes=2.0, fp8_params=fp8_params)
+        return shard_inputs(ms, tr_w, sh, inp.topology, deg, emb_here=True, head=True)
+
+    plain, fp8p = shard(0.0), shard(1.0)
     p = float(plain.params_per_gpu.item())
     emb = 2 * 128256 * 4096  # untied embedding and output head, kept in bf16
     assert float(plain.param_gather_bytes.item()) == 2.0

@@ -405,7 +405,7 @@ def test_attention_runs_closer_to_its_asymptote_at_long_sequences():
             "hardware.memory_bytes": 1e15,
         }
         cols.update({k: np.full_like(cols[k], v) for k, v in set_to.items()})
-        times.append(float(evaluate(ModelInputs.from_columns(cols), table)["breakdown"]["compute"][0]))
+        times.append(float(evaluate(ModelInputs.from_columns(cols), table).breakdown.compute_s[0]))
     # The attention part is what changes with att_eff: t(0.3) - t(0.6) = t_att(0.6).
     att_short, att_long = times[0] - times[1], times[2] - times[3]
     flops_ratio = 32768.0 / 2048.0  # same tokens per step, keys per query 16x longer

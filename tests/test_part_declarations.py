@@ -184,7 +184,7 @@ def test_the_pre_check_matches_evaluate_when_the_sharding_axis_is_inner(est):
     inp.update(sp.columns(ids))
     with np.errstate(all="ignore"):
         out = evaluate_columns(inp, sp.table)
-    ev = np.bitwise_or.reduce(out["reasons"], axis=-1) & ~(Reason.MEMORY | Reason.PRECISION)
+    ev = np.bitwise_or.reduce(out.reasons, axis=-1) & ~(Reason.MEMORY | Reason.PRECISION)
     assert np.array_equal(ev, sp.verdict(ids)) and np.any(ev & Reason.SHARDING)
     doc = search(TINY, estimator=est, top=50, only={"sharding": ["none", "decl-zero1"], "schedule": ["1f1b"]})
     assert all(

@@ -76,14 +76,14 @@ def test_search_is_exact_against_brute_force():
     assert doc["evaluated"] == sp.size
     _bits, dup = sp.prefix_verdict(ids // sp.R_in)  # interleaved schedules' copies at pp = 1
     assert doc["duplicates"] == int(np.count_nonzero(dup & (_bits == 0)))
-    f = out["feasible"] & ~dup
+    f = out.feasible & ~dup
     assert doc["feasible"] == int(np.count_nonzero(f))
-    best_step, best_ids = top_k(out["step_time_s"][f], ids[f], 5)
+    best_step, best_ids = top_k(out.step_time_s[f], ids[f], 5)
     assert doc["ids"] == best_ids.tolist()
     for p, s in zip(doc["plans"], best_step, strict=True):
         assert p["report"]["step_time_s"] == pytest.approx(s, rel=1e-12)
     # infeasible counts per reason key: structural bits for all, memory for the structurally valid
-    rb = np.bitwise_or.reduce(out["reasons"], axis=-1)
+    rb = np.bitwise_or.reduce(out.reasons, axis=-1)
     structural = rb & ~(32 | 64)
     expect = {}
     for b, (key, _msg) in REASONS.items():
@@ -106,7 +106,7 @@ def test_structural_reason_bits_match_evaluate_on_the_gpt3_space():
     inp.update(sp.columns(ids))
     with np.errstate(all="ignore"):
         out = evaluate_columns(inp, sp.table)
-    ev = np.bitwise_or.reduce(out["reasons"], axis=-1) & ~(32 | 64)
+    ev = np.bitwise_or.reduce(out.reasons, axis=-1) & ~(32 | 64)
     # the prefix's bits and the inner option's (hsdp's shard groups: the sharding axis is inner)
     bits = sp.verdict(ids)
     assert np.array_equal(ev, bits) and np.any(ev & 1024)
@@ -184,8 +184,8 @@ def test_pareto_front_is_non_dominated_and_complete():
     est = Estimator()
     obj = _objective(load_scenario(TINY, registry=est.registry), est, "pareto", 1, None, None)
     _bits, dup = sp.prefix_verdict(ids // sp.R_in)
-    f = out["feasible"] & ~dup
-    wall = out["step_time_s"][f] * obj["steps"]
+    f = out.feasible & ~dup
+    wall = out.step_time_s[f] * obj["steps"]
     cost = _cost_per_step(out, obj)[f] * obj["steps"]
     assert not np.any(dominated_by_any(wall, cost, t * (1 - 1e-12), c * (1 - 1e-12)))
     # every feasible candidate is matched or dominated by a front member
@@ -296,8 +296,8 @@ def test_skipped_duplicates_are_exact_copies_of_a_scored_candidate():
         )
         twin = ids[r] + (ref - c) * sp.strides[j]
         assert not dup[twin]
-        for k in ("step_time_s", "memory_per_gpu_gb", "feasible"):
-            assert out[k][r] == out[k][twin], k
+        for k, v in (("step", out.step_time_s), ("memory", out.memory_bytes), ("feasible", out.feasible)):
+            assert v[r] == v[twin], k
 
 
 def test_progress_bar_only_on_a_terminal_after_a_second():

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import itertools
 
+import attrs
 import numpy as np
 import pytest
 
@@ -105,16 +106,17 @@ def _brute(sync: dict, base: dict = BASE) -> np.ndarray:
         cols["training.island_batch"] = np.asarray(splits, dtype=float)
         with np.errstate(all="ignore"):
             out = evaluate(ModelInputs.from_columns(cols), table, detail=False)
-        out = {k: np.asarray(v) for k, v in out.items()}
-        out["step_time_s"] = np.broadcast_to(out["step_time_s"], (len(splits),))
-        out["egress_bytes_per_step"] = np.broadcast_to(out["egress_bytes_per_step"], (len(splits),))
-        out["island_gpus"] = np.broadcast_to(out["island_gpus"], (len(splits), len(kept)))
-        ok = np.broadcast_to(out["feasible"], (len(splits),)).astype(bool)
+        out = attrs.evolve(
+            out,
+            step_time_s=np.broadcast_to(out.step_time_s, (len(splits),)),
+            egress_bytes_per_step=np.broadcast_to(out.egress_bytes_per_step, (len(splits),)),
+            island=attrs.evolve(out.island, gpus=np.broadcast_to(out.island.gpus, (len(splits), len(kept)))),
+        )
+        ok = np.broadcast_to(out.feasible, (len(splits),)).astype(bool)
         cost = _cost_per_step(out, _objective(sc, est, "cost", 1, None, None))
         mixed = len({isl["micro_batch"] for isl in kept}) > 1
         found += [
-            (float(t), float(c), len(kept), mixed)
-            for t, c in zip(out["step_time_s"][ok], cost[ok], strict=True)
+            (float(t), float(c), len(kept), mixed) for t, c in zip(out.step_time_s[ok], cost[ok], strict=True)
         ]
     return np.asarray(found)
 

@@ -43,6 +43,7 @@ from shardmeter.inputs.bundles import COLUMNS, PartTable
 from shardmeter.load.scenario import load_scenario, model_presets
 from shardmeter.model.evaluate import BREAKDOWN_TERMS, evaluate_columns
 from shardmeter.model.feasibility import Reason
+from shardmeter.model.outputs import Outputs
 from shardmeter.records import PRECISIONS
 from shardmeter.report.build import build_report
 
@@ -291,7 +292,7 @@ class Batch:
                 k: np.concatenate([np.asarray(r[k], dtype=float) for r in rows], axis=0) for k in COLUMNS
             }
 
-    def evaluate(self, change=None) -> dict[int, dict]:
+    def evaluate(self, change=None) -> dict[int, Outputs]:
         out = {}
         for n, inp in self.inputs.items():
             inp = {k: v.copy() for k, v in inp.items()}
@@ -385,12 +386,13 @@ def test_reports_are_finite_and_breakdowns_add_up(dicts):
     b = Batch(dicts)
     out = b.evaluate()
     for n, o in out.items():
-        feas = o["feasible"]
-        step = o["step_time_s"]
-        parts = sum(o["breakdown"][k] for k in BREAKDOWN_TERMS)
+        feas = o.feasible
+        step = o.step_time_s
+        terms = o.breakdown.terms()
+        parts = sum(terms[k] for k in BREAKDOWN_TERMS)
         assert np.all(np.isfinite(step[feas])) and np.all(step[feas] > 0)
         for k in BREAKDOWN_TERMS:
-            assert np.all(o["breakdown"][k][feas] >= 0), k
+            assert np.all(terms[k][feas] >= 0), k
         np.testing.assert_allclose(parts[feas], step[feas], rtol=REL)
         for row, i in enumerate(b.groups[n]):
             rep = build_report(b.resolved[i], o, row=row)
@@ -404,12 +406,10 @@ def test_batch_path_agrees_with_single_scenario_path_and_is_deterministic(dicts)
     out = b.evaluate()
     again = b.evaluate()
     for n in out:
-        for k, v in out[n].items():
-            if isinstance(v, dict):
-                for t in v:
-                    np.testing.assert_array_equal(v[t], again[n][k][t])
-            else:
-                np.testing.assert_array_equal(v, again[n][k])
+        cols, cols_again = out[n].columns(), again[n].columns()
+        assert cols.keys() == cols_again.keys()
+        for k, v in cols.items():
+            np.testing.assert_array_equal(v, cols_again[k])
         for row, i in enumerate(b.groups[n]):
             batched = build_report(b.resolved[i], out[n], row=row).to_dict()
             single = EST.estimate(dicts[i]).to_dict()
@@ -493,16 +493,16 @@ def test_better_hardware_never_slows_a_step(dicts, island):
     for keys, factor in IMPROVEMENTS:
         new = b.evaluate(_improve(keys, factor, island))
         for n in base:
-            f0, f1 = base[n]["feasible"], new[n]["feasible"]
+            f0, f1 = base[n].feasible, new[n].feasible
             assert np.all(f1[f0]), (
                 f"{keys} x{factor} made a plan infeasible: {b.where(n, int(np.argmin(f1 | ~f0)))}"
             )
-            s0, s1 = base[n]["step_time_s"], new[n]["step_time_s"]
+            s0, s1 = base[n].step_time_s, new[n].step_time_s
             worse = f0 & (s1 > s0 * (1 + REL))
             if np.any(worse):
                 r = int(np.argmax(worse))
-                bd0 = {k: float(v[r]) for k, v in base[n]["breakdown"].items()}
-                bd1 = {k: float(v[r]) for k, v in new[n]["breakdown"].items()}
+                bd0 = {k: float(v[r]) for k, v in base[n].breakdown.terms().items()}
+                bd1 = {k: float(v[r]) for k, v in new[n].breakdown.terms().items()}
                 pytest.fail(
                     f"{keys} x{factor} on island {island} slowed the step {s0[r]!r} -> {s1[r]!r}\n"
                     f"before {bd0}\nafter  {bd1}\nscenario {b.where(n, r)}"
@@ -516,10 +516,10 @@ def test_more_memory_never_makes_a_feasible_plan_infeasible(dicts, factor):
     base = b.evaluate()
     new = b.evaluate(_improve("mem", factor))
     for n in base:
-        f0, f1 = base[n]["feasible"], new[n]["feasible"]
+        f0, f1 = base[n].feasible, new[n].feasible
         assert np.all(f1[f0])
-        np.testing.assert_allclose(new[n]["step_time_s"][f0], base[n]["step_time_s"][f0], rtol=REL)
-        assert np.all(new[n]["reasons"] & ~np.int64(32) == base[n]["reasons"] & ~np.int64(32))
+        np.testing.assert_allclose(new[n].step_time_s[f0], base[n].step_time_s[f0], rtol=REL)
+        assert np.all(new[n].reasons & ~np.int64(32) == base[n].reasons & ~np.int64(32))
 
 
 COMM_TERMS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "pp_bubble", "dp_comm", "island_sync", "idle")
@@ -548,26 +548,26 @@ def test_bigger_island_with_same_per_gpu_work_never_lowers_throughput_unexplaine
 
     new = b.evaluate(change)
     for n in base:
-        f0, f1 = base[n]["feasible"], new[n]["feasible"]
+        f0, f1 = base[n].feasible, new[n].feasible
         # the one reason growing may add: HSDP's shard groups (a node's data-parallel ranks)
         # no longer dividing the grown data-parallel group (Reason.SHARDING)
-        why = np.bitwise_or.reduce(new[n]["reasons"], axis=-1)
+        why = np.bitwise_or.reduce(new[n].reasons, axis=-1)
         shard = why == int(Reason.SHARDING)
         ok = f1 | ~f0 | shard
         assert np.all(ok), f"growing an island made a plan infeasible: {b.where(n, int(np.argmin(ok)))}"
         j = min(which, n - 1)
         others = [i for i in range(n) if i != j]
         np.testing.assert_allclose(
-            new[n]["island_step_s"][:, others][f0],
-            base[n]["island_step_s"][:, others][f0],
+            new[n].island.step_s[:, others][f0],
+            base[n].island.step_s[:, others][f0],
             rtol=REL,
             err_msg="growing one island changed another island's step",
         )
         for r in np.nonzero(f0 & f1)[0]:
-            bd0 = {k: float(v[r]) for k, v in base[n]["breakdown"].items()}
-            bd1 = {k: float(v[r]) for k, v in new[n]["breakdown"].items()}
-            s0, s1 = base[n]["step_time_s"][r], new[n]["step_time_s"][r]
-            t0, t1 = base[n]["tokens_per_s"][r], new[n]["tokens_per_s"][r]
+            bd0 = {k: float(v[r]) for k, v in base[n].breakdown.terms().items()}
+            bd1 = {k: float(v[r]) for k, v in new[n].breakdown.terms().items()}
+            s0, s1 = base[n].step_time_s[r], new[n].step_time_s[r]
+            t0, t1 = base[n].tokens_per_s[r], new[n].tokens_per_s[r]
             why = f"{bd0} -> {bd1}; {json.dumps(b.where(n, r))}"
             if n == 1:  # the breakdown is the island's own: compare its terms one by one
                 # One pipeline stage: the per-GPU work terms are the same. With several, the

@@ -355,7 +355,7 @@ def test_every_bundled_price_is_dated_and_each_rent_is_named_in_its_source():
 
 
 def test_the_even_split_formula_matches_counting_chunk_by_chunk():
-    from shardmeter.report.build import _stage_layers
+    from shardmeter.report.layout import even_stage_layers as _stage_layers
 
     for layers in range(1, 50):
         for pp in range(1, 9):

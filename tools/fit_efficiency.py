@@ -129,9 +129,9 @@ def objective(batch, meta, weights, multi=(), values=None, cap=None):
     """Weighted mean |relative error|: tokens/s per GPU of single-island rows, and compute
     utilisation of multi-island cases (one more group, weighted like the others)."""
     out = _evaluate(batch)
-    pred = out["tokens_per_s_per_gpu"]
+    pred = out.tokens_per_s_per_gpu
     meas = np.array([m["measured"] for m in meta])
-    ok = out["feasible"]
+    ok = out.feasible
     err = (pred - meas) / meas
     total = np.sum(np.where(ok, np.abs(err), 0.0) * weights)
     wsum = np.sum(np.where(ok, weights, 0.0))
@@ -148,8 +148,8 @@ def objective(batch, meta, weights, multi=(), values=None, cap=None):
                     col = _col((kind,))
                     trial[col] = np.full_like(inp[col], v)
             o = _evaluate(trial)
-            if bool(o["feasible"][0]):
-                errs.append(abs(float(o["compute_utilization"][0]) - m["measured"]) / m["measured"])
+            if bool(o.feasible[0]):
+                errs.append(abs(float(o.compute_utilization[0]) - m["measured"]) / m["measured"])
         if errs:  # one more source group: its mean error counts like a group (or like its cases)
             k = 1.0 if cap is None else float(len(errs))
             total += float(np.mean(errs)) * k
@@ -237,8 +237,8 @@ def holdout(batch, meta, multi, cap, rounds, groups):
                         known[j] = False
             out = _evaluate(tb)
             meas = np.array([meta[i]["measured"] for i in test])
-            err = np.abs(out["tokens_per_s_per_gpu"] - meas) / meas
-            ok = out["feasible"]
+            err = np.abs(out.tokens_per_s_per_gpu - meas) / meas
+            ok = out.feasible
             sel = ok & known
             held = f"{np.mean(err[sel]):.1%} over {int(sel.sum())} cases" if sel.any() else "-"
             print(
@@ -256,7 +256,7 @@ def holdout(batch, meta, multi, cap, rounds, groups):
                     if key in values:
                         trial[_col(key)] = np.full_like(inp[_col(key)], values[key])
                 o = _evaluate(trial)
-                errs.append(abs(float(o["compute_utilization"][0]) - m["measured"]))
+                errs.append(abs(float(o.compute_utilization[0]) - m["measured"]))
             print(
                 f"  {g:22s} held-out compute utilisation error {np.mean(errs) * 100:.1f} points "
                 f"over {len(errs)} cases"

@@ -57,17 +57,17 @@ def balanced_shares(inp: ModelInputs, table: PartTable, res_file: str | None = N
     cols["training.island_batch"] = (np.minimum(r, np.maximum(m_max, 1)[None, :]) * q[None, :]).astype(float)
     with np.errstate(all="ignore"):
         out = evaluate(ModelInputs.from_columns(cols), table, detail=False)
-    ok = (np.asarray(out["reasons"]) == 0) & (r <= m_max[None, :])
+    ok = (np.asarray(out.reasons) == 0) & (r <= m_max[None, :])
     net = ring_pace(cols["network.wan_bytes_s"], cols["network.wan_latency_s"])
     code = int(np.asarray(cols["network.sync"]).ravel()[0])
     finish, _ = island_finish(
         table,
         code,
         n,
-        np.asarray(out["island_step_s"]),
-        out["island_ar_window_s"],
-        np.asarray(out["params"])[:, None],
-        out["island_grad_bytes"],
+        np.asarray(out.island.step_s),
+        out.island.ar_window_s,
+        np.asarray(out.params)[:, None],
+        out.island.grad_bytes,
         net,
     )
     curves = []

@@ -16,11 +16,14 @@ option axis, or a sweep's rows); codes that vary along several axes fall back to
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+import attrs
 import numpy as np
 
 __all__ = ["by_code"]
+
+R = TypeVar("R")
 
 #: Most choices one ``np.choose`` takes (numpy's NPY_MAXARGS is 32 before 2.0, 64 after).
 _CHOOSE_MAX = 32
@@ -60,9 +63,11 @@ def _gather(vals: list[Any], pos: np.ndarray, axis: int, ndim: int, length: int)
     return out
 
 
-def by_code(codes: Any, fn: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
-    """``fn(code)`` -> dict of arrays, once per distinct code of ``codes``; each output holds
-    each row's own code's value (broadcast against ``codes``)."""
+def by_code(codes: Any, fn: Callable[[int], R]) -> R:
+    """``fn(code)`` -> an attrs record of arrays (records nested in it too) or a dict of them,
+    once per distinct code of ``codes``; each output field holds each row's own code's value
+    (broadcast against ``codes``), in a record of the first code's type. A field that is
+    ``None`` for every code stays ``None``."""
     if isinstance(codes, (int, float)):  # the scalar path
         return fn(int(codes))
     codes = np.asarray(codes)
@@ -74,19 +79,38 @@ def by_code(codes: Any, fn: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
     results = [fn(int(c)) for c in uniq]
     one_axis = _varying_axis(codes)
     idx = np.searchsorted(uniq, codes)
-    out = {}
-    for k in results[0]:
-        vals = [r[k] for r in results]
+
+    def take(vals: list[Any]) -> Any:
+        """Each row's own code's value of one field."""
         if one_axis is not None and all(np.ndim(v) <= codes.ndim for v in vals):
             axis, line = one_axis
             pos = np.searchsorted(uniq, line)
-            out[k] = _gather(vals, pos, axis, codes.ndim, len(line))
-        elif _WHERE_MAX < len(vals) <= _CHOOSE_MAX:
+            return _gather(vals, pos, axis, codes.ndim, len(line))
+        if _WHERE_MAX < len(vals) <= _CHOOSE_MAX:
             shape = np.broadcast_shapes(idx.shape, *(np.shape(v) for v in vals))
-            out[k] = np.choose(np.broadcast_to(idx, shape), [np.broadcast_to(v, shape) for v in vals])
-        else:
-            acc = vals[0]
-            for i, v in enumerate(vals[1:], start=1):
-                acc = np.where(idx == i, v, acc)
-            out[k] = acc
-    return out
+            return np.choose(np.broadcast_to(idx, shape), [np.broadcast_to(v, shape) for v in vals])
+        acc = vals[0]
+        for i, v in enumerate(vals[1:], start=1):
+            acc = np.where(idx == i, v, acc)
+        return acc
+
+    return _merge(results, take)
+
+
+def _merge(results: list[Any], take: Callable[[list[Any]], Any]) -> Any:
+    """One value of ``results`` (one per code), merged field by field through nested attrs
+    records and dicts; ``take`` merges the leaves."""
+    first = results[0]
+    if attrs.has(type(first)):
+        return type(first)(
+            **{
+                f.name: _merge([getattr(r, f.name) for r in results], take)
+                for f in attrs.fields(type(first))
+                if f.init
+            }
+        )
+    if isinstance(first, dict):
+        return {k: _merge([r[k] for r in results], take) for k in first}
+    if all(v is None for v in results):
+        return None
+    return take(results)

@@ -12,14 +12,23 @@ island sync; it sums to the step. Compute utilisation is as the DiLoCo papers de
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 import numpy as np
 
 from shardmeter.inputs.bundles import ModelInputs, PartTable
 from shardmeter.model.dispatch import by_code
+from shardmeter.model.outputs import (
+    Breakdown,
+    HiddenTerms,
+    IslandOutputs,
+    MemoryParts,
+    Outputs,
+    Overlapped,
+    StepTerms,
+    map_fields,
+)
 from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
 from shardmeter.numeric.reduce import over_islands
 from shardmeter.parts import WanInputs
 
@@ -28,44 +37,43 @@ __all__ = [
     "cross_island",
     "ring_pace",
     "IslandSteps",
-    "SEARCH_OUTPUTS",
+    "IslandDetail",
+    "CrossIsland",
     "island_finish",
     "min_max_shares",
     "fold_min_max",
     "unfold_min_max",
 ]
 
-#: The outputs :func:`combine_islands` gives without ``detail``: what a search ranks plans by
-#: (with each island's own step, its all-reduce window and gradient bytes, for per-island search).
-SEARCH_OUTPUTS = (
-    "feasible",
-    "reasons",
-    "step_time_s",
-    "egress_bytes_per_step",
-    "island_gpus",
-    "island_step_s",
-    "island_ar_window_s",
-    "island_grad_bytes",
-    "params",
-)
+
+@attrs.frozen(kw_only=True)
+class CrossIsland:
+    """The sync strategy's terms: ``exposed_s`` (seconds per step the islands wait for it),
+    ``wan_s`` (its transfer time per step, exposed + hidden), ``round_s`` (the WAN's busy time
+    per outer round), each ``(rows..., 1)``, and ``egress_bytes`` (per island per step,
+    ``(rows...)``); numbers on the scalar path."""
+
+    exposed_s: Array
+    wan_s: Array
+    round_s: Array
+    egress_bytes: Array
 
 
 def cross_island(
     parts: PartTable, inp: ModelInputs, n_isl: int, slow, island_step, params, grad_bytes, ar_window, full
-) -> dict[str, Any]:
-    """The sync strategy's terms (zeros with one island): ``exposed_s``, ``wan_s``, ``round_s``
-    (rows..., 1) and ``egress_bytes`` (rows...).
+) -> CrossIsland:
+    """The sync strategy's terms (zeros with one island; see :class:`CrossIsland`).
 
     The part gets every island's own uplink (``network.wan_bytes_s`` and ``wan_latency_s``,
     rows x islands; the ``[network]`` link on every island unless an island gives its own) and
     prices each island's transfer with it; the bundled parts take the largest over islands, so
     the slowest uplink paces the ring (:func:`ring_pace`)."""
     if not full:  # the scalar path: one island
-        return {"exposed_s": 0.0, "wan_s": 0.0, "round_s": 0.0, "egress_bytes": 0.0}
+        return CrossIsland(exposed_s=0.0, wan_s=0.0, round_s=0.0, egress_bytes=0.0)
     col = (*full[:-1], 1)
     if n_isl < 2:
         z = np.zeros(col)
-        return {"exposed_s": z, "wan_s": z, "round_s": z, "egress_bytes": z[..., 0]}
+        return CrossIsland(exposed_s=z, wan_s=z, round_s=z, egress_bytes=z[..., 0])
     net = inp.network
     wan = WanInputs(
         islands=n_isl,
@@ -78,20 +86,18 @@ def cross_island(
         overlap_window_s=np.broadcast_to(ar_window, full),
     )
 
-    def run(code: int) -> dict[str, Any]:
+    def run(code: int) -> CrossIsland:
         part, opts = parts.get("sync", code)
         t = part.exchange(wan, opts)
-        return {
-            "exposed_s": t.exposed_s,
-            "wan_s": t.wan_s,
-            "round_s": t.round_s,
-            "egress_bytes": np.asarray(t.egress_bytes)[..., None],
-        }
+        return CrossIsland(
+            exposed_s=t.exposed_s,
+            wan_s=t.wan_s,
+            round_s=t.round_s,
+            egress_bytes=np.asarray(t.egress_bytes)[..., None],
+        )
 
-    out = by_code(np.broadcast_to(net.sync, col), run)
-    res = {k: np.broadcast_to(v, col) for k, v in out.items()}
-    res["egress_bytes"] = res["egress_bytes"][..., 0]
-    return res
+    res = map_fields(lambda v: np.broadcast_to(v, col), by_code(np.broadcast_to(net.sync, col), run))
+    return attrs.evolve(res, egress_bytes=res.egress_bytes[..., 0])
 
 
 def ring_pace(uplink_bytes_s, latency_s) -> tuple[float, float]:
@@ -116,26 +122,40 @@ def _first(x, shape):
 
 
 @attrs.frozen(kw_only=True)
+class IslandDetail:
+    """What the report adds per island (``(rows..., islands)`` or broadcastable): the busiest
+    GPU's ``memory_parts``, the pacing stage's ``params_per_gpu`` and what the sharding strategy
+    leaves of them (``params_per_gpu_sharded``), and ``layers_per_stage`` of the largest stage."""
+
+    memory_parts: MemoryParts
+    params_per_gpu: Array
+    params_per_gpu_sharded: Array
+    layers_per_stage: Array
+
+
+@attrs.frozen(kw_only=True)
 class IslandSteps:
     """Each island's composed step (arrays over rows x islands): the breakdown ``terms`` and
-    their ``hidden`` time, the reason bits, the window left for a global all-reduce
-    (``ar_window``), and what the report needs: ``grad_bytes``, ``params``, ``island_batch``,
-    ``micro_batches``, ``memory_bytes``, ``peak_flops``, the model and hardware FLOPs per token,
-    ``gpus`` per island."""
+    their ``hidden`` time (``None`` without ``detail``), the reason bits, the window left for a
+    global all-reduce (``ar_window``), and what the report needs: ``grad_bytes``, ``params``,
+    ``island_batch``, ``micro_batches``, ``memory_bytes``, ``peak_flops``, the model and
+    hardware FLOPs per token, ``gpus`` per island and the ``detail`` of :class:`IslandDetail`
+    (``None`` without ``detail``)."""
 
-    reasons: Any
-    terms: dict[str, Any]
-    hidden: dict[str, Any]
-    ar_window: Any
-    grad_bytes: Any
-    params: Any
-    island_batch: Any
-    micro_batches: Any
-    memory_bytes: Any
-    peak_flops: Any
-    model_flops_per_token: Any
-    hardware_flops_per_token: Any
-    gpus: Any
+    reasons: Array
+    terms: StepTerms
+    hidden: HiddenTerms | None
+    ar_window: Array
+    grad_bytes: Array
+    params: Array
+    island_batch: Array
+    micro_batches: Array
+    memory_bytes: Array
+    peak_flops: Array
+    model_flops_per_token: Array
+    hardware_flops_per_token: Array
+    gpus: Array
+    detail: IslandDetail | None = None
 
 
 def combine_islands(
@@ -145,29 +165,31 @@ def combine_islands(
     st: IslandSteps,
     detail: bool = True,
     islands_only: bool = False,
-) -> dict[str, Any]:
-    """The output arrays of :func:`~.evaluate.evaluate` (see the module docstring); without
-    ``detail`` only what a search ranks by (:data:`SEARCH_OUTPUTS`). ``islands_only`` (with
-    ``detail`` false): only the per-island outputs (``reasons``, ``island_step_s``,
-    ``feasible_island``, ``island_ar_window_s``, ``island_grad_bytes``, ``island_memory_bytes``,
-    ``params``), skipping the sync strategy's cross-island terms; the same values as without it."""
-    island_step = sum(st.terms.values())
+) -> Outputs:
+    """The :class:`~.outputs.Outputs` of :func:`~.evaluate.evaluate` (see the module docstring);
+    without ``detail`` only what a search ranks by (the report's fields ``None``).
+    ``islands_only`` (with ``detail`` false): only the per-island outputs, skipping the sync
+    strategy's cross-island terms (``step_time_s`` and ``egress_bytes_per_step`` ``None``); the
+    same values as without it."""
+    island_step = st.terms.total()
     n_isl = shape[-1] if shape else 1
     full = np.broadcast_shapes(shape, np.shape(st.reasons), np.shape(island_step))
     reasons, island_step = ops.broadcast(st.reasons, full), ops.broadcast(island_step, full)
     feasible_isl = reasons == 0
     feasible = over_islands(np.logical_and, feasible_isl)
     slow = over_islands(np.maximum, ops.where(feasible_isl, island_step, 0.0))
+    island = IslandOutputs(
+        feasible=feasible_isl,
+        step_s=island_step,
+        gpus=ops.broadcast(st.gpus, full),
+        memory_bytes=ops.broadcast(st.memory_bytes, full),
+        memory_capacity_bytes=ops.broadcast(inp.hardware.memory_bytes, full),
+        ar_window_s=ops.broadcast(st.ar_window, full),
+        grad_bytes=ops.broadcast(st.grad_bytes, full),
+    )
+    params = ops.col0(ops.broadcast(_first(st.params, full), np.shape(slow)))
     if islands_only and not detail:
-        return {
-            "reasons": reasons,
-            "island_step_s": island_step,
-            "feasible_island": feasible_isl,
-            "island_ar_window_s": ops.broadcast(st.ar_window, full),
-            "island_grad_bytes": ops.broadcast(st.grad_bytes, full),
-            "island_memory_bytes": ops.broadcast(st.memory_bytes, full),
-            "params": ops.col0(ops.broadcast(_first(st.params, full), np.shape(slow))),
-        }
+        return Outputs(feasible=ops.col0(feasible), reasons=reasons, params=params, island=island)
     wan = cross_island(
         parts,
         inp,
@@ -175,47 +197,39 @@ def combine_islands(
         slow,
         ops.where(feasible_isl, island_step, 0.0),
         _first(st.params, full),
-        ops.broadcast(st.grad_bytes, full),
+        island.grad_bytes,
         st.ar_window,
         full,
     )
-    step = slow + wan["exposed_s"]
-    isl_gpus_full = ops.broadcast(st.gpus, full)
-    out = {
-        "feasible": ops.col0(feasible),
-        "reasons": reasons,
-        "step_time_s": ops.col0(step),
-        "egress_bytes_per_step": wan["egress_bytes"],
-        "island_gpus": isl_gpus_full,
-        "island_ar_window_s": ops.broadcast(st.ar_window, full),
-        "island_grad_bytes": ops.broadcast(st.grad_bytes, full),
-        "params": ops.col0(ops.broadcast(_first(st.params, full), np.shape(slow))),
-    }
-    if detail:
-        out.update(_details(inp, st, full, slow, step, island_step, wan))
-    else:
-        out["island_step_s"] = island_step
-        out["feasible_island"] = feasible_isl
-    return out
+    step = slow + wan.exposed_s
+    out = Outputs(
+        feasible=ops.col0(feasible),
+        reasons=reasons,
+        params=params,
+        island=island,
+        step_time_s=ops.col0(step),
+        egress_bytes_per_step=wan.egress_bytes,
+    )
+    return _details(inp, st, out, full, slow, step, wan) if detail else out
 
 
-def _details(inp: ModelInputs, st: IslandSteps, full, slow, step, island_step, wan) -> dict[str, Any]:
-    """The breakdown of the average GPU, throughput, FLOP rates, utilisation and memory."""
-    sync = wan["exposed_s"]
+def _details(inp: ModelInputs, st: IslandSteps, out: Outputs, full, slow, step, wan: CrossIsland) -> Outputs:
+    """``out`` with the report's fields: the breakdown of the average GPU, throughput, FLOP
+    rates, utilisation and memory, and each island's."""
+    assert st.hidden is not None and st.detail is not None
+    island_step, sync = out.island.step_s, wan.exposed_s
     idle = slow - island_step
-    isl_gpus_full = ops.broadcast(st.gpus, full)
+    isl_gpus_full = out.island.gpus
     total_gpus = over_islands(np.add, isl_gpus_full)
     w_gpu = isl_gpus_full / total_gpus
 
     def _mean(x):
-        return over_islands(np.add, ops.broadcast(x, full) * w_gpu)
+        return ops.col0(over_islands(np.add, ops.broadcast(x, full) * w_gpu))
 
     col = np.shape(slow)
-    bd = {k: _mean(val) for k, val in st.terms.items()}
-    bd["island_sync"] = ops.broadcast(sync, col)
-    bd["idle"] = _mean(idle)
-    overlapped = {k: _mean(val) for k, val in st.hidden.items()}
-    overlapped["island_sync"] = ops.broadcast(ops.maximum(wan["wan_s"] - sync, 0.0), col)
+
+    def g(x):  # a global (N, 1) value as (N,)
+        return ops.col0(ops.broadcast(x, col))
 
     tokens_step = _first(inp.training.global_batch * inp.model.seq_len, full)
     mf_tok, hw_tok = _first(st.model_flops_per_token, full), _first(st.hardware_flops_per_token, full)
@@ -226,36 +240,59 @@ def _details(inp: ModelInputs, st: IslandSteps, full, slow, step, island_step, w
     gpu_peak_mean = over_islands(np.add, ops.broadcast(st.peak_flops * st.gpus, full)) / total_gpus
     cu_isl = island_step / step
     cu = over_islands(np.add, ops.broadcast(cu_isl * st.gpus, full)) / total_gpus
+    island = attrs.evolve(
+        out.island,
+        breakdown=Breakdown(
+            **attrs.asdict(map_fields(lambda x: ops.broadcast(x, full), st.terms), recurse=False),
+            island_sync_s=ops.broadcast(sync, full),
+            idle_s=ops.broadcast(idle, full),
+        ),
+        utilization=ops.broadcast(cu_isl, full),
+        idle_s=ops.broadcast(idle, full),
+        tokens_per_s=ops.broadcast(st.island_batch * inp.model.seq_len / step, full),
+        batch_sequences=ops.broadcast(st.island_batch, full),
+        micro_batches=ops.broadcast(st.micro_batches, full),
+        **_island_layout(st.detail, full),
+    )
+    return attrs.evolve(
+        out,
+        island=island,
+        breakdown=Breakdown(
+            **attrs.asdict(map_fields(_mean, st.terms), recurse=False),
+            island_sync_s=g(sync),
+            idle_s=_mean(idle),
+        ),
+        overlapped=Overlapped(
+            **attrs.asdict(map_fields(_mean, st.hidden), recurse=False),
+            island_sync_s=g(ops.maximum(wan.wan_s - sync, 0.0)),
+        ),
+        tokens_per_s=g(tps),
+        tokens_per_s_per_gpu=g(tps_gpu),
+        model_tflops_per_gpu=g(model_tf),
+        hardware_tflops_per_gpu=g(hw_tf),
+        mfu=g(model_tf * 1e12 / gpu_peak_mean),
+        hfu=g(hw_tf * 1e12 / gpu_peak_mean),
+        compute_utilization=g(cu),
+        memory_bytes=over_islands(np.maximum, out.island.memory_bytes, keepdims=False),
+        gpus=g(total_gpus),
+        wan_s=g(wan.wan_s),
+        wan_round_s=g(wan.round_s),
+        model_flops_per_token=g(mf_tok),
+    )
 
-    def g(x):  # a global (N, 1) value as (N,)
-        return ops.col0(ops.broadcast(x, col))
+
+def _island_layout(d: IslandDetail, full) -> dict[str, Array]:
+    """:class:`IslandDetail` broadcast to the islands' shape, as :class:`~.outputs.IslandOutputs`
+    fields."""
+
+    def b(x):
+        return ops.broadcast(ops.as_float(x), full)
 
     return {
-        "island_step_s": island_step,
-        "island_idle_s": ops.broadcast(idle, full),
-        "island_breakdown": {k: ops.broadcast(val, full) for k, val in st.terms.items()},
-        "island_util": ops.broadcast(cu_isl, full),
-        "breakdown": {k: ops.col0(val) for k, val in bd.items()},
-        "overlapped": {k: ops.col0(val) for k, val in overlapped.items()},
-        "tokens_per_s": g(tps),
-        "tokens_per_s_per_gpu": g(tps_gpu),
-        "island_tokens_per_s": ops.broadcast(st.island_batch * inp.model.seq_len / step, full),
-        "model_tflops_per_gpu": g(model_tf),
-        "hardware_tflops_per_gpu": g(hw_tf),
-        "mfu": g(model_tf * 1e12 / gpu_peak_mean),
-        "hfu": g(hw_tf * 1e12 / gpu_peak_mean),
-        "compute_utilization": g(cu),
-        "memory_per_gpu_gb": over_islands(np.maximum, ops.broadcast(st.memory_bytes, full), keepdims=False)
-        / 1e9,
-        "island_memory_gb": ops.broadcast(st.memory_bytes, full) / 1e9,
-        "island_batch": ops.broadcast(st.island_batch, full),
-        "gpus": g(total_gpus),
-        "wan_s": g(wan["wan_s"]),
-        "wan_round_s": g(wan["round_s"]),
-        "model_flops_per_token": g(mf_tok),
-        "params": g(_first(st.params, full)),
-        "micro_batches": ops.broadcast(st.micro_batches, full),
-        "_mem_cap_gb": ops.broadcast(inp.hardware.memory_bytes, full) / 1e9,
+        "memory_parts": map_fields(b, d.memory_parts),
+        "params_per_gpu": b(d.params_per_gpu),
+        "params_per_gpu_sharded": b(d.params_per_gpu_sharded),
+        "layers_per_stage": b(d.layers_per_stage),
     }
 
 

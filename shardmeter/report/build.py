@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
-from shardmeter.model.evaluate import BREAKDOWN_TERMS
 from shardmeter.model.feasibility import REASONS, Reason, part_templates, reason_messages
-from shardmeter.model.memory import MEMORY_PARTS
-from shardmeter.model.stages import stage_layers
+from shardmeter.model.outputs import BREAKDOWN_TERMS, Breakdown, Outputs
 from shardmeter.report.confidence import confidence_of
+from shardmeter.report.layout import layout_of
 from shardmeter.report.pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
 from shardmeter.report.text import format_report
 from shardmeter.report.words import assumption_notes, describe_bottleneck, regime_of
-from shardmeter.resolve.resolver import Resolved, ResolvedIsland
+from shardmeter.resolve.resolver import Resolved
 
 __all__ = ["Report", "build_report", "json_safe", "regime_of", "describe_bottleneck"]
+
+T = TypeVar("T")
 
 
 #: The figures of one step (rates and utilisations) that a feasible report gives and an
@@ -40,6 +41,19 @@ def _at(x: Any, row: int, j: int | None = None) -> Any:
     if isinstance(x, (float, int, bool)):
         return x
     return x[row] if j is None else x[row, j]
+
+
+def _gb(x: Any, row: int, j: int | None = None) -> float:
+    """Row ``row`` (island ``j``) of an output in bytes, as GB."""
+    return float(_at(x, row, j)) / 1e9
+
+
+def _detailed(x: T | None) -> T:
+    """An output :func:`~shardmeter.model.evaluate.evaluate` gives only with ``detail`` (a report
+    needs it)."""
+    if x is None:
+        raise ValueError("build_report needs evaluate(..., detail=True) outputs")
+    return x
 
 
 def _num(x) -> float | None:
@@ -108,7 +122,7 @@ class Report:
     #: through each island's uplink, ``round_s`` the WAN's busy time per outer round). Empty when
     #: infeasible.
     levels: dict[str, dict[str, float]] = attrs.field(factory=dict)
-    #: The resolved layout (:func:`_layout`): degrees, gradient accumulation, layers per stage,
+    #: The resolved layout (:func:`~shardmeter.report.layout.layout_of`): degrees, gradient accumulation, layers per stage,
     #: parameters per GPU; ``islands`` lists each island's where they differ.
     layout: dict[str, Any] = attrs.field(factory=dict)
     #: The busiest GPU's memory by part (``weights``, ``gradients``, ``optimizer``,
@@ -153,13 +167,13 @@ class Report:
         return report_html(self)
 
 
-def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
-    """Row ``row`` of :func:`~shardmeter.model.evaluate.evaluate`'s output, for the resolved
-    scenario ``res``, as a :class:`Report` (from those two alone)."""
+def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
+    """Row ``row`` of :func:`~shardmeter.model.evaluate.evaluate`'s output (with ``detail``), for
+    the resolved scenario ``res``, as a :class:`Report` (from those two alone)."""
     sc, islands = res.scenario, res.islands
-    feasible = bool(_at(out["feasible"], row))
+    feasible = bool(_at(out.feasible, row))
     reasons = _reasons(res, out, row)
-    step = float(_at(out["step_time_s"], row))
+    step = float(_at(_detailed(out.step_time_s), row))
     if feasible and not (math.isfinite(step) and step > 0):
         # a part's figures overflowed the model (inf or nan): no number of this plan means anything
         feasible = False
@@ -174,32 +188,32 @@ def build_report(res: Resolved, out: dict[str, Any], row: int = 0) -> Report:
         if feasible and isl.gpus_used < isl.gpus:
             notes.append(f"island '{isl.name}' uses {isl.gpus_used} of its {isl.gpus} GPUs")
     common: dict[str, Any] = {
-        "memory_per_gpu_gb": _num(_at(out["memory_per_gpu_gb"], row)),
+        "memory_per_gpu_gb": _num(_gb(_detailed(out.memory_bytes), row)),
         "memory_capacity_gb": min(isl.gpu.memory_gb for isl in islands),
         "gpus": gpus,
-        "params": float(_at(out["params"], row)),
-        "model_flops_per_token": float(_at(out["model_flops_per_token"], row)),
+        "params": float(_at(out.params, row)),
+        "model_flops_per_token": float(_at(_detailed(out.model_flops_per_token), row)),
         "notes": notes,
         "assumptions": assumed,
-        "layout": _layout(res, out, row, assumed),
+        "layout": layout_of(res, out, row),
         "memory_breakdown_gb": _memory_breakdown(out, row, len(islands)),
     }
     if not feasible:
         return _infeasible_report(res, out, row, reasons, common)
     bd, ov = _breakdowns(out, row, len(islands))
-    tps = float(_at(out["tokens_per_s"], row))
+    tps = float(_at(out.tokens_per_s, row))
     isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
     report = Report(
         feasible=True,
         reasons=[],
         step_time_s=step,
         tokens_per_s=tps,
-        tokens_per_s_per_gpu=float(_at(out["tokens_per_s_per_gpu"], row)),
-        model_tflops_per_gpu=float(_at(out["model_tflops_per_gpu"], row)),
-        hardware_tflops_per_gpu=float(_at(out["hardware_tflops_per_gpu"], row)),
-        mfu=float(_at(out["mfu"], row)),
-        hfu=float(_at(out["hfu"], row)),
-        compute_utilization=float(_at(out["compute_utilization"], row)),
+        tokens_per_s_per_gpu=float(_at(out.tokens_per_s_per_gpu, row)),
+        model_tflops_per_gpu=float(_at(out.model_tflops_per_gpu, row)),
+        hardware_tflops_per_gpu=float(_at(out.hardware_tflops_per_gpu, row)),
+        mfu=float(_at(out.mfu, row)),
+        hfu=float(_at(out.hfu, row)),
+        compute_utilization=float(_at(out.compute_utilization, row)),
         wall_clock_s=wall,
         cost_usd=total_cost,
         bottleneck=max(bd, key=lambda k: bd[k]),
@@ -227,88 +241,14 @@ def _cost_split(res: Resolved, isl_reports: list[dict[str, Any]], wall: float | 
     return cost_breakdown(res, wall, isl_reports[0]["egress_gb"])
 
 
-def _memory_breakdown(out: dict[str, Any], row: int, n_isl: int) -> dict[str, float]:
+def _memory_breakdown(out: Outputs, row: int, n_isl: int) -> dict[str, float]:
     """The busiest island's memory parts (its GPU is the one ``memory_per_gpu_gb`` reports)."""
-    parts = out.get("island_memory_parts_gb")
+    parts = out.island.memory_parts
     if parts is None:
         return {}
-    mem = [float(_at(out["island_memory_gb"], row, j)) for j in range(n_isl)]
+    mem = [_gb(out.island.memory_bytes, row, j) for j in range(n_isl)]
     busiest = max(range(n_isl), key=lambda j: mem[j] if math.isfinite(mem[j]) else math.inf)
-    return {k: float(_at(parts[k], row, busiest)) for k in MEMORY_PARTS}
-
-
-def _stage_layers(layers: int, pp: int, v: int, stage: int) -> int:
-    """Layers of pipeline stage ``stage`` when ``layers`` split over ``pp x v`` model chunks as
-    evenly as they can, the extra layers on the first chunks; a stage holds chunks ``stage``,
-    ``stage + pp``, ... (Megatron-LM's interleaved assignment, Narayanan et al. 2021, Sec. 2.2).
-    Closed form: each chunk has ``q = layers // (pp v)``, the first ``r = layers % (pp v)`` one
-    more, and ``ceil((r - stage) / pp)`` of this stage's ``v`` chunks are among them."""
-    q, r = divmod(layers, pp * v)
-    return v * q + min(v, max(0, -((stage - r) // pp)))
-
-
-def _island_layout(
-    res: Resolved, isl: ResolvedIsland, out: dict[str, Any], row: int, j: int
-) -> dict[str, Any]:
-    """One island's resolved layout (Megatron-LM's names where it has one)."""
-    sc, par = res.scenario, isl.parallelism
-    v = par.virtual_stages if par.pp > 1 else 1
-    largest = round(float(_at(out["island_layers_per_stage"], row, j)))
-    first, last = (_stage_layers(sc.model.layers, par.pp, v, s) for s in (0, par.pp - 1))
-    if par.pp > 1 and (par.first_stage_layers or par.last_stage_layers):
-        st = stage_layers(
-            float(sc.model.layers), float(par.pp), float(v),
-            float(par.first_stage_layers or 0), float(par.last_stage_layers or 0),
-        )  # fmt: skip
-        first, last = round(st.first), round(st.last)
-        uneven = {"first_stage_layers": first, "last_stage_layers": last}
-    else:
-        uneven = {"first_stage_layers": first, "last_stage_layers": last} if first != last else {}
-    return {
-        "tp": par.tp,
-        "pp": par.pp,
-        "cp": par.cp,
-        "ep": par.ep,
-        "dp": isl.dp,
-        "gpus": isl.gpus_used,
-        "sequence_parallel": par.sequence_parallel,
-        "sharding": par.sharding,
-        "schedule": par.schedule,
-        "virtual_stages": v,
-        "micro_batch": sc.micro_batch(j),
-        "grad_accumulation": round(float(_at(out["micro_batches"], row, j))),
-        "batch_per_step": float(_at(out["island_batch"], row, j)),
-        "layers_per_stage": largest,
-        "layers_per_virtual_stage": largest // v,
-        **uneven,
-        "params_per_gpu": float(_at(out["island_params_per_gpu"], row, j)),
-        "params_per_gpu_sharded": float(_at(out["island_params_per_gpu_sharded"], row, j)),
-    }
-
-
-def _layout(res: Resolved, out: dict[str, Any], row: int, assumed: list[str]) -> dict[str, Any]:
-    """The resolved layout: per island ``tp``, ``pp``, ``cp``, ``ep``, ``dp``, ``gpus``,
-    ``sequence_parallel``, ``sharding``, ``schedule``, ``virtual_stages``, ``micro_batch``,
-    ``grad_accumulation`` (micro-batches per step per pipeline), ``batch_per_step``
-    (sequences), ``layers_per_stage`` (the stage the model times: ``virtual_stages`` chunks
-    of ``layers_per_virtual_stage``; ``first_stage_layers`` / ``last_stage_layers`` of an even
-    split where the stages differ), ``layers_per_virtual_stage``, ``params_per_gpu``
-    (the largest stage's tensor / expert slice) and ``params_per_gpu_sharded`` (what the
-    sharding strategy leaves one GPU). The keys every island agrees on are at the top, with
-    ``params``, ``global_batch`` and ``dp_total`` (replicas over all islands); ``islands``
-    lists each island's (with its ``name``) where they differ."""
-    if "island_layers_per_stage" not in out:
-        return {}
-    per = [_island_layout(res, isl, out, row, j) for j, isl in enumerate(res.islands)]
-    top = {k: v for k, v in per[0].items() if all(k in p and p[k] == v for p in per[1:])}
-    top |= {
-        "dp_total": sum(p["dp"] for p in per),
-        "global_batch": res.scenario.training.global_batch,
-        "params": float(_at(out["params"], row)),
-    }
-    if len(per) > 1 and any(p != per[0] for p in per[1:]):
-        top["islands"] = [{"name": isl.name, **p} for isl, p in zip(res.islands, per, strict=True)]
-    return top
+    return {k: _gb(v, row, busiest) for k, v in parts.parts().items()}
 
 
 def batch_split_key(sc: Any, j: int) -> str:
@@ -322,14 +262,15 @@ def batch_split_key(sc: Any, j: int) -> str:
     return REASONS[Reason.BATCH_SPLIT][0]
 
 
-def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
+def _reasons(res: Resolved, out: Outputs, row: int) -> list[str]:
     """Each island's reason bits as ``key: message`` lines (the key names the island's own
     parallelism when it has one)."""
     sc, islands = res.scenario, res.islands
     n_isl = len(islands)
     reasons: list[str] = []
+    o = out.island
     for j, isl in enumerate(islands):
-        bits = int(_at(out["reasons"], row, j))
+        bits = int(_at(out.reasons, row, j))
         if not bits:
             continue
         par = isl.parallelism
@@ -343,11 +284,11 @@ def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
             "dpcp": isl.dp * par.cp,
             "used": isl.gpus_used,
             "gpus": isl.gpus,
-            "bi": _fmt_int(_at(out["island_batch"], row, j)),
+            "bi": _fmt_int(_at(_detailed(o.batch_sequences), row, j)),
             "mbs_dp": sc.micro_batch(j) * isl.dp,
-            "mem_gb": _Figure(_at(out["island_memory_gb"], row, j)),
-            "cap_gb": _Figure(_at(out["_mem_cap_gb"], row, j)),
-            "m": _fmt_int(_at(out["micro_batches"], row, j)),
+            "mem_gb": _Figure(_gb(o.memory_bytes, row, j)),
+            "cap_gb": _Figure(_gb(o.memory_capacity_bytes, row, j)),
+            "m": _fmt_int(_at(_detailed(o.micro_batches), row, j)),
             "pp": par.pp,
             "pv": par.pp * par.virtual_stages,
             "v": par.virtual_stages,
@@ -368,7 +309,7 @@ def _reasons(res: Resolved, out: dict[str, Any], row: int) -> list[str]:
 
 
 def _infeasible_report(
-    res: Resolved, out: dict[str, Any], row: int, reasons: list[str], common: dict[str, Any]
+    res: Resolved, out: Outputs, row: int, reasons: list[str], common: dict[str, Any]
 ) -> Report:
     """A report with the reasons and the memory, and no time, throughput or cost."""
     islands = [
@@ -377,9 +318,9 @@ def _infeasible_report(
             "gpus": isl.gpus,
             "tokens_per_s": None,
             "step_time_s": None,
-            "memory_per_gpu_gb": _num(_at(out["island_memory_gb"], row, j)),
+            "memory_per_gpu_gb": _num(_gb(out.island.memory_bytes, row, j)),
             "cost_usd": None,
-            "feasible": int(_at(out["reasons"], row, j)) == 0,
+            "feasible": int(_at(out.reasons, row, j)) == 0,
         }
         for j, isl in enumerate(res.islands)
     ]
@@ -389,18 +330,19 @@ def _infeasible_report(
     )
 
 
-def _breakdowns(out: dict[str, Any], row: int, n_isl: int) -> tuple[dict[str, float], dict[str, float]]:
+def _breakdowns(out: Outputs, row: int, n_isl: int) -> tuple[dict[str, float], dict[str, float]]:
     """The exposed breakdown (terms > 0; compute always, the island sync between islands) and
     the hidden time per term."""
-    bd = {k: max(0.0, float(_at(out["breakdown"][k], row))) for k in BREAKDOWN_TERMS}
+    terms = _detailed(out.breakdown).terms()
+    bd = {k: max(0.0, float(_at(terms[k], row))) for k in BREAKDOWN_TERMS}
     keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)
     bd = {k: v for k, v in bd.items() if v > 0 or k in keep}
-    ov = {k: float(_at(out["overlapped"][k], row)) for k in out["overlapped"]}
+    ov = {k: float(_at(v, row)) for k, v in _detailed(out.overlapped).terms().items()}
     ov = {k: v for k, v in ov.items() if v > 0 or (k == "island_sync" and n_isl > 1)}
     return bd, ov
 
 
-def _levels(out: dict[str, Any], row: int, bd: dict[str, float], ov: dict[str, float]) -> dict[str, Any]:
+def _levels(out: Outputs, row: int, bd: dict[str, float], ov: dict[str, float]) -> dict[str, Any]:
     """Communication time per step by topology level (see :attr:`Report.levels`)."""
     comm_in = sum(bd.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
     return {
@@ -409,15 +351,15 @@ def _levels(out: dict[str, Any], row: int, bd: dict[str, float], ov: dict[str, f
             "exposed_s": comm_in,
         },
         "wan": {
-            "time_s": float(_at(out["wan_s"], row)),
+            "time_s": float(_at(out.wan_s, row)),
             "exposed_s": bd.get("island_sync", 0.0),
-            "bytes_per_island": float(_at(out["egress_bytes_per_step"], row)),
-            "round_s": float(_at(out["wan_round_s"], row)),
+            "bytes_per_island": float(_at(out.egress_bytes_per_step, row)),
+            "round_s": float(_at(out.wan_round_s, row)),
         },
     }
 
 
-def _island_entries(res: Resolved, out, row, step, tps, notes):
+def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: float, notes: list[str]):
     """Per-island report entries, the total cost and the wall-clock time.
 
     * ``tokens_per_s``: the island's share of the global batch (proportional to its
@@ -444,13 +386,14 @@ def _island_entries(res: Resolved, out, row, step, tps, notes):
     tokens = sc.training.tokens
     wall = tokens / tps if tokens else None
     steps = tokens / (sc.training.global_batch * sc.model.seq_len) if tokens else None
-    egress_step = float(_at(out["egress_bytes_per_step"], row))
+    egress_step = float(_at(out.egress_bytes_per_step, row))
+    o = out.island
     entries = []
     total_cost = 0.0 if wall is not None else None
     for j, isl in enumerate(islands):
-        g = int(_at(out["island_gpus"], row, j))
+        g = int(_at(o.gpus, row, j))
         billed = isl.nodes * isl.gpus_per_node
-        isl_tps = float(_at(out["island_tokens_per_s"], row, j))
+        isl_tps = float(_at(o.tokens_per_s, row, j))
         price = gpu_hour_usd(isl)
         egress_gb = egress_step * steps / 1e9 if steps is not None else None
         cost = gpu_cost = egress_cost = None
@@ -466,11 +409,10 @@ def _island_entries(res: Resolved, out, row, step, tps, notes):
                 )
         if total_cost is not None:
             total_cost = None if cost is None else total_cost + cost
-        idle = max(0.0, float(_at(out["island_idle_s"], row, j)))
-        own = {k: float(_at(v, row, j)) for k, v in out["island_breakdown"].items()}
-        own_bd = {k: v for k, v in own.items() if v > 0 or k == "compute"}
+        idle = max(0.0, float(_at(o.idle_s, row, j)))
+        own_bd = _own_breakdown(_detailed(o.breakdown), row, j)
         own_bd["idle"] = idle
-        own_bd["island_sync"] = max(0.0, float(_at(out["breakdown"]["island_sync"], row)))
+        own_bd["island_sync"] = max(0.0, float(_at(_detailed(o.breakdown).island_sync_s, row, j)))
         entries.append(
             {
                 "name": isl.name,
@@ -479,13 +421,13 @@ def _island_entries(res: Resolved, out, row, step, tps, notes):
                 "gpus_billed": billed,
                 "tokens_per_s": isl_tps,
                 "tokens_per_s_per_gpu": isl_tps / g if g else None,
-                "step_time_s": float(_at(out["island_step_s"], row, j)),
+                "step_time_s": float(_at(o.step_s, row, j)),
                 "idle_s": idle,
                 "idle_fraction": idle / step,
-                "compute_utilization": float(_at(out["island_util"], row, j)),
+                "compute_utilization": float(_at(o.utilization, row, j)),
                 "breakdown_s": own_bd,
-                "memory_per_gpu_gb": float(_at(out["island_memory_gb"], row, j)),
-                "batch_per_step": float(_at(out["island_batch"], row, j)),
+                "memory_per_gpu_gb": _gb(o.memory_bytes, row, j),
+                "batch_per_step": float(_at(o.batch_sequences, row, j)),
                 "tokens": tokens * isl_tps / tps if tokens else None,
                 "wall_clock_s": wall,
                 "cost_source": isl.cost.name if isl.cost is not None else None,
@@ -497,6 +439,12 @@ def _island_entries(res: Resolved, out, row, step, tps, notes):
             }
         )
     return entries, total_cost, wall
+
+
+def _own_breakdown(bd: Breakdown, row: int, j: int) -> dict[str, float]:
+    """Island ``j``'s own terms (> 0; compute always), without the island sync and idle time."""
+    own = {k: float(_at(v, row, j)) for k, v in bd.terms().items() if k not in ("island_sync", "idle")}
+    return {k: v for k, v in own.items() if v > 0 or k == "compute"}
 
 
 def _fmt_int(x) -> str:

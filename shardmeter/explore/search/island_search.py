@@ -269,7 +269,7 @@ def _evaluate_stack(
     P = len(prefixes)
     fields = _MEMORY_FIELDS if memory else _FIELDS
     res = [
-        {k: np.empty((P, R, r), dtype=np.int64 if k == "bits" else float) for k, _ in fields}
+        {k: np.empty((P, R, r), dtype=np.int64 if k == "bits" else float) for k in fields}
         | ({} if memory else {"params": np.empty((P, R, 1))})
         for _ in range(S)
     ]
@@ -293,18 +293,27 @@ def _evaluate_stack(
         with np.errstate(all="ignore"):
             mi = ModelInputs.from_columns(inp)
             if memory:
-                out = island_memory(mi, sp.table)
+                probe = island_memory(mi, sp.table)
+                got = {"bits": probe.reasons, "mem": probe.memory_bytes}
             else:
                 out = evaluate(mi, sp.table, detail=False, islands_only=True)
+                isl = out.island
+                got = {
+                    "t": isl.step_s,
+                    "bits": out.reasons,
+                    "win": isl.ar_window_s,
+                    "gb": isl.grad_bytes,
+                    "mem": isl.memory_bytes,
+                }
         sl = slice(lo, lo + len(pb))
-        for k, name in fields:
-            x = np.asarray(out[name])
+        for k in fields:
+            x = np.asarray(got[k])
             stacked = S > 1 and x.ndim == 3 + kx  # else the same at every count
             for s, rs in enumerate(res):
                 _store(rs[k][sl], x[s] if stacked else x, radix, n if packed else r)
         if memory:
             return
-        x = np.asarray(out["params"])
+        x = np.asarray(out.params)
         x = x[0] if S > 1 and x.ndim == 2 + kx else x  # the model's parameters: the same at every count
         x = _merge_inner(x, radix, 0)
         if packed:
@@ -319,16 +328,11 @@ def _evaluate_stack(
     return [rs | {"ok": rs["bits"] == 0} for rs in res]
 
 
-#: The outputs :func:`_evaluate_stack` keeps (its key, the model's output name).
-_FIELDS = (
-    ("t", "island_step_s"),
-    ("bits", "reasons"),
-    ("win", "island_ar_window_s"),
-    ("gb", "island_grad_bytes"),
-    ("mem", "island_memory_bytes"),
-)
+#: The outputs :func:`_evaluate_stack` keeps: each island's step (``t``), reason bits, all-reduce
+#: window (``win``), gradient bytes (``gb``) and memory (``mem``).
+_FIELDS = ("t", "bits", "win", "gb", "mem")
 #: What a memory probe keeps.
-_MEMORY_FIELDS = (("bits", "reasons"), ("mem", "island_memory_bytes"))
+_MEMORY_FIELDS = ("bits", "mem")
 
 
 #: Threads that score the chunks of one :func:`_evaluate_stack` call side by side. The model is

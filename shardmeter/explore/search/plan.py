@@ -35,6 +35,7 @@ from shardmeter.explore.search.to_quality import QUALITY_OBJECTIVES, quality_fac
 from shardmeter.inputs.bundles import ModelInputs
 from shardmeter.model.evaluate import evaluate
 from shardmeter.model.feasibility import REASONS
+from shardmeter.model.outputs import Outputs
 from shardmeter.numeric.reduce import over_islands
 from shardmeter.report.build import build_report
 from shardmeter.report.pricing import (
@@ -109,11 +110,12 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
         inp.update(inner)
         with np.errstate(all="ignore"):
             out = _flat(evaluate(ModelInputs.from_columns(inp), space.table, detail=False), (len(pb), R_in))
-        feas = out["feasible"]
-        rb = over_islands(np.bitwise_or, out["reasons"], keepdims=False)
+        feas = out.feasible
+        rb = over_islands(np.bitwise_or, out.reasons, keepdims=False)
         for b in REASONS:
             reason_counts[b] += int(np.count_nonzero(rb & b))
-        step = out["step_time_s"]
+        step = out.step_time_s
+        assert step is not None  # not islands_only
         # priced only when the objective or the budget needs it (_objective refuses an unpriced island then)
         cost_step = _cost_per_step(out, obj) if price is not None else np.full_like(step, np.nan)
         factor = _chunk_factor(space, inp, out, len(pb)) if obj.get("quality") is not None else 1.0
@@ -138,37 +140,38 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     return res
 
 
-def _chunk_factor(space: Space, inp, out, n_prefixes: int) -> np.ndarray:
+def _chunk_factor(space: Space, inp, out: Outputs, n_prefixes: int) -> np.ndarray:
     """Each candidate's tokens factor (``time-to-quality``, ``cost-to-quality``): from its sync
     code, its islands used and the model's parameters."""
     shape = (n_prefixes, space.R_in, space.n_islands)
     codes = np.broadcast_to(np.asarray(inp["network.sync"]), shape)[..., 0].ravel()
-    replicas = np.count_nonzero(out["island_gpus"] > 0, axis=-1)
-    return quality_factor(space.objective["quality"], space.table, codes, out["params"], replicas)
+    replicas = np.count_nonzero(out.island.gpus > 0, axis=-1)
+    return quality_factor(space.objective["quality"], space.table, codes, out.params, replicas)
 
 
-def _flat(out: dict[str, Any], rows: tuple[int, int]) -> dict[str, Any]:
-    """The outputs the search reads, one row per candidate: (P, R_in, ...) -> (P x R_in, ...)."""
+def _flat(out: Outputs, rows: tuple[int, int]) -> Outputs:
+    """The outputs one row per candidate: (P, R_in, ...) -> (P x R_in, ...) (the per-island
+    ones keep their island axis)."""
     flat = {}
-    for k in ("feasible", "step_time_s", "egress_bytes_per_step", "reasons", "island_gpus", "params"):
-        v = np.asarray(out[k])
-        per_island = k in ("reasons", "island_gpus")
+    for k, x in out.columns().items():
+        v = np.asarray(x)
+        per_island = k == "reasons" or k.startswith("island.")
         shape = (*rows, v.shape[-1]) if per_island else rows
         flat[k] = np.broadcast_to(v, shape).reshape((rows[0] * rows[1], *shape[2:]))
-    return flat
+    return Outputs.from_columns(flat)
 
 
-def _cost_per_step(out, obj) -> np.ndarray:
+def _cost_per_step(out: Outputs, obj) -> np.ndarray:
     """Dollars per step, as :func:`shardmeter.report.build.build_report` prices a run: every GPU
     of the nodes an island uses (a plan rents ``ceil(gpus / gpus_per_node)`` nodes), plus
     each island's egress at its own price."""
     gpn = obj["gpn"][None, :]
-    billed = np.ceil(out["island_gpus"] / gpn - 1e-9) * gpn
+    billed = np.ceil(out.island.gpus / gpn - 1e-9) * gpn
+    step, egress = out.step_time_s, out.egress_bytes_per_step
+    assert step is not None and egress is not None  # not islands_only
     with np.errstate(all="ignore"):
-        gpu = over_islands(
-            np.add, gpu_time_usd(billed, obj["price"][None, :], out["step_time_s"][:, None]), False
-        )
-        return gpu + egress_usd(out["egress_bytes_per_step"], obj["egress_price"])
+        gpu = over_islands(np.add, gpu_time_usd(billed, obj["price"][None, :], step[:, None]), False)
+        return gpu + egress_usd(egress, obj["egress_price"])
 
 
 def _merge(acc, res, obj):
@@ -378,7 +381,7 @@ def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
         plan["rank"] = rank + 1
         plan["id"] = int(i)
         tps = obj["tokens_per_step"]
-        step = float(o["step_time_s"][0])
+        step = float(np.asarray(o.step_time_s)[0])
         plan["time_per_token_s"] = step / tps
         if obj["price"] is not None:
             plan["cost_per_token_usd"] = float(_cost_per_step(o, obj)[0]) / tps

@@ -31,6 +31,7 @@ import numpy as np
 from shardmeter.errors import ShardMeterError
 from shardmeter.inputs.bundles import ModelInputs
 from shardmeter.model.evaluate import evaluate
+from shardmeter.model.outputs import Outputs
 from shardmeter.report.build import build_report
 from shardmeter.report.pricing import egress_usd, egress_usd_per_gb, gpu_hour_usd, gpu_time_usd
 from shardmeter.resolve.resolver import Resolved
@@ -125,11 +126,11 @@ def inputs_of(resolved: Resolved, n_tiers: int) -> list[SensitivityInput]:
     return out
 
 
-def _cost_per_step(resolved: Resolved, out: dict[str, Any], row: int, price_scale: float) -> float | None:
+def _cost_per_step(resolved: Resolved, out: Outputs, row: int, price_scale: float) -> float | None:
     """Dollars of one step of ``row``: every GPU of every island for the step at its GPU-hour
     price (x ``price_scale``), plus its egress (:mod:`shardmeter.report.pricing`); None if unpriced."""
-    step = float(out["step_time_s"][row])
-    egress = float(out["egress_bytes_per_step"][row])
+    step = float(np.asarray(out.step_time_s)[row])
+    egress = float(np.asarray(out.egress_bytes_per_step)[row])
     total = 0.0
     for isl in resolved.islands:
         price = gpu_hour_usd(isl) * price_scale
@@ -139,9 +140,10 @@ def _cost_per_step(resolved: Resolved, out: dict[str, Any], row: int, price_scal
     return total if math.isfinite(total) else None
 
 
-def _headroom(out: dict[str, Any], row: int) -> float | None:
+def _headroom(out: Outputs, row: int) -> float | None:
     """The smallest memory left free on a GPU over islands (GB; negative: missing)."""
-    h = float(np.min(out["_mem_cap_gb"][row] - out["island_memory_gb"][row]))
+    isl = out.island
+    h = float(np.min(isl.memory_capacity_bytes[row] / 1e9 - isl.memory_bytes[row] / 1e9))
     return h if math.isfinite(h) else None
 
 
@@ -193,10 +195,11 @@ def sensitivity(source, *, estimator=None, overrides=(), step: float = STEP) -> 
     t0 = report.step_time_s
     c0 = _cost_per_step(resolved, out, 0, 1.0) if ok0 else None
     h0 = _headroom(out, 0)
+    step_s = np.asarray(out.step_time_s)
     entries: list[dict[str, Any]] = []
     for row, item in enumerate(res, start=1):
-        ok = bool(out["feasible"][row]) and math.isfinite(float(out["step_time_s"][row]))
-        t = float(out["step_time_s"][row]) if ok else None
+        ok = bool(out.feasible[row]) and math.isfinite(float(step_s[row]))
+        t = float(step_s[row]) if ok else None
         price_scale = 1.0 + step if item.columns[0][0] == PRICE else 1.0
         c = _cost_per_step(resolved, out, row, price_scale) if ok else None
         gain = _pct(t0, t) if ok0 else None

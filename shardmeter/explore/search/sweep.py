@@ -42,6 +42,7 @@ from shardmeter.explore.search.values import format_value, gpu_count_key
 from shardmeter.inputs.bundles import ModelInputs, PartTable
 from shardmeter.load.scenario import Scenario, load_scenario, scenario_tables
 from shardmeter.model.evaluate import evaluate
+from shardmeter.model.outputs import Outputs
 from shardmeter.report.build import build_report
 
 __all__ = ["SweepResult", "run_sweep", "grid", "gpu_count_key", "CHUNK_ROWS"]
@@ -81,9 +82,7 @@ class SweepResult:
         }
 
 
-def _eval_rows(
-    payload: tuple[Mapping[str, np.ndarray], PartTable], bounds: tuple[int, int]
-) -> dict[str, Any]:
+def _eval_rows(payload: tuple[Mapping[str, np.ndarray], PartTable], bounds: tuple[int, int]) -> Outputs:
     inputs, table = payload
     keep_freed_memory()  # in this process, or the worker's
     a, b = bounds
@@ -91,7 +90,7 @@ def _eval_rows(
         return evaluate(ModelInputs.from_columns({k: v[a:b] for k, v in inputs.items()}), table)
 
 
-def _lazy_report(est, plan: GridPlan, out: dict[str, Any], r: int, row: int) -> dict[str, Any]:
+def _lazy_report(est, plan: GridPlan, out: Outputs, r: int, row: int) -> dict[str, Any]:
     """Grid row ``r``'s full report (row ``row`` of chunk output ``out``)."""
     return build_report(est.resolve(plan.scenario(r)), out, row=row).to_dict()
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from shardmeter.model.evaluate import BREAKDOWN_TERMS
 from shardmeter.model.feasibility import REASONS, Reason
+from shardmeter.model.outputs import BREAKDOWN_TERMS, Outputs
 from shardmeter.report.build import _Figure, _fmt_int, batch_split_key
 from shardmeter.report.pricing import egress_usd, egress_usd_per_gb, gpu_hour_usd, gpu_time_usd
 from shardmeter.report.words import regime_of
@@ -71,9 +71,7 @@ def _col(cols: Mapping[str, np.ndarray], name: str) -> np.ndarray:
     return np.asarray(cols[name], dtype=float)
 
 
-def row_fields(
-    out: dict[str, Any], cols: Mapping[str, np.ndarray], group: np.ndarray, resolved
-) -> list[dict]:
+def row_fields(out: Outputs, cols: Mapping[str, np.ndarray], group: np.ndarray, resolved) -> list[dict]:
     """The scalar report fields of each row of output ``out`` (see the module docstring).
 
     :param cols: the rows' input columns ``(N, I)``.
@@ -81,17 +79,20 @@ def row_fields(
         names, prices, model and token budget; the rows' numbers come from ``cols``).
     """
     n = len(group)
-    step = np.asarray(out["step_time_s"], dtype=float).reshape(n)
-    raw_ok = np.asarray(out["feasible"], dtype=bool).reshape(n)
+    step = np.asarray(out.step_time_s, dtype=float).reshape(n)
+    raw_ok = np.asarray(out.feasible, dtype=bool).reshape(n)
     feasible = raw_ok & np.isfinite(step) & (step > 0)
     tp, pp, cp, dp = (_col(cols, f"layout.{k}") for k in ("tp", "pp", "cp", "dp"))
     used = tp * pp * cp * dp
     billed = _col(cols, "topology.nodes") * _col(cols, "topology.gpus_per_node")
     gpus = used.sum(axis=1).astype(np.int64).tolist()
-    mem = [x if math.isfinite(x) else None for x in np.asarray(out["memory_per_gpu_gb"], float).tolist()]
-    rates = {k: np.asarray(out[k], dtype=float).reshape(n).tolist() for k in RATE_FIELDS}
+    mem_gb = np.asarray(out.memory_bytes, float) / 1e9
+    mem = [x if math.isfinite(x) else None for x in mem_gb.tolist()]
+    rates = {k: np.asarray(v, dtype=float).reshape(n).tolist() for k, v in _rates(out).items()}
     wall, cost = _wall_and_cost(out, cols, group, resolved, billed)
-    terms = {t: np.asarray(out["breakdown"][t], dtype=float).reshape(n) for t in BREAKDOWN_TERMS}
+    assert out.breakdown is not None, "row_fields needs evaluate(..., detail=True)"
+    bd_s = out.breakdown.terms()
+    terms = {t: np.asarray(bd_s[t], dtype=float).reshape(n) for t in BREAKDOWN_TERMS}
     terms_l = {t: np.where(v > 0, v, 0.0).tolist() for t, v in terms.items()}
     n_isl = used.shape[1]
     keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)
@@ -121,17 +122,32 @@ def row_fields(
     return rows
 
 
-def _wall_and_cost(out, cols, group, resolved, billed) -> tuple[list[Any], list[Any]]:
+def _rates(out: Outputs) -> dict[str, Any]:
+    """The :data:`RATE_FIELDS` of ``out``, by name."""
+    rates = {
+        "step_time_s": out.step_time_s,
+        "tokens_per_s": out.tokens_per_s,
+        "tokens_per_s_per_gpu": out.tokens_per_s_per_gpu,
+        "model_tflops_per_gpu": out.model_tflops_per_gpu,
+        "mfu": out.mfu,
+        "hfu": out.hfu,
+        "compute_utilization": out.compute_utilization,
+    }
+    assert tuple(rates) == RATE_FIELDS
+    return rates
+
+
+def _wall_and_cost(out: Outputs, cols, group, resolved, billed) -> tuple[list[Any], list[Any]]:
     """``wall_clock_s`` (``training.tokens / tokens_per_s``) and ``cost_usd`` (every island's
     GPU time and egress, :mod:`shardmeter.report.pricing`) of each row; ``None`` without a budget or
     with an unknown price."""
     n = len(group)
     tokens = np.array([res.scenario.training.tokens or np.nan for res in resolved], dtype=float)[group]
-    tps = np.asarray(out["tokens_per_s"], dtype=float).reshape(n)
+    tps = np.asarray(out.tokens_per_s, dtype=float).reshape(n)
     with np.errstate(all="ignore"):
         wall = tokens / tps
         steps = tokens / (_col(cols, "training.global_batch")[:, 0] * _col(cols, "model.seq_len")[:, 0])
-        egress_gb = np.asarray(out["egress_bytes_per_step"], dtype=float).reshape(n) * steps / 1e9
+        egress_gb = np.asarray(out.egress_bytes_per_step, dtype=float).reshape(n) * steps / 1e9
         total = np.zeros(n)
         unpriced = np.zeros(n, dtype=bool)
         for j in range(billed.shape[1]):
@@ -150,7 +166,7 @@ class _ReasonRows:
     values and labels of :func:`shardmeter.report.build._reasons`, read from the input columns
     instead of a resolved scenario per row (``tests/test_sweep_fast.py`` compares the two)."""
 
-    def __init__(self, out, cols, group, resolved):
+    def __init__(self, out: Outputs, cols, group, resolved):
         self.group, self.resolved = group, resolved
 
         def per_island(a, dtype=float) -> list[list[Any]]:
@@ -161,10 +177,13 @@ class _ReasonRows:
         self.lay = {k: per_island(cols[f"layout.{k}"], np.int64) for k in names}
         self.gpus = per_island(_col(cols, "topology.nodes") * _col(cols, "topology.gpus_per_node"), np.int64)
         self.mbs = per_island(_col(cols, "training.micro_batch"), np.int64)
-        self.bits = per_island(out["reasons"], np.int64)
+        self.bits = per_island(out.reasons, np.int64)
+        isl = out.island
         self.out = {
-            k: per_island(out[k])
-            for k in ("island_batch", "island_memory_gb", "_mem_cap_gb", "micro_batches")
+            "island_batch": per_island(isl.batch_sequences),
+            "island_memory_gb": per_island(np.asarray(isl.memory_bytes, dtype=float) / 1e9),
+            "mem_cap_gb": per_island(np.asarray(isl.memory_capacity_bytes, dtype=float) / 1e9),
+            "micro_batches": per_island(isl.micro_batches),
         }
 
     def __call__(self, r: int) -> list[str]:
@@ -190,7 +209,7 @@ class _ReasonRows:
                 "bi": _fmt_int(out["island_batch"][j][r]),
                 "mbs_dp": self.mbs[j][r] * dp,
                 "mem_gb": _Figure(out["island_memory_gb"][j][r]),
-                "cap_gb": _Figure(out["_mem_cap_gb"][j][r]),
+                "cap_gb": _Figure(out["mem_cap_gb"][j][r]),
                 "m": _fmt_int(out["micro_batches"][j][r]),
                 "pp": pp,
                 "pv": pp * lay["virtual_stages"][j][r],

@@ -1,0 +1,89 @@
+"""Memory of the busiest GPU: of the first, middle (rank 1) and last pipeline stages, the one
+that holds the most (its sharding state, activations in flight and a sync strategy's extra
+state; :mod:`.memory`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from shardmeter.inputs.bundles import ModelInputs, PartTable
+from shardmeter.model.compute import local_shapes
+from shardmeter.model.degrees import Degrees
+from shardmeter.model.dispatch import by_code
+from shardmeter.model.memory import MEMORY_PARTS, activation_memory, memory_parts, total_memory
+from shardmeter.model.outputs import MemoryParts
+from shardmeter.model.pick import pick
+from shardmeter.model.pipeline import ScheduleTerms
+from shardmeter.model.sharding import shard_inputs, sharding_state
+from shardmeter.model.stages import StageLayers
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
+from shardmeter.parts import StateBytes
+
+__all__ = ["BusiestGpu", "busiest_gpu", "busiest_parts"]
+
+_f = ops.as_float
+
+
+@attrs.frozen(kw_only=True)
+class BusiestGpu:
+    """The busiest GPU of an island (``(rows..., islands)``): its sharding ``state`` (bytes),
+    ``activations_bytes``, ``extra_state_bytes`` (a sync strategy's outer state) and
+    ``memory_bytes`` (the total at the step's peak, :func:`~.memory.total_memory`)."""
+
+    state: StateBytes
+    activations_bytes: Array
+    extra_state_bytes: Array
+    memory_bytes: Array
+
+
+def busiest_gpu(
+    inp: ModelInputs, parts: PartTable, deg: Degrees, stl: StageLayers, sch: ScheduleTerms, islands: int
+) -> BusiestGpu:
+    """The busiest GPU of the first, middle (rank 1) and last stages (``stl``), with the
+    schedule's micro-batches in flight per rank (``sch``); ``islands``: of the batch (a sync
+    strategy keeps state only between several)."""
+    ms, tr, topo, lay = inp.model, inp.training, inp.topology, inp.layout
+    pp = deg.pp
+    one = pp == 1
+    outer = _outer_state_bytes(parts, inp) if islands > 1 else 0.0
+    ranks = (
+        (stl.first, True, one, sch.held_first),
+        (stl.middle, one, pp <= 2, sch.held_middle),
+        (stl.last, one, True, sch.held_last),
+    )
+    busiest: BusiestGpu | None = None
+    for layers_r, emb_r, head_r, held_r in ranks:
+        sh_r = local_shapes(ms, tr, deg.tp, pp, deg.cp, deg.v, layers=layers_r)
+        shard_r = shard_inputs(ms, tr, sh_r, topo, deg, emb_here=emb_r, head=head_r)
+        st_r = sharding_state(parts, shard_r, lay.sharding)
+        logits_r = ops.where(ops.as_bool(head_r), _f(sch.loss_held), 0.0)
+        act_r = activation_memory(ms, tr, sh_r, deg.tp, deg.sp, held_r, logits_r)
+        extra_r = shard_r.params_per_gpu * outer / st_r.param_shards  # a sync strategy's
+        mem_r = total_memory(st_r.weights, st_r.gradients, st_r.optimizer + extra_r, st_r.extra, act_r)
+        cand = BusiestGpu(state=st_r, activations_bytes=act_r, extra_state_bytes=extra_r, memory_bytes=mem_r)
+        busiest = cand if busiest is None else pick(mem_r > busiest.memory_bytes, cand, busiest)
+    assert busiest is not None
+    return busiest
+
+
+def busiest_parts(b: BusiestGpu) -> MemoryParts:
+    """The busiest GPU's memory by part (:func:`~.memory.memory_parts`, the sync strategy's
+    extra state with the optimizer's), bytes."""
+    st = b.state
+    mem = memory_parts(
+        st.weights, st.gradients, st.optimizer + b.extra_state_bytes, st.extra, b.activations_bytes
+    )
+    return MemoryParts(**{f"{k}_bytes": mem[k] for k in MEMORY_PARTS})
+
+
+def _outer_state_bytes(parts: PartTable, inp: ModelInputs) -> Any:
+    """The sync strategy's extra state per parameter, per row."""
+
+    def run(code: int) -> Array:
+        part, opts = parts.get("sync", code)
+        return part.state_bytes_per_param(opts)
+
+    return by_code(inp.network.sync, run)

@@ -1,0 +1,86 @@
+"""The whole model's FLOPs per token, with and without recompute, and its parameters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from shardmeter.inputs.bundles import ModelShape, Training
+from shardmeter.model.formulas import (
+    layers_forward_flops,
+    model_flops_per_token,
+    model_params,
+    op_recompute_flops_per_token,
+)
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
+
+__all__ = ["ModelFlops", "model_flops", "attention_shape"]
+
+_f = ops.as_float
+
+
+@attrs.frozen(kw_only=True)
+class ModelFlops:
+    """``model_flops_per_token`` (the step's useful FLOPs per token), ``hardware_flops_per_token``
+    (with what recompute reruns) and ``params`` (the model's parameters); the model's own
+    shape only, the same on every island."""
+
+    model_flops_per_token: Array
+    hardware_flops_per_token: Array
+    params: Array
+
+
+def attention_shape(ms: ModelShape) -> dict[str, Any]:
+    """The attention projections' shape keywords of the formulas (MLA's low ranks, V width)."""
+    return {"v_dim": ms.v_dim, "o_dim": ms.o_dim, "q_rank": ms.q_rank, "kv_rank": ms.kv_rank}
+
+
+def model_flops(ms: ModelShape, tr: Training, share: Array = 1.0) -> ModelFlops:
+    """Full recompute reruns the forward of its ``share`` of the layers
+    (:func:`~.compute.full_recompute_share`), selective the attention core, op the matrix
+    multiplies it does not save (:func:`~.formulas.op_recompute_flops_per_token`) and, where
+    its save list leaves the attention kernel out (``training.op_saves_attention`` = 0), the
+    attention core too."""
+    rec = _f(tr.recompute)
+    E, ktop = _f(ms.experts), _f(ms.experts_per_token)
+    args = (ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu)
+    shape = {
+        "moe_ffn": ms.moe_ffn_hidden,
+        "shared_experts": ms.shared_experts,
+        "dense_layers": ms.dense_layers,
+        **attention_shape(ms),
+    }
+    mf_tok = model_flops_per_token(ms.layers, *args, ms.vocab, ms.seq_len, ktop, E, **shape)
+    dense_all, att_all = layers_forward_flops(ms.layers, *args, ms.seq_len, ktop, E, **shape)
+    op_moe = op_recompute_flops_per_token(
+        ms.hidden,
+        ms.q_dim,
+        ms.kv_dim,
+        ms.moe_ffn_hidden,
+        ms.swiglu,
+        ktop,
+        E,
+        shared_experts=ms.shared_experts,
+        o_dim=ms.o_dim,
+    )
+    op_dense = op_recompute_flops_per_token(
+        ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, o_dim=ms.o_dim
+    )
+    moe = E > 1
+    op_all = ops.where(moe, ms.layers * op_moe + ms.dense_layers * (op_dense - op_moe), ms.layers * op_dense)
+    hw_tok = mf_tok + ops.where(
+        rec == 2,
+        share * (dense_all + att_all),
+        ops.where(
+            rec == 1,
+            att_all,
+            ops.where(rec == 3, op_all + ops.where(ops.as_bool(tr.op_saves_attention), 0.0, att_all), 0.0),
+        ),
+    )
+    return ModelFlops(
+        model_flops_per_token=mf_tok,
+        hardware_flops_per_token=hw_tok,
+        params=model_params(ms.layers, *args, ms.vocab, ops.as_bool(ms.tied), E, **shape),
+    )

@@ -1,0 +1,142 @@
+"""The sharding strategy's stage: what it sees of one GPU (:func:`shard_inputs`), and the state
+bytes and priced traffic of each row's strategy (:func:`sharding_terms`, one call per distinct
+strategy, :func:`~.dispatch.by_code`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from shardmeter.inputs.bundles import ModelShape, PartTable, Topology, Training
+from shardmeter.model.comm import PricedTraffic, price_traffic
+from shardmeter.model.compute import Shapes
+from shardmeter.model.degrees import Degrees
+from shardmeter.model.dispatch import by_code
+from shardmeter.model.flops import attention_shape
+from shardmeter.model.formulas import params_per_layer
+from shardmeter.numeric import ops
+from shardmeter.parts import ShardInputs, StateBytes
+
+__all__ = ["ShardingTerms", "shard_inputs", "sharding_terms", "sharding_state"]
+
+_f = ops.as_float
+
+
+@attrs.frozen(kw_only=True)
+class ShardingTerms:
+    """One stage's sharding strategy: its ``state`` bytes per GPU and its ``traffic`` priced on
+    the island's tiers (seconds, by when it runs)."""
+
+    state: StateBytes
+    traffic: PricedTraffic
+
+
+def _state(st: StateBytes) -> StateBytes:
+    """A part's state as a plain :class:`~shardmeter.parts.StateBytes` (one record type for every
+    code, so :func:`~.dispatch.by_code` merges them field by field)."""
+    return StateBytes(
+        weights=st.weights,
+        gradients=st.gradients,
+        optimizer=st.optimizer,
+        param_shards=st.param_shards,
+        optimizer_shards=st.optimizer_shards,
+        extra=st.extra,
+    )
+
+
+def sharding_terms(parts: PartTable, shard: ShardInputs, topo: Topology, codes) -> ShardingTerms:
+    """State bytes and priced traffic of each row's sharding strategy (``codes``)."""
+
+    def run(code: int) -> ShardingTerms:
+        part, opts = parts.get("sharding", code)
+        return ShardingTerms(
+            state=_state(part.state(shard, opts)), traffic=price_traffic(part.traffic(shard, opts), topo)
+        )
+
+    return by_code(codes, run)
+
+
+def sharding_state(parts: PartTable, shard: ShardInputs, codes) -> StateBytes:
+    """The sharding strategy's state bytes of one stage (no traffic)."""
+
+    def run(code: int) -> StateBytes:
+        part, opts = parts.get("sharding", code)
+        return _state(part.state(shard, opts))
+
+    return by_code(codes, run)
+
+
+def shard_inputs(
+    ms: ModelShape, tr: Training, sh: Shapes, topo: Topology, deg: Degrees, *, emb_here, head
+) -> ShardInputs:
+    """What the sharding strategy sees: this GPU's parameters (its stage's layers, its
+    tensor-parallel slice, its local experts; the word embedding where the stage holds it
+    (``emb_here``: the first), the output layer where it holds that (``head``: the last; with one
+    stage only when untied: Megatron-LM's last stage keeps its own copy of a tied embedding,
+    ``LanguageModule.setup_embeddings_and_output_layer`` at NVIDIA/Megatron-LM@d98e8a64), of its
+    largest weight matrix (fused QKV, fc1, an expert's fc1 or the embedding) and the bytes per
+    element of weights, gradients and the optimizer. A MoE layer's
+    shared experts are tensor-parallel like a dense MLP, not spread over ``ep``; the stage's dense
+    layers (``dense_layers_local``) hold one ``ffn_hidden`` MLP each. With ``training.fp8_params``
+    the layers' weights are held and all-gathered in fp8 (1 byte; Megatron ``--fp8-param-gather``,
+    torchao ``enable_fsdp_float8_all_gather``: only the linears' weights, the embeddings stay 16-bit),
+    the gradients and the optimizer's fp32 master copy unchanged. Full recompute re-runs the
+    forward of ``training.recompute_layers`` (0: all) of the stage."""
+    tp, pp = deg.tp, deg.pp
+    wb, fp8_params = _f(tr.weight_bytes), ops.as_bool(tr.fp8_params)
+    mats = ops.where(ms.swiglu, 3.0, 2.0)
+    ffn = sh.ffn_local * tp  # an expert's width in a MoE layer
+    mlp = mats * ms.hidden * ffn
+    attn = attention_shape(ms)
+    p_layer = (
+        params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ffn, ms.swiglu, 1.0, **attn)
+        - mlp
+        + mlp * ops.where(sh.moe, ms.experts / deg.ep + ms.shared_experts, 1.0)
+    ) / tp
+    p_dense = params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0, **attn) / tp
+    Ld = sh.dense_layers_local
+    emb = ms.vocab * ms.hidden / tp
+    emb_gpu = emb * ops.where(ops.as_bool(emb_here), 1.0, 0.0) + emb * ops.where(
+        ops.as_bool(head) & ((pp > 1) | ops.logical_not(ops.as_bool(ms.tied))), 1.0, 0.0
+    )
+    p_gpu = sh.layers_per_stage * p_layer + ops.where(Ld > 0, Ld * (p_dense - p_layer), 0.0) + emb_gpu
+    gather16 = ops.where(wb > 2, 4.0, 2.0)
+    return ShardInputs(
+        recompute_layers=_recompute_layers(tr, sh),
+        params_last_module=ops.where(sh.moe, 0.0, ms.hidden * ms.ffn_hidden / tp),
+        params_largest_module=_largest_matrix(ms, ffn) / tp,
+        params_per_gpu=p_gpu,
+        params_per_layer=p_layer,
+        layers_per_stage=sh.layers_per_stage,
+        weight_bytes=ops.where(fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * wb) / p_gpu, wb),
+        param_gather_bytes=ops.where(
+            fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * gather16) / p_gpu, gather16
+        ),
+        grad_bytes=ops.where(wb > 2, 4.0, 2.0),
+        optimizer_bytes_per_param=ops.where(wb > 2, 8.0, 12.0),
+        tp=tp,
+        dp=deg.dp,
+        cp=deg.cp,
+        domain_gpus=_f(topo.domain_gpus),
+        tier_gpus=topo.tier_gpus,
+        tier_bytes_s=topo.tier_bytes_s,
+        tier_latency_s=topo.tier_latency_s,
+    )
+
+
+def _largest_matrix(ms: ModelShape, ffn) -> Any:
+    """Elements of the largest weight matrix: fused QKV, fc1 (Megatron fuses gate and up), an
+    expert's fc1 (``ffn`` wide) or the embedding."""
+    gemm_in = ops.where(ms.swiglu, 2.0, 1.0) * ms.ffn_hidden
+    return ops.maximum(
+        ops.maximum(ms.hidden * (ms.q_dim + 2.0 * ms.kv_dim), ms.hidden * gemm_in),
+        ops.maximum(ms.hidden * gemm_in / ms.ffn_hidden * ffn, ms.vocab * ms.hidden),
+    )
+
+
+def _recompute_layers(tr: Training, sh: Shapes) -> Any:
+    """Layers of the stage whose forward full recompute re-runs (``recompute_layers``, 0: all)."""
+    rl = _f(tr.recompute_layers)
+    all_layers = sh.layers_per_stage
+    return ops.where(_f(tr.recompute) == 2, ops.where(rl > 0, ops.minimum(rl, all_layers), all_layers), 0.0)

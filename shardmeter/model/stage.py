@@ -1,0 +1,147 @@
+"""One pipeline stage: its shapes, compute, the core's TP/CP/EP communication, the sharding
+strategy's state and traffic and what of them is exposed, and the time of one micro-batch
+through it (:class:`StageTerms`).
+
+The step's pace is the slower of the largest of the first and middle stages (the embedding on
+the first) and the last (its layers, the output layer and the loss); :func:`~.evaluate.evaluate`
+times both (see :mod:`.stages`).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from shardmeter.inputs.bundles import Hardware, ModelInputs, ModelShape, PartTable, Training
+from shardmeter.model.comm import LayerComm, PricedTraffic, exposed_traffic, layer_comm
+from shardmeter.model.compute import (
+    ComputeTerms,
+    Shapes,
+    full_recompute_share,
+    local_shapes,
+    micro_batch_compute,
+)
+from shardmeter.model.degrees import Degrees
+from shardmeter.model.formulas import offload_exposed_s
+from shardmeter.model.memory import layer_activations
+from shardmeter.model.outputs import map_fields
+from shardmeter.model.sharding import shard_inputs, sharding_terms
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
+from shardmeter.parts import ShardInputs, StateBytes
+
+__all__ = ["Peaks", "peaks", "StageTerms", "stage_terms"]
+
+_f = ops.as_float
+
+
+@attrs.frozen(kw_only=True)
+class Peaks:
+    """The GPU's peak FLOP/s at the training precision (``flops``) and at 16 bits
+    (``flops16``), a missing rate (0) replaced by 1.0 and by ``flops`` so that the rows it makes
+    infeasible divide safely."""
+
+    flops: Array
+    flops16: Array
+
+
+def peaks(hw: Hardware) -> Peaks:
+    """:class:`Peaks` of the hardware bundle."""
+    peak, peak16 = _f(hw.peak_flops), _f(hw.peak16_flops)
+    peak = ops.where(peak > 0, peak, 1.0)
+    return Peaks(flops=peak, flops16=ops.where(peak16 > 0, peak16, peak))
+
+
+@attrs.frozen(kw_only=True)
+class StageTerms:
+    """One stage of ``layers`` layers (``(rows..., islands)``): its ``shapes``, ``compute``
+    (seconds per micro-batch), the core's ``comm`` (TP/CP/EP, seconds per micro-batch), what
+    the sharding strategy sees (``shard``), its ``state`` (bytes) and ``traffic`` (priced,
+    seconds), and of that traffic the exposed ``fsdp_exposed_s`` (per micro-batch) and
+    ``dp_exposed_s`` (per step) and ``ar_window_s`` (the window left after the last backward
+    pass); ``offload_exposed_s`` (activation offload not hidden, per micro-batch) and
+    ``micro_batch_s``, one micro-batch through the stage."""
+
+    shapes: Shapes
+    compute: ComputeTerms
+    comm: LayerComm
+    shard: ShardInputs
+    state: StateBytes
+    traffic: PricedTraffic
+    fsdp_exposed_s: Array
+    dp_exposed_s: Array
+    ar_window_s: Array
+    offload_exposed_s: Array
+    micro_batch_s: Array
+
+
+def stage_terms(
+    inp: ModelInputs, parts: PartTable, deg: Degrees, pk: Peaks, layers, *, emb, head
+) -> StageTerms:
+    """One pipeline stage of ``layers`` layers, holding the embedding (``emb``) and the output
+    layer and loss (``head``); see :class:`StageTerms`."""
+    ms, tr, hw, topo, lay = inp.model, inp.training, inp.hardware, inp.topology, inp.layout
+    sh = local_shapes(ms, tr, deg.tp, deg.pp, deg.cp, deg.v, layers=layers)
+    ct = micro_batch_compute(ms, tr, hw, sh, deg.tp, deg.ep, deg.sp, pk.flops, pk.flops16)
+    no_head = ops.where(ops.as_bool(head), 0.0, ct.head)  # the logits and loss run on the last stage
+    ct = attrs.evolve(ct, compute=ct.compute - no_head, head=ct.head - no_head)
+    lc = layer_comm(
+        ms,
+        sh,
+        ct,
+        topo,
+        deg.tp,
+        deg.cp,
+        deg.ep,
+        ops.as_bool(lay.tp_comm_overlap),
+        _f(tr.recompute),
+        deg.sp,
+        full_recompute_share(tr, sh),
+        async_tp=ops.as_bool(lay.async_tp) & deg.sp & ops.as_bool(tr.compile),
+    )
+    mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
+    offload_mb = _offload_exposed(ms, tr, hw, sh, ct, deg)
+    shard = shard_inputs(ms, tr, sh, topo, deg, emb_here=emb, head=head)
+    sd = sharding_terms(parts, shard, topo, lay.sharding)
+    priced = map_fields(_f, sd.traffic)
+    mb_window = ct.compute + ct.memory_ops + mb_comm
+    # each pass's share of the micro-batch's work: its compute, with the elementwise kernels and
+    # exposed TP/CP/EP communication shared out in proportion (the head runs with the backward)
+    scale = mb_window / ops.maximum(ct.compute, 1e-30)
+    passes = (ct.forward * scale, ct.recompute * scale, (ct.backward + ct.head) * scale)
+    fsdp_mb, dp_exposed, ar_window = exposed_traffic(
+        priced,
+        mb_window,
+        ct.backward + ct.recompute + mb_comm,
+        ops.as_bool(lay.dp_comm_overlap),
+        pass_windows=passes,
+    )
+    return StageTerms(
+        shapes=sh,
+        compute=ct,
+        comm=lc,
+        shard=shard,
+        state=sd.state,
+        traffic=priced,
+        fsdp_exposed_s=fsdp_mb,
+        dp_exposed_s=dp_exposed,
+        ar_window_s=ar_window,
+        offload_exposed_s=offload_mb,
+        micro_batch_s=ct.compute + ct.memory_ops + mb_comm + fsdp_mb + offload_mb,
+    )
+
+
+def _offload_exposed(ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, ct: ComputeTerms, deg: Degrees):
+    """Seconds per micro-batch that activation offload (``offload_layers``) does not hide, both
+    directions: :func:`~.formulas.offload_exposed_s` with one layer's stored activations over
+    the GPU's own host link (``host_bytes_s``, one direction: a PCIe x16 link per GPU, NVLink-C2C
+    on a superchip; GPUs that share a PCIe switch are not divided) against one layer's GEMMs
+    and attention, forward (offload) and backward with its recompute (reload). The layer's
+    elementwise kernels and communication are left out of the window, and the copies' HBM
+    traffic is not charged to the kernels beside them."""
+    Ls = sh.layers_per_stage
+    stored, _ = layer_activations(ms, tr, sh, deg.tp, deg.sp)
+    tau = stored / Ls / hw.host_bytes_s
+    k = tr.offload_layers
+    fwd = offload_exposed_s(k, Ls, tau, ct.forward / Ls)
+    bwd = offload_exposed_s(k, Ls, tau, (ct.backward + ct.recompute) / Ls)
+    return fwd + bwd

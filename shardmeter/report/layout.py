@@ -1,0 +1,92 @@
+"""The report's resolved layout (``Report.layout``): per island the degrees, gradient
+accumulation, layers per stage and parameters per GPU, the keys every island agrees on at the
+top."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardmeter.model.outputs import Outputs
+from shardmeter.model.stages import stage_layers
+from shardmeter.resolve.resolver import Resolved, ResolvedIsland
+
+__all__ = ["layout_of", "even_stage_layers"]
+
+
+def _at(x: Any, row: int, j: int | None = None) -> Any:
+    """Row ``row`` (island ``j``) of an output array; the scalar path's outputs are plain numbers."""
+    if isinstance(x, (float, int, bool)):
+        return x
+    return x[row] if j is None else x[row, j]
+
+
+def even_stage_layers(layers: int, pp: int, v: int, stage: int) -> int:
+    """Layers of pipeline stage ``stage`` when ``layers`` split over ``pp x v`` model chunks as
+    evenly as they can, the extra layers on the first chunks; a stage holds chunks ``stage``,
+    ``stage + pp``, ... (Megatron-LM's interleaved assignment, Narayanan et al. 2021, Sec. 2.2).
+    Closed form: each chunk has ``q = layers // (pp v)``, the first ``r = layers % (pp v)`` one
+    more, and ``ceil((r - stage) / pp)`` of this stage's ``v`` chunks are among them."""
+    q, r = divmod(layers, pp * v)
+    return v * q + min(v, max(0, -((stage - r) // pp)))
+
+
+def _island_layout(res: Resolved, isl: ResolvedIsland, out: Outputs, row: int, j: int) -> dict[str, Any]:
+    """One island's resolved layout (Megatron-LM's names where it has one)."""
+    sc, par, o = res.scenario, isl.parallelism, out.island
+    v = par.virtual_stages if par.pp > 1 else 1
+    largest = round(float(_at(o.layers_per_stage, row, j)))
+    first, last = (even_stage_layers(sc.model.layers, par.pp, v, s) for s in (0, par.pp - 1))
+    if par.pp > 1 and (par.first_stage_layers or par.last_stage_layers):
+        st = stage_layers(
+            float(sc.model.layers), float(par.pp), float(v),
+            float(par.first_stage_layers or 0), float(par.last_stage_layers or 0),
+        )  # fmt: skip
+        first, last = round(st.first), round(st.last)
+        uneven = {"first_stage_layers": first, "last_stage_layers": last}
+    else:
+        uneven = {"first_stage_layers": first, "last_stage_layers": last} if first != last else {}
+    return {
+        "tp": par.tp,
+        "pp": par.pp,
+        "cp": par.cp,
+        "ep": par.ep,
+        "dp": isl.dp,
+        "gpus": isl.gpus_used,
+        "sequence_parallel": par.sequence_parallel,
+        "sharding": par.sharding,
+        "schedule": par.schedule,
+        "virtual_stages": v,
+        "micro_batch": sc.micro_batch(j),
+        "grad_accumulation": round(float(_at(o.micro_batches, row, j))),
+        "batch_per_step": float(_at(o.batch_sequences, row, j)),
+        "layers_per_stage": largest,
+        "layers_per_virtual_stage": largest // v,
+        **uneven,
+        "params_per_gpu": float(_at(o.params_per_gpu, row, j)),
+        "params_per_gpu_sharded": float(_at(o.params_per_gpu_sharded, row, j)),
+    }
+
+
+def layout_of(res: Resolved, out: Outputs, row: int) -> dict[str, Any]:
+    """The resolved layout: per island ``tp``, ``pp``, ``cp``, ``ep``, ``dp``, ``gpus``,
+    ``sequence_parallel``, ``sharding``, ``schedule``, ``virtual_stages``, ``micro_batch``,
+    ``grad_accumulation`` (micro-batches per step per pipeline), ``batch_per_step``
+    (sequences), ``layers_per_stage`` (the stage the model times: ``virtual_stages`` chunks
+    of ``layers_per_virtual_stage``; ``first_stage_layers`` / ``last_stage_layers`` of an even
+    split where the stages differ), ``layers_per_virtual_stage``, ``params_per_gpu``
+    (the largest stage's tensor / expert slice) and ``params_per_gpu_sharded`` (what the
+    sharding strategy leaves one GPU). The keys every island agrees on are at the top, with
+    ``params``, ``global_batch`` and ``dp_total`` (replicas over all islands); ``islands``
+    lists each island's (with its ``name``) where they differ."""
+    if out.island.layers_per_stage is None:
+        return {}
+    per = [_island_layout(res, isl, out, row, j) for j, isl in enumerate(res.islands)]
+    top = {k: v for k, v in per[0].items() if all(k in p and p[k] == v for p in per[1:])}
+    top |= {
+        "dp_total": sum(p["dp"] for p in per),
+        "global_batch": res.scenario.training.global_batch,
+        "params": float(_at(out.params, row)),
+    }
+    if len(per) > 1 and any(p != per[0] for p in per[1:]):
+        top["islands"] = [{"name": isl.name, **p} for isl, p in zip(res.islands, per, strict=True)]
+    return top
