@@ -31,8 +31,9 @@ from collections.abc import Sequence
 import attrs
 
 from shardmeter.inputs.bundles import ModelShape, Topology
-from shardmeter.model.compute import ComputeTerms, Shapes
+from shardmeter.model.compute import ComputeTerms
 from shardmeter.model.formulas import ring_collective_time
+from shardmeter.model.shapes import Shapes
 from shardmeter.model.tiers import collective_time, slowest_link, span_link
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array

@@ -4,9 +4,10 @@ schedule's count) and the framework's own reservation."""
 from __future__ import annotations
 
 from shardmeter.inputs.bundles import ModelShape, Training
-from shardmeter.model.compute import Shapes, full_recompute_share
 from shardmeter.model.formulas import activation_bytes_per_layer
 from shardmeter.model.fp8 import activation_saving
+from shardmeter.model.recompute import full_recompute_share
+from shardmeter.model.shapes import Shapes
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 
