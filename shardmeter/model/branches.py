@@ -12,6 +12,7 @@ returns for the plans there are.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -26,13 +27,19 @@ def any_row(c: Array) -> bool:
     return bool(c) if ops.is_scalar(c) else bool(np.any(c))
 
 
-def where_needed(c: Array, a: Callable[[], Array], b: Callable[[], Array]) -> Array:
+def where_needed(c: Array, a: Callable[[], Any], b: Callable[[], Any]) -> Any:
     """``ops.where(c, a(), b())``, calling only the sides some plan takes: one of them for a
-    scalar ``c`` (or an array all true or all false), both for a mixed batch."""
+    scalar ``c`` (or an array all true or all false, broadcast to ``c``'s shape as
+    ``np.where`` would), both for a mixed batch. Sides that return tuples (a ``(forward,
+    backward)`` pair) are picked element by element."""
     if ops.is_scalar(c) or np.ndim(c) == 0:
         return a() if c else b()
     if not np.any(c):
-        return b()
-    if np.all(c):
-        return a()
-    return np.where(c, a(), b())
+        x = y = b()
+    elif np.all(c):
+        x = y = a()
+    else:
+        x, y = a(), b()
+    if isinstance(x, tuple):
+        return tuple(np.where(c, xi, yi) for xi, yi in zip(x, y, strict=True))
+    return np.where(c, x, y)
