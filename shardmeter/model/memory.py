@@ -3,7 +3,7 @@ schedule's count) and the framework's own reservation."""
 
 from __future__ import annotations
 
-from shardmeter.inputs.bundles import ModelShape, Training
+from shardmeter.inputs.bundles import ModelShape, Recompute, Training
 from shardmeter.model.formulas import activation_bytes_per_layer
 from shardmeter.model.fp8 import activation_saving
 from shardmeter.model.recompute import full_recompute_share
@@ -91,10 +91,10 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple
     Ls = sh.layers_per_stage
     dense = Ld > 0
     working = ops.where(
-        rec == 2,
+        rec == Recompute.FULL,
         ops.where(dense, ops.maximum(full, full_d), full),
         ops.where(
-            rec == 3,
+            rec == Recompute.OP,
             ops.where(dense, ops.maximum(full - stored, full_d - stored_d), full - stored),
             0.0,
         ),
