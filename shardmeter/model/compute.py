@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 
 from shardmeter.inputs.bundles import Hardware, ModelShape, Training
-from shardmeter.model.attention import ATTENTION_RAMP_KEYS, FLASH_BWD_FACTOR, attention_time
+from shardmeter.model.attention import attention_time
 from shardmeter.model.branches import any_row
 from shardmeter.model.elementwise import layer_elementwise
 from shardmeter.model.fp8 import layer_cast_time
@@ -32,8 +32,6 @@ __all__ = [
     "memory_ops_time",
     "elementwise_stage_s",
     "cast_layer_s",
-    "FLASH_BWD_FACTOR",
-    "ATTENTION_RAMP_KEYS",
     "full_recompute_share",
 ]
 

@@ -1,10 +1,10 @@
-"""Memory of a pipeline stage's GPU (the evaluator keeps the busiest): model state (the sharding strategy's), activations in flight (the
-schedule's count) and the framework's own reservation."""
+"""Memory of a pipeline stage's GPU (the evaluator keeps the busiest): model state (the sharding
+strategy's), activations in flight (the schedule's count) and the framework's own reservation."""
 
 from __future__ import annotations
 
 from shardmeter.inputs.bundles import ModelShape, Recompute, Training
-from shardmeter.model.formulas import activation_bytes_per_layer
+from shardmeter.model.activations import activation_bytes_per_layer
 from shardmeter.model.fp8 import activation_saving
 from shardmeter.model.recompute import full_recompute_share
 from shardmeter.model.shapes import Shapes
@@ -34,10 +34,10 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 
 def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple[Array, Array]:
     """``(stored, working)``: activation bytes one micro-batch keeps for the stage's layers
-    (under the recompute mode, before any offload; :func:`~.formulas.activation_bytes_per_layer`),
+    (under the recompute mode, before any offload; :func:`~.activations.activation_bytes_per_layer`),
     and the working set of the layer being recomputed in backward. Op recompute under
     ``compile`` keeps only the saved-list outputs the backward reads (no dense w2 output;
-    :func:`~.formulas.activation_bytes_per_layer`). With ``recompute_layers``
+    :func:`~.activations.activation_bytes_per_layer`). With ``recompute_layers``
     (full recompute of the first k layers of each chunk, :func:`~.compute.full_recompute_share`)
     the recomputed share keeps its input and the rest all their activations. Full recompute's
     working set is the layer's full activations (Korthikanti et al. 2022, Sec. 4.2.3); op
