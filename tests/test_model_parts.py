@@ -92,19 +92,12 @@ def _row(x, i, n):
     return float(np.broadcast_to(x, (n, 1))[i, 0])
 
 
-#: Rows: Llama 3 8B (dense, no MLA) and DeepSeek-V3 (MLA, MoE with shared experts and leading
-#: dense layers) under each recompute mode, bf16 or an fp8 recipe, flash or materialised
-#: attention, eager or compiled, with tp / cp / ep of 1 and more.
-_BASES = {
-    (m, fp8): _scalar(m, precision="fp8" if fp8 else "bf16")[0]
-    for m in ("llama3-8b", "deepseek-v3")
-    for fp8 in (0, 1)
-}
-_GRID = list(
-    itertools.product(
-        ("llama3-8b", "deepseek-v3"), Recompute, (None, *Fp8Recipe), (False, True), (False, True)
-    )
-)
+#: Rows: Llama 3 8B (dense, no MLA), DeepSeek-V3 (MLA, MoE with shared experts and leading
+#: dense layers) and GPT-3 13B (GELU, with dropout or without) under each recompute mode, bf16 or an fp8
+#: recipe, flash or materialised attention, eager or compiled, with tp / cp / ep of 1 and more.
+_MODELS = ("llama3-8b", "deepseek-v3", "gpt3-13b")
+_BASES = {(m, fp8): _scalar(m, precision="fp8" if fp8 else "bf16")[0] for m in _MODELS for fp8 in (0, 1)}
+_GRID = list(itertools.product(_MODELS, Recompute, (None, *Fp8Recipe), (False, True), (False, True)))
 
 
 def _case(i, model, rec, recipe, materialized, compiled):
@@ -120,7 +113,8 @@ def _case(i, model, rec, recipe, materialized, compiled):
     )
     tp, cp, ep = (1.0, 2.0, 8.0)[i % 3], (1.0, 2.0)[i % 2], (1.0, 8.0)[(i // 2) % 2]
     pp = (1.0, 2.0)[(i // 5) % 2]  # one stage holds DeepSeek-V3's leading dense layers, two do not
-    return inp.model, tr, inp.hardware, inp.topology, tp, cp, ep, bool(i % 4 > 1), pp
+    ms = inp.model if model != "gpt3-13b" else attrs.evolve(inp.model, dropout=bool(i % 2))
+    return ms, tr, inp.hardware, inp.topology, tp, cp, ep, bool(i % 4 > 1), pp
 
 
 def _price(model, tr, hw, topo, tp, cp, ep, sp, pp):
