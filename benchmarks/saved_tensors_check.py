@@ -1,6 +1,6 @@
 """What a Llama block and its loss keep for the backward pass, eager against torch.compile.
 
-Checks the activation counts of ``shardmeter.model.formulas.activation_bytes_per_layer`` and
+Checks the activation counts of ``shardmeter.model.activations.activation_bytes_per_layer`` and
 ``shardmeter.model.memory.logits_bytes_per_element`` on a small block shaped as torchtitan's
 Llama 3 block (torchtitan/models/llama3/model/model.py @ 6fc499f6: wq, wk, wv, wo, rotary
 embedding in fp32, grouped-query SDPA, SwiGLU w2(silu(w1 x) * w3 x), two RMSNorms, two
@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from shardmeter.model.formulas import activation_bytes_per_layer
+from shardmeter.model.activations import activation_bytes_per_layer
 
 S, H, HEADS, KV_HEADS, FFN, VOCAB = 256, 512, 4, 1, 1792, 4096
 HD = H // HEADS

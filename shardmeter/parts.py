@@ -363,7 +363,7 @@ class FrameworkPart(Part):
         ``training.attention = attention``. True (the kernel is on its save list); a stack whose
         save list leaves the kernel out returns False, and the model recomputes attention in
         the backward instead of keeping its output and log-sum-exp
-        (:func:`~shardmeter.model.formulas.activation_bytes_per_layer`)."""
+        (:func:`~shardmeter.model.activations.activation_bytes_per_layer`)."""
         return True
 
     def defaults(self, tables: Mapping[str, Any], gpus: Sequence[HardwareProfile]) -> FrameworkDefaults:

@@ -23,7 +23,7 @@ from shared_scenarios import FFN, HEADS, KV, LAYERS, SEQ, VOCAB, H, Q, llama3_8b
 import shardmeter
 from shardmeter.inputs.build import build_inputs
 from shardmeter.inputs.bundles import Training
-from shardmeter.model.formulas import activation_bytes_per_layer
+from shardmeter.model.activations import activation_bytes_per_layer
 from shardmeter.model.memory import logits_bytes_per_element
 from shardmeter.validate.run import bundled_validation_dir
 

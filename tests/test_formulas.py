@@ -25,7 +25,8 @@ import pytest
 
 from shardmeter.inputs.bundles import ModelInputs, Topology
 from shardmeter.model import formulas as F
-from shardmeter.model.compute import ATTENTION_RAMP_KEYS
+from shardmeter.model.activations import activation_bytes_per_layer
+from shardmeter.model.attention import ATTENTION_RAMP_KEYS
 from shardmeter.model.tiers import collective_time
 
 # -- FLOPs (Narayanan et al. 2021) ------------------------------------------------------------------
@@ -150,7 +151,7 @@ KORTHIKANTI_TABLE3 = {  # name: (h, a, s, t)
 
 
 def _act(h, a, s, t, *, sp, recompute, b=1):
-    stored, _ = F.activation_bytes_per_layer(s, b, h, a, h, h, 4 * h, False, t, sp, recompute, True)
+    stored, _ = activation_bytes_per_layer(s, b, h, a, h, h, 4 * h, False, t, sp, recompute, True)
     return float(stored)
 
 
@@ -198,7 +199,7 @@ def test_activation_memory_is_vectorised_over_plans():
     t = np.array([1, 2, 4, 8])
     sp = np.array([False, True, False, True])
     rc = np.array([0, 1, 2, 1])
-    stored, _ = F.activation_bytes_per_layer(2048, 1, 12288, 96, 12288, 12288, 49152, False, t, sp, rc, True)
+    stored, _ = activation_bytes_per_layer(2048, 1, 12288, 96, 12288, 12288, 49152, False, t, sp, rc, True)
     scalar = [
         _act(12288, 96, 2048, int(t_), sp=bool(s_), recompute=int(r_))
         for t_, s_, r_ in zip(t, sp, rc, strict=True)

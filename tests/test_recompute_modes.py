@@ -20,7 +20,8 @@ import pytest
 from shared_scenarios import FFN, HEADS, KV, LAYERS, SEQ, VOCAB, H, Q, llama3_8b
 
 import shardmeter
-from shardmeter.model.formulas import activation_bytes_per_layer, model_flops_per_token, offload_exposed_s
+from shardmeter.model.activations import activation_bytes_per_layer
+from shardmeter.model.formulas import model_flops_per_token, offload_exposed_s
 
 # Llama 3 8B as torchtitan builds it (shared_scenarios.LLAMA3_8B), AdamW written out
 LLAMA3_8B = llama3_8b(optimizer="adamw")

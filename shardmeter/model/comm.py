@@ -6,8 +6,9 @@ Overlap rules (each a window of work the transfer runs beside):
 * tensor parallel (Megatron-LM: 2 all-reduces forward, 2 backward per layer, + 2 with full
   recompute, on the recomputed share of the layers; + 1 with op recompute and sequence
   parallelism, whose two all-gathers rerun while the reduce-scatter outputs are saved, + 2
-  without it, whose all-reduces are not on torchtitan's save list) hides, with ``tp_comm_overlap``, under at most half of the layer's GEMMs
-  (Transformer Engine's userbuffers pipeline the GEMM with the collective); with ``async_tp``
+  without it, whose all-reduces are not on torchtitan's save list) hides, with
+  ``tp_comm_overlap``, under at most half of the layer's GEMMs (Transformer Engine's
+  userbuffers pipeline the GEMM with the collective); with ``async_tp``
   (PyTorch's micro-pipelined all-gather + matmul and matmul + reduce-scatter, sequence parallel
   and compiled only) each collective exposes what its GEMM's other chunks cannot cover
   (:func:`async_tp_exposed`);
@@ -30,9 +31,11 @@ from collections.abc import Sequence
 
 import attrs
 
-from shardmeter.inputs.bundles import ModelShape, Topology
-from shardmeter.model.compute import ComputeTerms, Shapes
+from shardmeter.inputs.bundles import ModelShape, Recompute, Topology
+from shardmeter.model.branches import where_needed
+from shardmeter.model.compute import ComputeTerms
 from shardmeter.model.formulas import ring_collective_time
+from shardmeter.model.shapes import Shapes
 from shardmeter.model.tiers import collective_time, slowest_link, span_link
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -41,7 +44,13 @@ from shardmeter.parts import CommEvent
 __all__ = [
     "LayerComm",
     "layer_comm",
+    "ParallelComm",
+    "tp_collectives_per_layer",
+    "tp_comm",
+    "async_tp_layer_s",
     "async_tp_exposed",
+    "cp_comm",
+    "ep_exposed_s",
     "PricedTraffic",
     "price_traffic",
     "exposed_traffic",
@@ -93,76 +102,135 @@ def layer_comm(
     share=1.0,
     async_tp=False,
 ) -> LayerComm:
-    """Tensor, context and expert-parallel communication of one micro-batch on the stage.
+    """Tensor (:func:`tp_comm`), context (:func:`cp_comm`) and expert-parallel
+    (:func:`ep_exposed_s`) communication of one micro-batch on the stage. ``share``: the share
+    of the stage's layers full recompute recomputes (:func:`~.recompute.full_recompute_share`);
+    ``async_tp`` is already false without sequence parallelism or ``compile``."""
+    act_msg = sh.tokens * ms.hidden * ACT_BYTES
+    tpc = tp_comm(sh, ct, topo, act_msg, tp, tp_overlap, recompute, sp, share, async_tp)
+    cpc = cp_comm(sh, ct, topo, tp, cp, recompute, share)
+    return LayerComm(
+        tp_exposed=tpc.exposed_s,
+        tp_hidden=tpc.hidden_s,
+        cp_exposed=cpc.exposed_s,
+        cp_hidden=cpc.hidden_s,
+        ep_exposed=ep_exposed_s(ms, sh, topo, tp, cp, ep, recompute, share),
+        act_msg=act_msg,
+    )
 
-    ``share``: the share of the stage's layers full recompute recomputes
-    (:func:`~.compute.full_recompute_share`). Op recompute (code 3; torchtitan ``SelectiveAC``,
+
+@attrs.frozen(kw_only=True)
+class ParallelComm:
+    """One parallelism's communication of a micro-batch on the stage: ``exposed_s`` and
+    ``hidden_s`` (under the work it overlaps), seconds."""
+
+    exposed_s: Array
+    hidden_s: Array
+
+
+def tp_collectives_per_layer(recompute, sp, share) -> Array:
+    """All-reduces (or all-gather + reduce-scatter pairs, the same time) of one layer per
+    micro-batch: Megatron-LM's 2 forward and 2 backward, + 2 on the recomputed share of the
+    layers under full recompute. Op recompute (torchtitan ``SelectiveAC``,
     torchtitan/distributed/activation_checkpoint.py @ b5bcd76c) saves the outputs of SDPA,
-    ``reduce_scatter_tensor`` and ``all_to_all_single`` and reruns everything else: attention
-    (hence the ring's K/V exchange) and the expert all-to-alls are not repeated; the
-    sequence-parallel all-gathers (or the all-reduces without sequence parallelism) are.
+    ``reduce_scatter_tensor`` and ``all_to_all_single`` and reruns everything else: + 1 with
+    sequence parallelism (its two all-gathers rerun while the reduce-scatter outputs are
+    saved), + 2 without it (its all-reduces are not on torchtitan's save list)."""
+    op_tp = ops.where(ops.as_bool(sp), 1.0, 2.0)  # two all-gathers = one all-reduce's time
+    return 4.0 + ops.where(
+        recompute == Recompute.FULL, 2.0 * share, ops.where(recompute == Recompute.OP, op_tp, 0.0)
+    )
 
-    ``async_tp`` (already false without sequence parallelism or ``compile``): PyTorch's
-    micro-pipelined TP (``torch._inductor.fx_passes.micro_pipeline_tp``, pytorch/pytorch@00122fb1:
-    ``fuse_all_gather_matmul``, ``fuse_matmul_reduce_scatter``) rewrites each
-    ``all_gather_into_tensor`` feeding matmuls and each ``reduce_scatter_tensor`` of a matmul.
-    With sequence parallelism a layer has four such pairs per pass: all-gather + QKV,
-    output projection + reduce-scatter, all-gather + MLP up (gate and up), MLP down +
+
+def tp_comm(
+    sh: Shapes, ct: ComputeTerms, topo: Topology, act_msg, tp, tp_overlap, recompute, sp, share, async_tp
+) -> ParallelComm:
+    """Tensor-parallel communication of one micro-batch on the stage
+    (:func:`tp_collectives_per_layer` collectives of ``act_msg`` bytes per layer). With
+    ``tp_comm_overlap`` it hides under at most half of the layers' GEMMs (Transformer Engine's
+    userbuffers pipeline the GEMM with the collective); with ``async_tp`` inside one NVLink
+    domain, each collective exposes what its GEMM's other chunks cannot cover
+    (:func:`async_tp_layer_s`); ``tp_comm_overlap`` wins where both are set."""
+    Ls = sh.layers_per_stage
+    n_tp = tp_collectives_per_layer(recompute, sp, share)
+    total = where_needed(
+        tp > 1, lambda: Ls * n_tp * collective_time("all_reduce", act_msg, tp, 1.0, topo), lambda: 0.0
+    )
+    hidden = ops.where(tp_overlap, ops.minimum(total, 0.5 * Ls * 3.0 * ct.dense_forward), 0.0)
+    use_async = (
+        ops.as_bool(async_tp) & ops.logical_not(ops.as_bool(tp_overlap)) & (tp > 1) & (tp <= topo.domain_gpus)
+    )
+    # async TP: n_tp / 2 passes (forward, backward, the recompute's forward) of the layer's pairs
+    hidden = where_needed(
+        use_async,
+        lambda: total - ops.minimum(total, Ls * (n_tp / 2.0) * async_tp_layer_s(sh, ct, topo, act_msg, tp)),
+        lambda: hidden,
+    )
+    return ParallelComm(exposed_s=total - hidden, hidden_s=hidden)
+
+
+def async_tp_layer_s(sh: Shapes, ct: ComputeTerms, topo: Topology, act_msg, tp) -> Array:
+    """Exposed seconds of one layer's four sequence-parallel collectives per pass under async
+    TP: PyTorch's micro-pipelined TP (``torch._inductor.fx_passes.micro_pipeline_tp``,
+    pytorch/pytorch@00122fb1: ``fuse_all_gather_matmul``, ``fuse_matmul_reduce_scatter``)
+    rewrites each ``all_gather_into_tensor`` feeding matmuls and each ``reduce_scatter_tensor``
+    of a matmul. With sequence parallelism a layer has four such pairs per pass: all-gather +
+    QKV, output projection + reduce-scatter, all-gather + MLP up (gate and up), MLP down +
     reduce-scatter; backward, the same collectives sit beside the data-gradient GEMMs (the
     all-gathered output gradient feeds the dgrad GEMM, the dgrad GEMM's partial input gradient
     is reduce-scattered), which take a forward GEMM's time; full recompute repeats the forward.
-    Each pair exposes :func:`async_tp_exposed`. Not rewritten: a TP group outside one NVLink
-    domain (symmetric memory needs peer access: ``is_cuda_p2p_group``), a MoE layer's experts
-    (their pair stays exposed), and everything under ``tp_comm_overlap`` (Transformer Engine
-    issues its own userbuffers collectives, which the pass does not match; that overlap wins).
-    """
-    T, Ls = sh.tokens, sh.layers_per_stage
-    act_msg = T * ms.hidden * ACT_BYTES
-    t_tp_one = collective_time("all_reduce", act_msg, tp, 1.0, topo)
-    op_tp = ops.where(ops.as_bool(sp), 1.0, 2.0)  # two all-gathers = one all-reduce's time
-    # 2 fwd + 2 bwd all-reduces (or AG+RS pairs), + the recomputed forward's
-    n_tp = 4.0 + ops.where(recompute == 2, 2.0 * share, ops.where(recompute == 3, op_tp, 0.0))
-    tp_total = ops.where(tp > 1, Ls * n_tp * t_tp_one, 0.0)
-    tp_hidden = ops.where(tp_overlap, ops.minimum(tp_total, 0.5 * Ls * 3.0 * ct.dense_forward), 0.0)
-    # async TP: half an all-reduce per collective (an all-gather or a reduce-scatter)
+    Each pair exposes :func:`async_tp_exposed`, a collective half an all-reduce. Not
+    rewritten: a TP group outside one NVLink domain (symmetric memory needs peer access:
+    ``is_cuda_p2p_group``), a MoE layer's experts (their pair stays exposed), and everything
+    under ``tp_comm_overlap`` (Transformer Engine issues its own userbuffers collectives, which
+    the pass does not match)."""
     t_half = collective_time("all_gather", act_msg, tp, 1.0, topo)
     mlp_ok = ops.logical_not(ops.as_bool(sh.moe))
-    pairs = (
+    return (
         async_tp_exposed(t_half, ct.qkv_forward, tp)
         + async_tp_exposed(t_half, ct.proj_forward, tp)
         + async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_up_forward, 0.0), tp)
         + async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_down_forward, 0.0), tp)
     )
-    passes = n_tp / 2.0  # forward, backward, and the recompute's forward
-    async_exposed = ops.minimum(tp_total, Ls * passes * pairs)
-    use_async = (
-        ops.as_bool(async_tp) & ops.logical_not(ops.as_bool(tp_overlap)) & (tp > 1) & (tp <= topo.domain_gpus)
-    )
-    tp_hidden = ops.where(use_async, tp_total - async_exposed, tp_hidden)
-    # context parallel (ring attention): K,V chunks around the ring, overlapped with attention
-    kv_msg = 2.0 * T * sh.kv_local * ACT_BYTES
-    bw_cp, lat_cp = span_link(cp, tp, topo)
-    cp_f = (cp - 1.0) * (kv_msg / bw_cp + lat_cp)
-    att_rec = ops.where(recompute == 1, 1.0, ops.where(recompute == 2, share, 0.0))  # attention rerun
-    cp_total = ops.where(cp > 1, Ls * (cp_f + 2.0 * cp_f + att_rec * cp_f), 0.0)
-    cp_window = Ls * (ct.attention_forward + ct.attention_backward + att_rec * ct.attention_forward)
-    cp_exposed = ops.maximum(0.0, cp_total - cp_window)
-    # expert parallel all-to-all (dispatch + combine, forward and backward)
-    cap = ops.where(sh.moe, ops.maximum(ms.capacity_factor, 1e-9), 1.0)
-    a2a_msg = cap * T * ms.experts_per_token * ms.hidden * ACT_BYTES
-    t_a2a = collective_time("all_to_all", a2a_msg, ep, tp * cp, topo)
-    moe_layers = Ls - sh.dense_layers_local  # the stage's dense layers route no tokens
-    ep_exposed = ops.where(
-        sh.moe & (ep > 1), moe_layers * (4.0 + ops.where(recompute == 2, 2.0 * share, 0.0)) * t_a2a, 0.0
-    )
-    return LayerComm(
-        tp_exposed=tp_total - tp_hidden,
-        tp_hidden=tp_hidden,
-        cp_exposed=cp_exposed,
-        cp_hidden=cp_total - cp_exposed,
-        ep_exposed=ep_exposed,
-        act_msg=act_msg,
-    )
+
+
+def cp_comm(sh: Shapes, ct: ComputeTerms, topo: Topology, tp, cp, recompute, share) -> ParallelComm:
+    """Context parallelism (ring attention, Liu et al. 2023): each layer passes its K and V
+    chunks around the ring of ``cp`` ranks, ``cp - 1`` steps on the innermost tier holding the
+    ring, in forward, twice in backward, and again where attention reruns (selective
+    recompute; the recomputed share under full; op recompute saves SDPA's output, so the ring
+    does not rerun), hidden under the attention kernels."""
+    Ls = sh.layers_per_stage
+    att_rec = ops.where(
+        recompute == Recompute.SELECTIVE, 1.0, ops.where(recompute == Recompute.FULL, share, 0.0)
+    )  # attention rerun
+
+    def ring_s():
+        kv_msg = 2.0 * sh.tokens * sh.kv_local * ACT_BYTES
+        bw_cp, lat_cp = span_link(cp, tp, topo)
+        cp_f = (cp - 1.0) * (kv_msg / bw_cp + lat_cp)
+        return Ls * (cp_f + 2.0 * cp_f + att_rec * cp_f)
+
+    total = where_needed(cp > 1, ring_s, lambda: 0.0)
+    window = Ls * (ct.attention_forward + ct.attention_backward + att_rec * ct.attention_forward)
+    exposed = ops.maximum(0.0, total - window)
+    return ParallelComm(exposed_s=exposed, hidden_s=total - exposed)
+
+
+def ep_exposed_s(ms: ModelShape, sh: Shapes, topo: Topology, tp, cp, ep, recompute, share) -> Array:
+    """Expert-parallel all-to-alls of one micro-batch, exposed: dispatch and combine, forward
+    and backward (4 per MoE layer; + 2 on full recompute's share, op recompute saving
+    ``all_to_all_single``'s outputs), of the capacity-padded ``c T k h`` routed activations;
+    the stage's dense layers route no tokens."""
+
+    def a2a_s():
+        cap = ops.where(sh.moe, ops.maximum(ms.capacity_factor, 1e-9), 1.0)
+        a2a_msg = cap * sh.tokens * ms.experts_per_token * ms.hidden * ACT_BYTES
+        t_a2a = collective_time("all_to_all", a2a_msg, ep, tp * cp, topo)
+        moe_layers = sh.layers_per_stage - sh.dense_layers_local
+        return moe_layers * (4.0 + ops.where(recompute == Recompute.FULL, 2.0 * share, 0.0)) * t_a2a
+
+    return where_needed(sh.moe & (ep > 1), a2a_s, lambda: 0.0)
 
 
 @attrs.frozen(kw_only=True)

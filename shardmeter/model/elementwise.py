@@ -31,6 +31,7 @@ same kernels in both (their traffic is already minimal).
 
 from __future__ import annotations
 
+from shardmeter.model.branches import where_needed
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 
@@ -119,32 +120,39 @@ def layer_elementwise(n_h, n_q, n_kv, n_ffn, swiglu, dropout, compiled, hbm) -> 
     micro-batch's tokens x hidden, divided by tp under sequence parallelism), rotary embeddings
     over ``n_q`` query and ``n_kv`` key elements, and the activation over ``n_ffn`` elements of
     the MLP's hidden width. ``swiglu`` picks the Llama block (RMSNorm, rotary, SwiGLU) over the
-    GPT block (LayerNorm, GELU); ``compiled`` fused kernels over eager PyTorch."""
+    GPT block (LayerNorm, GELU); ``compiled`` fused kernels over eager PyTorch. A block type,
+    kernel set or dropout no plan has is not priced (:func:`~.branches.where_needed`)."""
     sw = ops.as_bool(swiglu)
     do = ops.as_bool(dropout)
     eager = ops.logical_not(ops.as_bool(compiled))
-    out = []
-    for phase in (0, 1):
+    f, b = (_phase_elementwise(phase, n_h, n_q, n_kv, n_ffn, sw, do, eager, hbm) for phase in (0, 1))
+    return f, b
 
-        def block(name, n, phase=phase):
-            return ops.where(
-                eager, kernel_time(EAGER[name][phase], n, hbm), kernel_time(FUSED[name][phase], n, hbm)
-            )
 
+def _phase_elementwise(phase: int, n_h, n_q, n_kv, n_ffn, sw, do, eager, hbm) -> Array:
+    """One phase (0 forward, 1 backward) of :func:`layer_elementwise`."""
+
+    def block(name, n):
+        return where_needed(
+            eager,
+            lambda: kernel_time(EAGER[name][phase], n, hbm),
+            lambda: kernel_time(FUSED[name][phase], n, hbm),
+        )
+
+    def fused_drop():
         # the fused dropout's forward adds only its mask bytes to the residual add (no kernel of
         # its own); its backward is a kernel
-        fused_drop = (
-            bytes_per_element(FUSED["dropout"][0]) * n_h / hbm
-            if phase == 0
-            else kernel_time(FUSED["dropout"][1], n_h, hbm)
-        )
-        drop = ops.where(eager, kernel_time(EAGER["dropout"][phase], n_h, hbm), fused_drop)
-        t = (
-            2.0 * ops.where(sw, block("rmsnorm", n_h), block("layernorm", n_h))
-            + 2.0 * block("residual", n_h)
-            + 2.0 * ops.where(do, drop, 0.0)
-            + ops.where(sw, block("rope", n_q) + block("rope", n_kv), 0.0)
-            + ops.where(sw, block("swiglu", n_ffn), block("gelu", n_ffn))
-        )
-        out.append(t)
-    return out[0], out[1]
+        if phase == 0:
+            return bytes_per_element(FUSED["dropout"][0]) * n_h / hbm
+        return kernel_time(FUSED["dropout"][1], n_h, hbm)
+
+    def drop():
+        return where_needed(eager, lambda: kernel_time(EAGER["dropout"][phase], n_h, hbm), fused_drop)
+
+    return (
+        2.0 * where_needed(sw, lambda: block("rmsnorm", n_h), lambda: block("layernorm", n_h))
+        + 2.0 * block("residual", n_h)
+        + 2.0 * where_needed(do, drop, lambda: 0.0)
+        + where_needed(sw, lambda: block("rope", n_q) + block("rope", n_kv), lambda: 0.0)
+        + where_needed(sw, lambda: block("swiglu", n_ffn), lambda: block("gelu", n_ffn))
+    )

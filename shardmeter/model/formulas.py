@@ -17,7 +17,6 @@ __all__ = [
     "params_per_layer",
     "model_params",
     "active_params",
-    "activation_bytes_per_layer",
     "op_recompute_flops_per_token",
     "offload_exposed_s",
     "gemm_time",
@@ -183,124 +182,6 @@ def active_params(
     n_moe = ops.where(experts > 1, layers - shape.get("dense_layers", 0), 0.0)
     unused = ops.where(swiglu, 3.0, 2.0) * h * moe_ffn * (experts - experts_per_token)
     return model_params(layers, h, q_dim, kv_dim, ffn, swiglu, vocab, tied, experts, **shape) - n_moe * unused
-
-
-def activation_bytes_per_layer(
-    s,
-    b,
-    h,
-    heads,
-    q_dim,
-    kv_dim,
-    ffn,
-    swiglu,
-    tp,
-    sp,
-    recompute,
-    materialized,
-    experts_per_token=1,
-    s_kv=None,
-    dropout=True,
-    compiled=False,
-    saves_attention=True,
-):
-    """Activation memory of one layer for one micro-batch (bytes, 16-bit activations).
-
-    Korthikanti et al. 2022 (arXiv 2205.05198), Sec. 4, Table 2, generalised to
-    GQA and SwiGLU term by term (for MHA with a 4h GELU MLP it reduces exactly
-    to the paper's formulas):
-
-    * no parallelism: ``s b h (34 + 5 a s / h)``;
-    * tensor parallel ``t``: ``s b h (10 + 24/t + 5 a s/(h t))``;
-    * + sequence parallel: ``s b h / t (34 + 5 a s / h)``;
-    * selective recompute (or fused/flash attention) drops the ``5 a s^2 b``
-      score/softmax/dropout storage;
-    * full recompute stores only the layer input ``2 s b h`` (``/t`` with SP);
-    * op recompute (code 3, torchtitan's per-operator selective checkpointing,
-      ``SelectiveAC`` in torchtitan/distributed/activation_checkpoint.py @ b5bcd76c; the same
-      policy as ``_apply_op_sac`` with llama3's ``_op_sac_save_list`` @ e61f2cce) keeps the
-      layer input (the checkpoint's argument) and the outputs of the ops it must save: the
-      matrix multiplies counted in forward order, every second one recomputed (``mm_count % 2
-      == 0``; the count restarts with each block's checkpoint), SDPA's outputs (the output and
-      its fp32 log-sum-exp per head and token; the math backend's attention weights too) and
-      the reduce-scatters. Per token, with torchtitan's separate wq, wk, wv, wo and w1, w3, w2
-      (SwiGLU) or c_fc, c_proj: saved wq ``2 q``, wv ``2 kv``, w1 / c_fc ``2 ffn``, w2 ``2 h``
-      (SwiGLU only: the 7th matrix multiply; under TP its full-width partial sum, before the
-      reduce-scatter or all-reduce), SDPA ``2 q + 4 heads``, the layer input ``2 h``, and with
-      SP the two reduce-scatter outputs ``2 x 2 h / t``; wk, wo, w3 / c_proj, norms, rotary
-      embedding, activation and residual adds are recomputed and hold memory only while their
-      layer's backward runs. Llama 3 8B (h = q = 4096, kv = 1024, ffn = 14336, 32 heads, no
-      TP): ``63 616`` bytes per token per layer, against ``139 264`` that the fused-attention
-      selective count keeps. A MoE layer scales the MLP terms by its active experts.
-    * op recompute under torch.compile (``compiled``): torchtitan checkpoint-wraps each block,
-      then compiles it whole (``apply_ac`` before ``apply_compile``, ``torch.compile(block,
-      fullgraph=True)``, torchtitan/models/llama3/infra/parallelize.py @ 6fc499f6), so the SAC
-      policy only tags the traced ops and AOTAutograd's min-cut partitioner picks what is saved
-      (``min_cut_rematerialization_partition``, torch/_functorch/partitioners.py at
-      pytorch/pytorch@5c488690, v2.14.1): ``MUST_SAVE`` bans a node's recomputation
-      (``should_ban_recomputation``: "marked MUST_SAVE"), the cut saves only forward values
-      the backward reads, and ``_extract_fwd_bwd_modules`` drops any saved value with no
-      backward user. Eager SAC instead stores every ``MUST_SAVE`` output as it runs
-      (``_CachingTorchDispatchMode``, torch/utils/checkpoint.py, same commit). The w2 output
-      is read by no backward op (the residual add's backward saves nothing; w2's matrix
-      multiply needs its input and weight), so compiled it is not kept: ``63 616 - 2 h =
-      55 424`` bytes per token per layer for Llama 3 8B. Every other saved-list output is read
-      (wq's through the rotary embedding into SDPA's backward, wv's and SDPA's output and
-      log-sum-exp by SDPA's backward, SDPA's output by wo's weight gradient, w1's by SiLU's
-      and the gate product's backward, the block input by the recomputed norms and
-      residual). A MoE layer is left as counted: torchtitan's routed experts run
-      ``torch._grouped_mm`` (torchtitan/models/moe.py @ 6fc499f6), an op its save list does
-      not name, so the count above is not theirs either, compiled or not. Measured with saved-tensor hooks on a
-      torchtitan-shaped Llama block under Inductor (``benchmarks/saved_tensors_check.py``,
-      torch 2.14.1 on CPU): eager op SAC keeps exactly this count, compiled the count less
-      w2's output. Without recompute and with full recompute the compiled block keeps what
-      this count already holds (the 16-bit tensors and two fp32 norm scalars per token; full:
-      the block input), so ``compiled`` changes nothing there; eager PyTorch keeps more (the
-      fp32 copies of its composite RMSNorm and rotary embedding), not counted.
-
-    * op recompute with an attention kernel the save list leaves out (``saves_attention``
-      false): SDPA's output and log-sum-exp (``2 q + 4 heads`` per token) are not kept and
-      attention runs again in the backward (one more attention forward per layer,
-      :func:`~.compute.compute_terms`). torchtitan's ``ScaledDotProductAttention`` puts cuDNN
-      attention first on compute capability 10.0 (torchtitan/models/attention.py @ accc7027,
-      since 3b85aa31, 2025-05-14), and its ``_save_list`` (distributed/activation_checkpoint.py
-      @ accc7027; models/llama3/infra/parallelize.py @ 6fc499f6) names
-      ``_scaled_dot_product_flash_attention`` and ``_efficient_attention`` but not
-      ``_scaled_dot_product_cudnn_attention`` (added in b39377f9, 2025-12-01): Llama 3 8B on
-      B200 keeps ``63 616 - 8 320 = 55 296`` bytes per token per layer eager, ``47 104``
-      compiled (the partitioner's ``must_recompute`` counts the policy's ``PREFER_RECOMPUTE``
-      with ``MUST_RECOMPUTE``, torch/_functorch/partitioners.py; not measured here).
-
-    ``recompute`` is 0 (none), 1 (selective), 2 (full) or 3 (op); ``compiled``: a dense block runs
-    under torch.compile (only op recompute changes); ``s`` is the
-    sequence length held by this GPU (``seq/cp``), ``s_kv`` the keys each
-    query attends to (default ``s``). ``dropout=False`` (models trained without
-    dropout, e.g. Llama, MPT) drops the paper's 1-byte masks: ``2 s b h`` of
-    the 34 and the attention-dropout mask and output (``3 a s^2 b`` of the 5).
-
-    Returns ``(stored, full)``: bytes kept per layer under the recompute mode,
-    and the full per-layer activations (the working set while recomputing).
-    """
-    s_kv = s if s_kv is None else s_kv
-    sbh = s * b * h
-    tp = ops.as_float(tp)
-    drop = ops.where(dropout, 1.0, 0.0)
-    repl = (8.0 + 2.0 * drop) * sbh  # LayerNorm inputs 4, QKV input 2, MLP input 2, dropout masks 2
-    att = s * b * (4.0 * q_dim + 4.0 * kv_dim)  # Q, K (4), V (2), out-proj input (2) -> 8 s b h for MHA
-    mlp = s * b * ffn * ops.where(swiglu, 6.0, 4.0) * experts_per_token
-    score = (2.0 + 3.0 * drop) * heads * s * s_kv * b  # softmax out (2) + dropout mask (1) + dropout out (2)
-    score = ops.where(materialized & (recompute == 0), score, 0.0)
-    full_store = ops.where(sp, 2.0 * sbh / tp, 2.0 * sbh)
-    per_layer = ops.where(sp, repl / tp, repl) + (att + mlp + score) / tp
-    saved_mm = s * b * (2.0 * q_dim + 2.0 * kv_dim + 2.0 * ffn * experts_per_token)  # wq, wv, w1
-    sdpa = s * b * (2.0 * q_dim + 4.0 * heads) + ops.where(materialized, 2.0 * heads * s * s_kv * b, 0.0)
-    sdpa = ops.where(ops.as_bool(saves_attention), sdpa, 0.0)
-    w2 = ops.where(
-        ops.as_bool(swiglu) & ops.logical_not(ops.as_bool(compiled)), 2.0 * sbh * experts_per_token, 0.0
-    )
-    rs = ops.where(sp & (tp > 1), 4.0 * sbh / tp, 0.0)
-    op_store = full_store + (saved_mm + sdpa) / tp + w2 + rs
-    return ops.where(recompute == 2, full_store, ops.where(recompute == 3, op_store, per_layer)), per_layer
 
 
 def op_recompute_flops_per_token(

@@ -38,7 +38,10 @@ fc1 GEMMs. Weights are cast every micro-batch.
 
 from __future__ import annotations
 
-from shardmeter.inputs.bundles import FP8_RECIPE_CODES
+from functools import partial
+
+from shardmeter.inputs.bundles import Fp8Recipe, Recompute
+from shardmeter.model.branches import any_row, where_needed
 from shardmeter.model.elementwise import kernel_time
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -48,6 +51,7 @@ __all__ = [
     "cast_kernels",
     "linear_cast_time",
     "layer_cast_time",
+    "block_cast_time",
     "saved_input_bytes_per_byte",
     "activation_saving",
 ]
@@ -125,33 +129,51 @@ def layer_cast_time(
     recipe_code, compiled, M, m_mlp, h, q, kv, v, o, ffn, experts, swiglu, hbm
 ) -> tuple[Array, Array]:
     """One layer's fp8 quantisation seconds, ``(forward, backward)``, for the recipe code
-    (:data:`~.inputs.FP8_RECIPE_CODES`): attention projections over ``M`` tokens (q, kv, v, o
-    widths on this GPU), the MLP's linears over ``m_mlp`` tokens per expert, ``experts`` of them
-    (``ffn`` wide each), as the module docstring lists them. Every recipe is computed and the
-    code picks one (``ops.where``), so rows may carry different recipes."""
+    (:class:`~shardmeter.inputs.bundles.Fp8Recipe`): attention projections over ``M`` tokens
+    (q, kv, v, o widths on this GPU), the MLP's linears over ``m_mlp`` tokens per expert,
+    ``experts`` of them (``ffn`` wide each), as the module docstring lists them
+    (:func:`block_cast_time`). The code picks a recipe per row (``ops.where``), so rows may
+    carry different recipes; a recipe, compile mode or block type no row has is not priced."""
     code = ops.as_float(recipe_code)
     sw = ops.as_bool(swiglu)
     comp = ops.as_bool(compiled)
+    shape = (M, m_mlp, h, q, kv, v, o, ffn, experts, hbm)
     fwd_out, bwd_out = 0.0, 0.0
-    for name, c in FP8_RECIPE_CODES.items():
-        per_phase = []
-        for compiled_flag in (False, True):
-            if name == "delayed":  # Transformer Engine's fused QKV and fc1
-                lin = [(M, h, q + kv + v, 1.0), (M, o, h, 1.0)]
-                up = [(m_mlp, h, 2.0 * ffn, experts)]
-            else:
-                lin = [(M, h, q, 1.0), (M, h, kv, 1.0), (M, h, v, 1.0), (M, o, h, 1.0)]
-                up = [(m_mlp, h, ffn, 2.0 * experts)]
-            gelu_up = [(m_mlp, h, ffn, experts)]
-            down = [(m_mlp, ffn, h, experts)]
-            f_sw, b_sw = _sum(name, compiled_flag, lin + up + down, hbm)
-            f_ge, b_ge = _sum(name, compiled_flag, lin + gelu_up + down, hbm)
-            per_phase.append((ops.where(sw, f_sw, f_ge), ops.where(sw, b_sw, b_ge)))
-        f = ops.where(comp, per_phase[1][0], per_phase[0][0])
-        b = ops.where(comp, per_phase[1][1], per_phase[0][1])
-        fwd_out = ops.where(code == c, f, fwd_out)
-        bwd_out = ops.where(code == c, b, bwd_out)
+    for recipe in Fp8Recipe:
+        row = code == recipe
+        if not any_row(row):
+            continue
+        f, b = where_needed(
+            comp,
+            partial(block_cast_time, recipe, True, sw, *shape),
+            partial(block_cast_time, recipe, False, sw, *shape),
+        )
+        fwd_out = ops.where(row, f, fwd_out)
+        bwd_out = ops.where(row, b, bwd_out)
     return fwd_out, bwd_out
+
+
+def block_cast_time(
+    recipe: Fp8Recipe, compiled: bool, swiglu, M, m_mlp, h, q, kv, v, o, ffn, experts, hbm
+) -> tuple[Array, Array]:
+    """``(forward, backward)`` quantisation seconds of one layer's linears under one recipe and
+    compile mode: torchtitan's separate ``wq``, ``wk``, ``wv``, ``wo`` and MLP linears (``w1``
+    and ``w3`` beside ``w2`` where ``swiglu``, else ``fc1`` and ``fc2``), or with ``delayed``
+    Transformer Engine's fused QKV and fc1 GEMMs (module docstring)."""
+    name = recipe.name.lower()
+    if recipe == Fp8Recipe.DELAYED:  # Transformer Engine's fused QKV and fc1
+        lin = [(M, h, q + kv + v, 1.0), (M, o, h, 1.0)]
+        up = [(m_mlp, h, 2.0 * ffn, experts)]
+    else:
+        lin = [(M, h, q, 1.0), (M, h, kv, 1.0), (M, h, v, 1.0), (M, o, h, 1.0)]
+        up = [(m_mlp, h, ffn, 2.0 * experts)]
+    gelu_up = [(m_mlp, h, ffn, experts)]
+    down = [(m_mlp, ffn, h, experts)]
+    return where_needed(
+        swiglu,
+        lambda: _sum(name, compiled, lin + up + down, hbm),
+        lambda: _sum(name, compiled, lin + gelu_up + down, hbm),
+    )
 
 
 def _sum(recipe, compiled, linears, hbm):
@@ -167,7 +189,7 @@ def saved_input_bytes_per_byte(recipe_code) -> Array:
     (``delayed``) saves the fp8 copy (1 byte for 2); torchao's ``Float8Linear`` saves the
     high-precision input (``ctx.save_for_backward(input_hp, weight_hp_t)``,
     ``torchao/float8/float8_linear.py`` at pytorch/ao@36027d8)."""
-    return ops.where(ops.as_float(recipe_code) == FP8_RECIPE_CODES["delayed"], 0.5, 1.0)
+    return ops.where(ops.as_float(recipe_code) == Fp8Recipe.DELAYED, 0.5, 1.0)
 
 
 def activation_saving(tr, tokens, h_rep, q, ffn_k, recompute) -> Array:
@@ -178,6 +200,6 @@ def activation_saving(tr, tokens, h_rep, q, ffn_k, recompute) -> Array:
     :func:`saved_input_bytes_per_byte`; only without recompute or with selective recompute,
     where those inputs are what is stored."""
     fp8 = ops.as_float(tr.fp8) > 0
-    keep = (recompute == 0) | (recompute == 1)
+    keep = (recompute == Recompute.NONE) | (recompute == Recompute.SELECTIVE)
     frac = 1.0 - saved_input_bytes_per_byte(tr.fp8_recipe)
     return ops.where(fp8 & keep, frac * 2.0 * tokens * (2.0 * h_rep + q + ffn_k), 0.0)

@@ -1,12 +1,14 @@
-"""Memory of a pipeline stage's GPU (the evaluator keeps the busiest): model state (the sharding strategy's), activations in flight (the
-schedule's count) and the framework's own reservation."""
+"""Memory of a pipeline stage's GPU (the evaluator keeps the busiest): model state (the sharding
+strategy's), activations in flight (the schedule's count) and the framework's own reservation."""
 
 from __future__ import annotations
 
-from shardmeter.inputs.bundles import ModelShape, Training
-from shardmeter.model.compute import Shapes, full_recompute_share
-from shardmeter.model.formulas import activation_bytes_per_layer
+from shardmeter.inputs.bundles import ModelShape, Recompute, Training
+from shardmeter.model.activations import activation_bytes_per_layer
+from shardmeter.model.branches import where_needed
 from shardmeter.model.fp8 import activation_saving
+from shardmeter.model.recompute import full_recompute_share
+from shardmeter.model.shapes import Shapes
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 
@@ -33,11 +35,11 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 
 def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple[Array, Array]:
     """``(stored, working)``: activation bytes one micro-batch keeps for the stage's layers
-    (under the recompute mode, before any offload; :func:`~.formulas.activation_bytes_per_layer`),
+    (under the recompute mode, before any offload; :func:`~.activations.activation_bytes_per_layer`),
     and the working set of the layer being recomputed in backward. Op recompute under
     ``compile`` keeps only the saved-list outputs the backward reads (no dense w2 output;
-    :func:`~.formulas.activation_bytes_per_layer`). With ``recompute_layers``
-    (full recompute of the first k layers of each chunk, :func:`~.compute.full_recompute_share`)
+    :func:`~.activations.activation_bytes_per_layer`). With ``recompute_layers``
+    (full recompute of the first k layers of each chunk, :func:`~.recompute.full_recompute_share`)
     the recomputed share keeps its input and the rest all their activations. Full recompute's
     working set is the layer's full activations (Korthikanti et al. 2022, Sec. 4.2.3); op
     recompute's is what it recomputes of them (the full set less what it saved). Op recompute
@@ -49,9 +51,12 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple
     the query/key head width."""
     rec = tr.recompute
     compiled = ops.as_bool(tr.compile)
+    share = full_recompute_share(tr, sh)
+    h_rep = ms.hidden * ops.where(sp, 1.0 / tp, 1.0)
 
-    def per_layer(ffn, k, compiled):
-        return activation_bytes_per_layer(
+    def kept(ffn, k, compiled, ffn_k):
+        """``(stored, full)`` of one layer whose MLP is ``ffn`` wide (``k`` of them active)."""
+        stored, full = activation_bytes_per_layer(
             sh.seq_local,
             tr.micro_batch,
             ms.hidden,
@@ -70,35 +75,28 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple
             compiled=compiled,
             saves_attention=ops.as_bool(tr.op_saves_attention),
         )
+        # fp8 GEMMs whose recipe keeps the fp8 copy of their inputs for backward (fp8.py)
+        stored = stored - activation_saving(tr, sh.tokens, h_rep, sh.q_local, ffn_k, rec)
+        return share * stored + (1.0 - share) * full, full
 
-    stored, full = per_layer(
-        sh.ffn_local * tp,
-        ops.where(sh.moe, ms.experts_per_token + ms.shared_experts, 1.0),
-        compiled & ops.logical_not(sh.moe),
-    )
-    # fp8 GEMMs whose recipe keeps the fp8 copy of their inputs for backward (fp8.py)
-    h_rep = ms.hidden * ops.where(sp, 1.0 / tp, 1.0)
     k_act = ops.where(sh.moe, ms.experts_per_token + ms.shared_experts, 1.0)
-    stored = stored - activation_saving(tr, sh.tokens, h_rep, sh.q_local, sh.ffn_local * k_act, rec)
+    stored, full = kept(sh.ffn_local * tp, k_act, compiled & ops.logical_not(sh.moe), sh.ffn_local * k_act)
     Ld = sh.dense_layers_local
-    stored_d, full_d = per_layer(ms.ffn_hidden, 1.0, compiled)
-    stored_d = stored_d - activation_saving(tr, sh.tokens, h_rep, sh.q_local, ms.ffn_hidden / tp, rec)
-    share = full_recompute_share(tr, sh)
-    stored = share * stored + (1.0 - share) * full
-    stored_d = share * stored_d + (1.0 - share) * full_d
-    d_stored = ops.where(Ld > 0, stored_d - stored, 0.0)  # a dense layer's less a MoE layer's
-    Ls = sh.layers_per_stage
     dense = Ld > 0
+    stored_d, full_d = where_needed(  # a MoE model's dense layer, where the stage holds one
+        dense, lambda: kept(ms.ffn_hidden, 1.0, compiled, ms.ffn_hidden / tp), lambda: (stored, full)
+    )
+    d_stored = ops.where(dense, stored_d - stored, 0.0)  # a dense layer's less a MoE layer's
     working = ops.where(
-        rec == 2,
+        rec == Recompute.FULL,
         ops.where(dense, ops.maximum(full, full_d), full),
         ops.where(
-            rec == 3,
+            rec == Recompute.OP,
             ops.where(dense, ops.maximum(full - stored, full_d - stored_d), full - stored),
             0.0,
         ),
     )
-    return stored * Ls + d_stored * Ld, ops.maximum(working, 0.0)
+    return stored * sh.layers_per_stage + d_stored * Ld, ops.maximum(working, 0.0)
 
 
 def offload_kept(tr: Training, sh: Shapes) -> Array:

@@ -1,0 +1,101 @@
+"""The attention core of one layer on one GPU: fused (flash) attention at the kernel's efficiency
+with a sequence-length ramp, or the materialised score matrix as two batched GEMMs and its
+elementwise passes. Attention runs 16-bit whatever the GEMMs' precision."""
+
+from __future__ import annotations
+
+import attrs
+
+from shardmeter.inputs.bundles import Hardware, ModelShape, Training
+from shardmeter.model.branches import where_needed
+from shardmeter.model.formulas import KERNEL_OVERHEAD_S
+from shardmeter.model.gemms import GemmRoof, GemmShapes
+from shardmeter.model.shapes import Shapes
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
+
+__all__ = [
+    "FLASH_BWD_FACTOR",
+    "ATTENTION_RAMP_KEYS",
+    "AttentionTime",
+    "attention_flops",
+    "attention_time",
+    "flash_attention_s",
+    "materialized_attention_s",
+]
+
+#: FlashAttention's backward executes 2.5x the forward FLOPs (it recomputes the scores: 5 matrix
+#: products against 2; Dao 2023, FlashAttention-2, Sec. 3).
+FLASH_BWD_FACTOR = 2.5
+
+#: Fused attention's ramp, in keys per query row per kernel call: a fixed cost per query tile
+#: (loading Q, the online-softmax rescale, writing O and the log-sum-exp; in backward the dO.O
+#: pre-pass and the dQ accumulation) equal to this many keys of work. Attention efficiency at
+#: ``kv`` keys is ``attention_efficiency / (1 + ATTENTION_RAMP_KEYS / kv)`` (FlashAttention-2,
+#: Dao 2023, Fig. 4-7: throughput rises with sequence length). Measured, not fitted to training
+#: runs: torch SDPA forward+backward on one H200, head_dim 64 and 128, causal and not, 1k-32k
+#: tokens (benchmarks/results/h200-2026-11-30/attention.csv); a least-squares fit of
+#: ``E / (1 + k / kv)`` to those 24 points gives k = 730 (752 at head_dim 128, 704 at 64), mean
+#: error 3.5 %.
+ATTENTION_RAMP_KEYS = 730.0
+
+
+@attrs.frozen(kw_only=True)
+class AttentionTime:
+    """One layer's attention core on one GPU: ``flops`` (QK^T and AV, counted in full),
+    ``forward_s`` and ``backward_s``."""
+
+    flops: Array
+    forward_s: Array
+    backward_s: Array
+
+
+def attention_flops(ms: ModelShape, sh: Shapes, gs: GemmShapes) -> Array:
+    """FLOPs of QK^T (``4 T s q``) and AV (``2 T s (o - q)`` more where the value heads are
+    narrower, MLA) on this GPU, full count: the keys span the whole sequence (ring attention
+    for ``cp > 1``)."""
+    T, s = sh.tokens, ms.seq_len
+    return 4.0 * T * s * sh.q_local + 2.0 * T * s * (gs.o_local - sh.q_local)
+
+
+def flash_attention_s(ms: ModelShape, hw: Hardware, sh: Shapes, flops, peak16) -> Array:
+    """Forward seconds of fused attention: the FLOPs (halved when causal: blocks above the
+    diagonal are skipped) at ``attention_efficiency`` of the 16-bit peak, slowed by the ramp
+    :data:`ATTENTION_RAMP_KEYS` at the keys one query row meets per kernel call (the whole local
+    sequence, half of it when causal; ring attention calls the kernel once per K/V chunk of
+    ``s / cp``), plus two kernels' overhead."""
+    causal_frac = ops.where(ms.causal, 0.5, 1.0)
+    kv_call = sh.seq_local * causal_frac
+    return (
+        flops * causal_frac / (peak16 * hw.attention_efficiency) * (1.0 + ATTENTION_RAMP_KEYS / kv_call)
+        + 2 * KERNEL_OVERHEAD_S
+    )
+
+
+def materialized_attention_s(ms: ModelShape, tr: Training, sh: Shapes, roof16: GemmRoof, tp) -> Array:
+    """Forward seconds of materialised scores: Q K^T and P V as two batched GEMMs over the
+    micro-batch's sequences x local heads (Megatron-LM megatron/model/transformer.py,
+    CoreAttention: ``torch.baddbmm`` on ``[b * np, sq, hn]`` and ``torch.bmm``), each one kernel
+    (:func:`~.formulas.gemm_time` ``batch``), plus the scale-mask-softmax and dropout passes
+    over the score matrix (``heads / tp x T x s`` elements, 9 bytes each) at HBM bandwidth."""
+    heads_t = ms.heads / tp
+    s = ms.seq_len
+    products = roof16.seconds(sh.seq_local, s, ms.q_dim / ms.heads, count=2.0, batch=heads_t * tr.micro_batch)
+    return products + 9.0 * (heads_t * sh.tokens * s) / roof16.hbm_bytes_s
+
+
+def attention_time(
+    ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, gs: GemmShapes, roof16: GemmRoof, tp
+) -> AttentionTime:
+    """One layer's attention core: materialised where ``tr.materialized`` (backward twice the
+    forward), else fused (backward :data:`FLASH_BWD_FACTOR` x the forward); the score matrix
+    is priced only where a plan materialises it."""
+    flops = attention_flops(ms, sh, gs)
+    flash_f = flash_attention_s(ms, hw, sh, flops, roof16.peak_flops_s)
+    mat = ops.as_bool(tr.materialized)
+    mat_f = where_needed(mat, lambda: materialized_attention_s(ms, tr, sh, roof16, tp), lambda: 0.0)
+    return AttentionTime(
+        flops=flops,
+        forward_s=ops.where(mat, mat_f, flash_f),
+        backward_s=ops.where(mat, 2.0 * mat_f, FLASH_BWD_FACTOR * flash_f),
+    )
