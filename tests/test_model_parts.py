@@ -45,7 +45,7 @@ def test_the_scalar_path_runs_to_its_end(path):
     est = shardmeter.Estimator()
     inp, table = build_inputs(est.resolve(est.load(path)), scalar=True)
     out = evaluate(inp, table)
-    assert type(out["step_time_s"]) is float and type(out["memory_per_gpu_gb"]) is float
+    assert type(out.step_time_s) is float and type(out.memory_bytes) is float
 
 
 def test_the_scalar_path_prices_mla_moe_and_fp8_on_floats():
