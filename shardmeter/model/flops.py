@@ -6,7 +6,7 @@ from typing import Any
 
 import attrs
 
-from shardmeter.inputs.bundles import ModelShape, Training
+from shardmeter.inputs.bundles import ModelShape, Recompute, Training
 from shardmeter.model.formulas import (
     layers_forward_flops,
     model_flops_per_token,
@@ -71,12 +71,14 @@ def model_flops(ms: ModelShape, tr: Training, share: Array = 1.0) -> ModelFlops:
     moe = E > 1
     op_all = ops.where(moe, ms.layers * op_moe + ms.dense_layers * (op_dense - op_moe), ms.layers * op_dense)
     hw_tok = mf_tok + ops.where(
-        rec == 2,
+        rec == Recompute.FULL,
         share * (dense_all + att_all),
         ops.where(
-            rec == 1,
+            rec == Recompute.SELECTIVE,
             att_all,
-            ops.where(rec == 3, op_all + ops.where(ops.as_bool(tr.op_saves_attention), 0.0, att_all), 0.0),
+            ops.where(
+                rec == Recompute.OP, op_all + ops.where(ops.as_bool(tr.op_saves_attention), 0.0, att_all), 0.0
+            ),
         ),
     )
     return ModelFlops(

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from shardmeter.inputs.bundles import ModelShape, PartTable, Topology, Training
+from shardmeter.inputs.bundles import ModelShape, PartTable, Recompute, Topology, Training
 from shardmeter.model.comm import PricedTraffic, price_traffic
 from shardmeter.model.compute import Shapes
 from shardmeter.model.degrees import Degrees
@@ -139,4 +139,6 @@ def _recompute_layers(tr: Training, sh: Shapes) -> Any:
     """Layers of the stage whose forward full recompute re-runs (``recompute_layers``, 0: all)."""
     rl = _f(tr.recompute_layers)
     all_layers = sh.layers_per_stage
-    return ops.where(_f(tr.recompute) == 2, ops.where(rl > 0, ops.minimum(rl, all_layers), all_layers), 0.0)
+    return ops.where(
+        _f(tr.recompute) == Recompute.FULL, ops.where(rl > 0, ops.minimum(rl, all_layers), all_layers), 0.0
+    )
