@@ -69,7 +69,14 @@ def parse_args_text(text: str) -> tuple[list[tuple[str, list[str], int]], list[s
     return found, bad
 
 
-def draft_from_file(path: str | os.PathLike, *, gpus: int | None = None, node: int = 8) -> Draft:
+def draft_from_file(
+    path: str | os.PathLike,
+    *,
+    gpus: int | None = None,
+    node: int = 8,
+    config: str | None = None,
+    variables: dict[str, str] | None = None,
+) -> Draft:
     """The draft scenario of the Megatron-LM arguments in ``path`` (:func:`draft_from_text`)."""
     text, name = read_text(path)
     return draft_from_text(text, name, gpus=gpus, node=node)
