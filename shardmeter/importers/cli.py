@@ -68,6 +68,7 @@ def import_config(
         d.note("island", "the configuration does not say which GPUs or links: give --gpu NAME --gpus N")
     d.note("island", "links: the GPU's usual intra_node / inter_node, or tiers = [...] (docs/scenario.md)")
     _apply_sets(d, sets)
+    _check_needs(d)
     if d.kind == "hf" and gpu is not None:
         from shardmeter.importers.starter import apply_plan
 
@@ -92,6 +93,18 @@ def _apply_sets(d: Draft, sets: Sequence[Any]) -> None:
             )
         table = "island" if m.group(1).startswith("island") else m.group(1)
         d.set(f"{table}.{m.group(2)}", value, "--set")
+
+
+def _check_needs(d: Draft) -> None:
+    """One line naming everything the configuration needs from outside (Draft.needs) that no
+    ``--set`` gave."""
+    from shardmeter.importers.files import ConfigError
+
+    left = [(what, how) for what, (how, key) in d.needs.items() if not (key and d.get(key) is not None)]
+    if left:
+        raise ConfigError(
+            d.file, "needs what the file does not set: " + "; ".join(f"{w} ({h})" for w, h in left)
+        )
 
 
 def check_loads(text: str, file: str) -> None:

@@ -16,22 +16,33 @@ calls, numbers as :func:`shardmeter.numbers.check_number` allows).
 from __future__ import annotations
 
 import ast
-import math
-import operator
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
 from shardmeter.importers.files import ConfigError
-from shardmeter.numbers import FLOAT_MAX
 
-__all__ = ["Rec", "Opaque", "Module", "evaluate", "MAX_STEPS", "MAX_DEPTH", "opaque_text"]
+__all__ = [
+    "Rec",
+    "Opaque",
+    "Module",
+    "evaluate",
+    "parse_tree",
+    "tree_loader",
+    "MAX_STEPS",
+    "MAX_DEPTH",
+    "opaque_text",
+]
 
 #: Expression nodes evaluated per import, at most (a registry function takes a few thousand).
 MAX_STEPS = 200_000
 #: Nested same-file calls, at most.
 MAX_DEPTH = 24
+#: Calls that turn one configuration into another with the same fields, read as the record
+#: they take (torchtitan/experiments/graph_trainer: ``to_graph_trainer_config(trainer_config,
+#: model_registry)`` copies a ``Trainer.Config`` into a ``GraphTrainer.Config``).
+PASS_THROUGH = ("to_graph_trainer_config",)
 #: Items of a list built by arithmetic (``[0] * 3 + [1] * 58``), at most.
 MAX_ITEMS = 1 << 16
 #: Characters of an expression quoted in a comment.
@@ -81,25 +92,54 @@ def opaque_text(node: ast.AST) -> Opaque:
     return Opaque(text if len(text) <= _TEXT else text[: _TEXT - 3] + "...")
 
 
-class _Return(Exception):
-    def __init__(self, value: Any):
-        self.value = value
+@attrs.define
+class _Shared:
+    """What every file read for one import shares: the work done and the notes."""
+
+    steps: int = 0
+    notes: list[str] = attrs.field(factory=list)
+
+
+#: Files one import may read through its imports, at most.
+MAX_MODULES = 64
 
 
 @attrs.define
 class Module:
-    """A parsed file: its top-level functions, constants and imported names."""
+    """A parsed file: its top-level functions, constants and imported names; ``loader`` reads
+    another module of the same source tree by its dotted name (or ``None``)."""
 
     file: str
     functions: dict[str, ast.FunctionDef]
     constants: dict[str, ast.expr]
     imports: dict[str, str]  # local name -> "module.name"
-    notes: list[str] = attrs.field(factory=list)
-    steps: int = 0
+    shared: _Shared = attrs.field(factory=_Shared)
+    loader: Callable[[str], Module | None] | None = None
     _const_cache: dict[str, Any] = attrs.field(factory=dict)
 
+    @property
+    def notes(self) -> list[str]:
+        return self.shared.notes
+
+    @property
+    def steps(self) -> int:
+        return self.shared.steps
+
+    def imported(self, name: str) -> tuple[Module, str] | None:
+        """The module and name an imported ``name`` comes from, following re-exports."""
+        target, mod, hops = self.imports.get(name), self, 0
+        while target and mod.loader is not None and hops < 8:
+            module, _, attr = target.rpartition(".")
+            other = mod.loader(module) if module else None
+            if other is None:
+                return None
+            if attr in other.functions or attr in other.constants:
+                return other, attr
+            target, mod, hops = other.imports.get(attr), other, hops + 1
+        return None
+
     @classmethod
-    def parse(cls, text: str, file: str) -> Module:
+    def parse(cls, text: str, file: str, loader: Callable[[str], Module | None] | None = None) -> Module:
         try:
             tree = ast.parse(text, filename=file)
         except SyntaxError as exc:
@@ -124,11 +164,68 @@ class Module:
             elif isinstance(node, ast.Import):
                 for a in node.names:
                     imports[a.asname or a.name.split(".")[0]] = a.name
-        return cls(file=file, functions=functions, constants=constants, imports=imports)
+        return cls(file=file, functions=functions, constants=constants, imports=imports, loader=loader)
 
     def note(self, line: str) -> None:
         if line not in self.notes and len(self.notes) < 200:
             self.notes.append(line)
+
+
+def tree_loader(file: str, read: Callable[[str], str], shared: _Shared) -> Callable[[str], Module | None]:
+    """A loader of the modules of ``file``'s source tree: ``a.b.c`` is ``a/b/c.py`` (or
+    ``a/b/c/__init__.py``) under the nearest folder above ``file`` that holds it; ``.c`` is
+    beside ``file``. Each is read once (``read``: the text of a path) and shares ``file``'s
+    budget; a module that is not in the tree is ``None`` (its names stay opaque)."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(file))
+    cache: dict[str, Module | None] = {}
+
+    def find(name: str) -> str | None:
+        dots = len(name) - len(name.lstrip("."))
+        parts = [p for p in name.lstrip(".").split(".") if p]
+        if not parts or any(not p.isidentifier() for p in parts):
+            return None
+        if dots:
+            base = here
+            for _ in range(dots - 1):
+                base = os.path.dirname(base)
+            bases = [base]
+        else:
+            bases, base = [], here
+            for _ in range(16):
+                bases.append(base)
+                if os.path.dirname(base) == base:
+                    break
+                base = os.path.dirname(base)
+        for b in bases:
+            for cand in (os.path.join(b, *parts) + ".py", os.path.join(b, *parts, "__init__.py")):
+                if os.path.isfile(cand):
+                    return cand
+        return None
+
+    def load(name: str) -> Module | None:
+        if name in cache:
+            return cache[name]
+        cache[name] = None
+        if len(cache) > MAX_MODULES:
+            return None
+        path = find(name)
+        if path is None or os.path.abspath(path) == os.path.abspath(file):
+            return None
+        mod = Module.parse(read(path), path, loader=load)
+        mod.shared = shared
+        cache[name] = mod
+        return mod
+
+    return load
+
+
+def parse_tree(text: str, file: str, read: Callable[[str], str]) -> Module:
+    """``file`` parsed, with a :func:`tree_loader` for the modules it imports."""
+    root = Module.parse(text, file)
+    root.loader = tree_loader(file, read, root.shared)
+    return root
 
 
 def evaluate(module: Module, function: str) -> Any:
@@ -136,408 +233,6 @@ def evaluate(module: Module, function: str) -> Any:
     docstring); what was not followed is in ``module.notes``."""
     if function not in module.functions:
         raise KeyError(function)
-    return _Eval(module, depth=0).call(module.functions[function], [], {})
+    from shardmeter.importers.pyeval import Frame
 
-
-_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
-_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Eq: operator.eq,
-    ast.NotEq: operator.ne,
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-    ast.Is: lambda a, b: a is b,
-    ast.IsNot: lambda a, b: a is not b,
-    ast.In: lambda a, b: a in b,
-    ast.NotIn: lambda a, b: a not in b,
-}
-#: Builtins computed on known arguments.
-_BUILTINS: dict[str, Callable[..., Any]] = {
-    "int": int,
-    "float": float,
-    "str": str,
-    "bool": bool,
-    "len": len,
-    "min": min,
-    "max": max,
-    "abs": abs,
-    "round": round,
-    "list": list,
-    "tuple": tuple,
-    "dict": dict,
-}
-
-
-def _known(v: Any) -> bool:
-    """A value computed exactly (no :class:`Opaque` or :class:`Rec` inside)."""
-    if isinstance(v, (Opaque, Rec)):
-        return False
-    if isinstance(v, (list, tuple)):
-        return all(_known(x) for x in v)
-    if isinstance(v, dict):
-        return all(_known(x) for x in v.values())
-    return True
-
-
-def _number_ok(v: Any) -> bool:
-    if isinstance(v, bool):
-        return True
-    if isinstance(v, int):
-        return abs(v) <= FLOAT_MAX
-    if isinstance(v, float):
-        return math.isfinite(v) and abs(v) <= FLOAT_MAX
-    if isinstance(v, (str, list, tuple)):
-        return len(v) <= MAX_ITEMS
-    return True
-
-
-class _Eval:
-    """One function's frame."""
-
-    def __init__(self, module: Module, depth: int, env: dict[str, Any] | None = None):
-        self.m = module
-        self.depth = depth
-        self.env: dict[str, Any] = env or {}
-
-    # -- statements -------------------------------------------------------------------------
-    def call(self, fn: ast.FunctionDef, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        if self.depth >= MAX_DEPTH:
-            raise ConfigError(self.m.file, f"{fn.name}: calls nested more than {MAX_DEPTH} deep")
-        frame = _Eval(self.m, self.depth + 1)
-        frame._bind(fn, args, kwargs)
-        try:
-            frame.block(fn.body)
-        except _Return as r:
-            return r.value
-        return None
-
-    def _bind(self, fn: ast.FunctionDef, args: list[Any], kwargs: dict[str, Any]) -> None:
-        a = fn.args
-        params = [p.arg for p in a.posonlyargs + a.args]
-        defaults = [None] * (len(params) - len(a.defaults)) + list(a.defaults)
-        for i, name in enumerate(params):
-            if i < len(args):
-                self.env[name] = args[i]
-            elif name in kwargs:
-                self.env[name] = kwargs[name]
-            elif defaults[i] is not None:
-                self.env[name] = self.expr(defaults[i])
-            else:
-                self.env[name] = Opaque(name)
-        for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True):
-            self.env[p.arg] = kwargs.get(p.arg, self.expr(d) if d is not None else Opaque(p.arg))
-
-    def block(self, body: list[ast.stmt]) -> None:
-        for st in body:
-            self.stmt(st)
-
-    def stmt(self, st: ast.stmt) -> None:
-        self._tick()
-        if isinstance(st, ast.Return):
-            raise _Return(self.expr(st.value) if st.value is not None else None)
-        if isinstance(st, ast.Assign):
-            value = self.expr(st.value)
-            for target in st.targets:
-                self.assign(target, value)
-        elif isinstance(st, ast.AnnAssign):
-            if st.value is not None:
-                self.assign(st.target, self.expr(st.value))
-        elif isinstance(st, ast.AugAssign):
-            cur = self.expr(st.target)
-            self.assign(st.target, self._binop(type(st.op), cur, self.expr(st.value), st))
-        elif isinstance(st, ast.Expr):
-            if not isinstance(st.value, ast.Constant):  # a docstring
-                self.expr(st.value)
-        elif isinstance(st, ast.If):
-            test = self.expr(st.test)
-            if _known(test):
-                self.block(st.body if test else st.orelse)
-            else:
-                self.m.note(f"not followed (line {st.lineno}): if {opaque_text(st.test)}")
-        elif isinstance(st, ast.For):
-            seq = self.expr(st.iter)
-            if isinstance(seq, (list, tuple, dict)) and len(seq) <= 256 and not st.orelse:
-                for item in list(seq):
-                    self.assign(st.target, item)
-                    self.block(st.body)
-            else:
-                self.m.note(f"not followed (line {st.lineno}): for ... in {opaque_text(st.iter)}")
-        elif isinstance(st, (ast.Assert, ast.Pass, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)):
-            return
-        elif isinstance(st, ast.FunctionDef):
-            self.env[st.name] = Opaque(f"{st.name} (a nested function)")
-        else:
-            self.m.note(f"not followed (line {st.lineno}): {type(st).__name__.lower()} statement")
-
-    def assign(self, target: ast.expr, value: Any) -> None:
-        if isinstance(target, ast.Name):
-            self.env[target.id] = value
-        elif isinstance(target, ast.Attribute):
-            obj = self.expr(target.value, store=True)
-            if isinstance(obj, Rec):
-                obj.fields[target.attr] = value
-            else:
-                self.m.note(f"not followed (line {target.lineno}): {opaque_text(target)} = ...")
-        elif isinstance(target, (ast.Tuple, ast.List)):
-            if isinstance(value, (list, tuple)) and len(value) == len(target.elts):
-                for t, v in zip(target.elts, value, strict=True):
-                    self.assign(t, v)
-            else:
-                for t in target.elts:
-                    self.assign(t, opaque_text(t))
-        elif isinstance(target, ast.Subscript):
-            obj = self.expr(target.value, store=True)
-            key = self.expr(target.slice)
-            if isinstance(obj, dict) and _known(key) and not isinstance(key, (list, dict)):
-                obj[key] = value
-            elif isinstance(obj, Rec) and isinstance(key, str):
-                obj.fields[key] = value
-        else:  # pragma: no cover - the grammar allows no other target
-            self.m.note(f"not followed (line {target.lineno}): {opaque_text(target)} = ...")
-
-    # -- expressions ------------------------------------------------------------------------
-    def _tick(self) -> None:
-        self.m.steps += 1
-        if self.m.steps > MAX_STEPS:
-            raise ConfigError(self.m.file, f"more than {MAX_STEPS:,} steps to read; not a configuration file")
-
-    def expr(self, node: ast.expr | None, store: bool = False) -> Any:
-        if node is None:
-            return None
-        self._tick()
-        try:
-            method = getattr(self, f"_{type(node).__name__}", None)
-            return method(node, store) if method else opaque_text(node)
-        except RecursionError:
-            raise ConfigError(self.m.file, "expressions nested too deeply to read") from None
-
-    def _Constant(self, node: ast.Constant, store: bool) -> Any:
-        v = node.value
-        if isinstance(v, (bytes, complex)) or v is Ellipsis:
-            return opaque_text(node)
-        return v if _number_ok(v) else opaque_text(node)
-
-    def _Name(self, node: ast.Name, store: bool) -> Any:
-        if node.id in self.env:
-            return self.env[node.id]
-        if node.id in self.m.constants:
-            return self._constant(node.id)
-        if node.id in ("True", "False", "None"):  # pragma: no cover - Constant in Python 3.8+
-            return {"True": True, "False": False, "None": None}[node.id]
-        return Opaque(node.id)
-
-    def _constant(self, name: str) -> Any:
-        cache = self.m._const_cache
-        if name not in cache:
-            cache[name] = Opaque(name)  # a cycle reads as opaque
-            cache[name] = _Eval(self.m, self.depth + 1).expr(self.m.constants[name])
-        return cache[name]
-
-    def _Attribute(self, node: ast.Attribute, store: bool) -> Any:
-        obj = self.expr(node.value, store=store)
-        if isinstance(obj, Rec):
-            if node.attr not in obj.fields:
-                if not store:
-                    return opaque_text(node)
-                obj.fields[node.attr] = Rec(name=f"{obj.name}.{node.attr}", line=node.lineno)
-            return obj.fields[node.attr]
-        return opaque_text(node)
-
-    def _List(self, node: ast.List, store: bool) -> Any:
-        return self._items(node.elts)
-
-    def _Tuple(self, node: ast.Tuple, store: bool) -> Any:
-        return tuple(self._items(node.elts))
-
-    def _Set(self, node: ast.Set, store: bool) -> Any:
-        return self._items(node.elts)
-
-    def _items(self, elts: list[ast.expr]) -> list[Any]:
-        out: list[Any] = []
-        for e in elts:
-            if isinstance(e, ast.Starred):
-                v = self.expr(e.value)
-                out.extend(v) if isinstance(v, (list, tuple)) else out.append(opaque_text(e))
-            else:
-                out.append(self.expr(e))
-        return out
-
-    def _Dict(self, node: ast.Dict, store: bool) -> Any:
-        out: dict[Any, Any] = {}
-        for k, v in zip(node.keys, node.values, strict=True):
-            if k is None:
-                inner = self.expr(v)
-                if isinstance(inner, dict):
-                    out.update(inner)
-                else:
-                    out[f"**{opaque_text(v)}"] = opaque_text(v)
-                continue
-            key = self.expr(k)
-            out[key if isinstance(key, (str, int, float, bool)) else str(opaque_text(k))] = self.expr(v)
-        return out
-
-    def _UnaryOp(self, node: ast.UnaryOp, store: bool) -> Any:
-        v = self.expr(node.operand)
-        if isinstance(node.op, ast.Not) and _known(v):
-            return not v
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            if isinstance(node.op, ast.USub):
-                return -v
-            if isinstance(node.op, ast.UAdd):
-                return v
-        return opaque_text(node)
-
-    def _BinOp(self, node: ast.BinOp, store: bool) -> Any:
-        return self._binop(type(node.op), self.expr(node.left), self.expr(node.right), node)
-
-    def _binop(self, op: type, a: Any, b: Any, node: ast.AST) -> Any:
-        fn = _BINOPS.get(op)
-        if fn is None or not (_known(a) and _known(b)):
-            return opaque_text(node)
-        if op is ast.Pow and not (
-            isinstance(a, (int, float)) and isinstance(b, (int, float)) and abs(b) <= 64 and abs(a) <= 1e6
-        ):
-            return opaque_text(node)
-        if op is ast.Mult and isinstance(a, (str, list, tuple)) != isinstance(b, (str, list, tuple)):
-            seq, n = (a, b) if isinstance(a, (str, list, tuple)) else (b, a)
-            if not isinstance(n, int) or len(seq) * max(n, 0) > MAX_ITEMS:
-                return opaque_text(node)
-        try:
-            v = fn(a, b)
-        except (TypeError, ValueError, ZeroDivisionError, OverflowError, MemoryError):
-            return opaque_text(node)
-        return v if _number_ok(v) else opaque_text(node)
-
-    def _BoolOp(self, node: ast.BoolOp, store: bool) -> Any:
-        vals = [self.expr(v) for v in node.values]
-        if not all(_known(v) for v in vals):
-            return opaque_text(node)
-        if isinstance(node.op, ast.And):
-            out: Any = True
-            for v in vals:
-                out = v
-                if not v:
-                    break
-            return out
-        out = False
-        for v in vals:
-            out = v
-            if v:
-                break
-        return out
-
-    def _Compare(self, node: ast.Compare, store: bool) -> Any:
-        left = self.expr(node.left)
-        for op, right_node in zip(node.ops, node.comparators, strict=True):
-            right = self.expr(right_node)
-            fn = _COMPARE.get(type(op))
-            if fn is None or not (_known(left) and _known(right)):
-                return opaque_text(node)
-            try:
-                if not fn(left, right):
-                    return False
-            except TypeError:
-                return opaque_text(node)
-            left = right
-        return True
-
-    def _IfExp(self, node: ast.IfExp, store: bool) -> Any:
-        test = self.expr(node.test)
-        if not _known(test):
-            return opaque_text(node)
-        return self.expr(node.body if test else node.orelse)
-
-    def _JoinedStr(self, node: ast.JoinedStr, store: bool) -> Any:
-        parts = []
-        for v in node.values:
-            if isinstance(v, ast.Constant):
-                parts.append(str(v.value))
-            elif isinstance(v, ast.FormattedValue) and v.format_spec is None and v.conversion == -1:
-                inner = self.expr(v.value)
-                if not _known(inner) or isinstance(inner, (list, dict, tuple)):
-                    return opaque_text(node)
-                parts.append(str(inner))
-            else:
-                return opaque_text(node)
-        text = "".join(parts)
-        return text if len(text) <= MAX_ITEMS else opaque_text(node)
-
-    def _Subscript(self, node: ast.Subscript, store: bool) -> Any:
-        obj = self.expr(node.value)
-        key = self.expr(node.slice)
-        if isinstance(obj, dict) and _known(key) and not isinstance(key, (list, dict)) and key in obj:
-            return obj[key]
-        if isinstance(obj, (list, tuple)) and isinstance(key, int) and -len(obj) <= key < len(obj):
-            return obj[key]
-        return opaque_text(node)
-
-    def _Call(self, node: ast.Call, store: bool) -> Any:
-        args: list[Any] = []
-        for a in node.args:
-            if isinstance(a, ast.Starred):
-                v = self.expr(a.value)
-                args.extend(v) if isinstance(v, (list, tuple)) else args.append(opaque_text(a))
-            else:
-                args.append(self.expr(a))
-        kwargs: dict[str, Any] = {}
-        for kw in node.keywords:
-            v = self.expr(kw.value)
-            if kw.arg is None:
-                if isinstance(v, dict):
-                    kwargs.update({str(k): x for k, x in v.items()})
-                else:
-                    kwargs[f"**{opaque_text(kw.value)}"] = v
-            else:
-                kwargs[kw.arg] = v
-        func = node.func
-        if isinstance(func, ast.Name):
-            if func.id in self.m.functions and func.id not in self.env:
-                return self.call(self.m.functions[func.id], args, kwargs)
-            if func.id in _BUILTINS and func.id not in self.m.imports and not kwargs:
-                return self._builtin(func.id, args, node)
-            if func.id == "cast" and len(args) == 2:
-                return args[1]
-            return Rec(name=self._dotted(func), args=args, fields=kwargs, line=node.lineno)
-        if isinstance(func, ast.Attribute):
-            base = self.expr(func.value)
-            if isinstance(base, Rec):
-                return Rec(
-                    name=f"{base.name}.{func.attr}", args=args, fields=kwargs, line=node.lineno, base=base
-                )
-            if func.attr == "replace" and args and isinstance(args[0], Rec):  # dataclasses.replace
-                rec = args[0]
-                return Rec(
-                    name=rec.name, args=list(rec.args), fields={**rec.fields, **kwargs}, line=node.lineno
-                )
-            return Rec(name=self._dotted(func), args=args, fields=kwargs, line=node.lineno)
-        return opaque_text(node)
-
-    def _builtin(self, name: str, args: list[Any], node: ast.AST) -> Any:
-        if not all(_known(a) for a in args):
-            return opaque_text(node)
-        try:
-            v = _BUILTINS[name](*args)
-        except (TypeError, ValueError, OverflowError):
-            return opaque_text(node)
-        return v if _number_ok(v) else opaque_text(node)
-
-    def _dotted(self, node: ast.expr) -> str:
-        """A callee's dotted name (``Trainer.Config``), with an imported alias resolved."""
-        parts: list[str] = []
-        while isinstance(node, ast.Attribute) and len(parts) < 16:
-            parts.append(node.attr)
-            node = node.value
-        if isinstance(node, ast.Name):
-            parts.append(node.id)
-        else:
-            parts.append(str(opaque_text(node)))
-        return ".".join(reversed(parts))
+    return Frame(module, depth=0).call(module.functions[function], [], {})

@@ -404,13 +404,20 @@ def _vlm(a: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 
 #: The Hugging Face models a ``transformers_modeling_backend`` job names (``[hf_transformers]
 #: model``) whose shape torchtitan itself ships: Qwen3-4B is torchtitan's qwen3 "4B" flavour.
-HF_BACKEND_MODELS = {"Qwen/Qwen3-4B-Instruct-2507": ("qwen3", "4B"), "Qwen/Qwen3-4B": ("qwen3", "4B")}
+HF_BACKEND_MODELS = {
+    f"Qwen/Qwen3-{size}{suffix}": ("qwen3", size)
+    for size in ("0.6B", "1.7B", "4B", "8B", "14B", "32B")
+    for suffix in ("", "-Base", "-Instruct-2507")
+}
 #: The flavours of torchtitan/experiments/transformers_modeling_backend/__init__.py @ 238fa99:
 #: ``TitanDenseModelArgs`` fields that override the Hugging Face config (``None`` keeps it).
 HF_BACKEND_FLAVOURS = {
     "debugmodel": {"dim": 256, "n_layers": 2, "n_heads": 16, "n_kv_heads": 16},
     "full": {"dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": None},
 }
+#: b5bcd76 adds the same shapes with a block-causal mask for SFT (``sft_debugmodel``, ``sft_full``).
+HF_BACKEND_FLAVOURS["sft_debugmodel"] = HF_BACKEND_FLAVOURS["debugmodel"]
+HF_BACKEND_FLAVOURS["sft_full"] = HF_BACKEND_FLAVOURS["full"]
 
 
 def hf_backend_keys(hf_model: str, flavor: str) -> tuple[dict[str, Any], list[str], str] | None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from shardmeter.importers.draft import Draft
 from shardmeter.importers.files import ConfigError, read_text
-from shardmeter.importers.pyconfig import MAX_DEPTH, Module, Opaque, Rec, evaluate
+from shardmeter.importers.pyconfig import MAX_DEPTH, Module, Opaque, Rec, evaluate, parse_tree
 from shardmeter.importers.torchtitan import draft_from_config
 from shardmeter.importers.torchtitan_models import FAMILIES, NOT_LANGUAGE_MODELS
 
@@ -68,7 +68,7 @@ def draft_from_registry(
 ) -> Draft:
     """The draft scenario of ``config()`` in the registry at ``path``."""
     text, name = read_text(path)
-    m = Module.parse(text, name)
+    m = parse_tree(text, name, lambda p: read_text(p)[0])
     jobs = registry_functions(m)
     if config is None:
         shown_ = ", ".join(jobs[:8]) + (f", ... ({len(jobs)} in all)" if len(jobs) > 8 else "")
@@ -290,6 +290,8 @@ def to_job(cfg: Rec, m: Module, file: str, fn: str, era: str) -> tuple[dict[str,
     assets = cfg.get("hf_assets_path")
     if isinstance(assets, str):
         job["model"]["hf_assets_path"] = assets
+    if isinstance(cfg.get("hf_model"), str):  # transformers_modeling_backend's TransformersBackendConfig
+        job["hf_transformers"] = {"model": cfg.get("hf_model")}
     par_rec = cfg.get("parallelism")
     par = {k: _plain(v) for k, v in par_rec.fields.items()} if isinstance(par_rec, Rec) else {}
     job["training"] = _training(cfg.get("training"), par, era, notes)
@@ -315,7 +317,7 @@ def to_job(cfg: Rec, m: Module, file: str, fn: str, era: str) -> tuple[dict[str,
     elif isinstance(loss, Rec) and _cls(loss) not in ("CrossEntropyLoss",):
         notes.append(f"not mapped: loss = {loss.name}(...)")
     for key, v in cfg.fields.items():
-        if key in _READ or key == "hf_assets_path":
+        if key in _READ or key in ("hf_assets_path", "hf_model"):
             continue
         plain = _plain(v)
         if isinstance(plain, dict):
