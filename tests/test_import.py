@@ -340,3 +340,82 @@ def test_import_refuses_to_overwrite_its_input(tmp_path, capsys):
 def test_import_errors_are_one_line(argv, message, capsys):
     code, out, err = run(capsys, "import", *argv)
     assert code == 2 and not out and message in one_line_error(err)
+
+
+# -- numbers and hostile inputs: one line naming the file and the field -----------------------------
+
+_MG = "--num-layers {n} --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000\n"
+_TT = '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ntensor_parallel_degree = {n}\n'
+_PY = (
+    "def job():\n    return Trainer.Config(model_spec=model_registry('8B'),\n"
+    "        training=TrainingConfig(num_tokens_per_microbatch_per_dp_rank=8192, max_context_length=8192,"
+    " steps={n}))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name", "template", "value", "message"),
+    [
+        ("megatron", "args.sh", _MG, "\u0663\u0662", "--num-layers: expected an integer in ASCII digits"),
+        ("megatron", "args.sh", _MG, "\u00b2", "--num-layers: expected an integer in ASCII digits"),
+        ("megatron", "args.sh", _MG, "1e400", "--num-layers: inf is not a finite number"),
+        ("megatron", "args.sh", _MG, "9" * 30, "--num-layers: 999999999999999999999999... is too large"),
+        (
+            "torchtitan",
+            "job.toml",
+            _TT,
+            '"\u0663"',
+            "parallelism.tensor_parallel_degree: expected an integer",
+        ),
+        ("torchtitan", "job.toml", _TT, "inf", "parallelism.tensor_parallel_degree: inf is not a finite"),
+        ("torchtitan", "job.toml", _TT, "1e300", "parallelism.tensor_parallel_degree: 1e+300 is beyond"),
+        ("torchtitan", "config_registry.py", _PY, "1e999", "training.steps: inf is not a finite number"),
+        ("torchtitan", "config_registry.py", _PY, "10**40", "training.steps: 1.00000e+40 is beyond 1e+18"),
+    ],
+)
+def test_a_number_that_is_not_one_is_a_one_line_error_naming_the_file_and_field(
+    tmp_path, capsys, fmt, name, template, value, message
+):
+    path = tmp_path / name
+    path.write_text(template.format(n=value), encoding="utf-8")
+    extra = ["--config", "job"] if name.endswith(".py") else []
+    code, out, err = run(capsys, "import", fmt, path, "--gpu", "h100-sxm", *extra)
+    line = one_line_error(err)
+    assert code == 2 and not out and str(path) in line and message in line, line
+
+
+def test_a_registry_is_read_not_run(tmp_path):
+    marker = tmp_path / "ran"
+    (tmp_path / "llama3").mkdir()
+    path = tmp_path / "llama3" / "config_registry.py"
+    path.write_text(
+        f"import os\nos.system('touch {marker}')\n\ndef job():\n    open({str(marker)!r}, 'w')\n"
+        "    return Trainer.Config(model_spec=model_registry('debugmodel'))\n",
+        encoding="utf-8",
+    )
+    text = import_config("torchtitan", str(path), gpu="h100-sxm", config="job")
+    assert not marker.exists() and "layers = 6" in text
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("def job(:\n", "not valid Python (line 1"),
+        ("def job():\n    return job()\n", "calls nested more than"),
+        ("def job():\n    x = [1]\n    for i in range(10**9): x = x + x\n", "not a Trainer.Config"),
+        ("def job():\n    return 5\n", "job() returns 5, not a Trainer.Config"),
+    ],
+)
+def test_a_registry_that_cannot_be_read_is_one_line(tmp_path, capsys, body, message):
+    path = tmp_path / "config_registry.py"
+    path.write_text(body, encoding="utf-8")
+    code, _, err = run(capsys, "import", "torchtitan", path, "--config", "job")
+    assert code == 2 and message in one_line_error(err)
+
+
+def test_torchtitan_registry_needs_config_and_names_the_functions(capsys):
+    reg = FIX / "torchtitan" / "2026-08-21_b5bcd76_config_registry" / "torchtitan" / "models" / "llama3"
+    code, _, err = run(capsys, "import", "torchtitan", reg / "config_registry.py")
+    assert code == 2 and "--config NAME: which function to import (llama3_debugmodel," in one_line_error(err)
+    code, _, err = run(capsys, "import", "torchtitan", reg / "config_registry.py", "--config", "llama3_8bb")
+    assert code == 2 and "no such function (did you mean llama3_8b" in one_line_error(err)

@@ -95,12 +95,14 @@ def number_text(
     An integer may be written as a whole float (``1e3``), as argparse's ``int(float(...))``
     does not, but Megatron's own arguments never need."""
     try:
-        try:
-            v = parse_number(text, integer=integer, field=field, file=file)
-        except NumberError:
-            if not integer:
-                raise
-            v = parse_number(text, integer=False, field=field, file=file)
+        v = parse_number(text, integer=integer, field=field, file=file)
     except NumberError as exc:
-        raise ConfigError(file, exc.message) from None
+        if not integer:
+            raise ConfigError(file, exc.message) from None
+        try:  # an integer written as a float (1e3): whole, finite and in range, or an error
+            v = parse_number(text, integer=False, field=field, file=file)
+        except NumberError:
+            raise ConfigError(file, exc.message) from None
+        if "e" not in text.lower() and "." not in text:
+            raise ConfigError(file, exc.message) from None
     return number(v, field=field, file=file, integer=integer, minimum=minimum, maximum=maximum)

@@ -26,9 +26,12 @@ from collections.abc import Mapping
 from shardmeter.importers.draft import Draft
 from shardmeter.importers.files import ConfigError, number_text, read_text
 from shardmeter.importers.megatron_model import GPT2_VOCAB, model_keys, padded_vocab, vocab_keys
-from shardmeter.importers.shell import END, MARK, logical_lines, missing_in, read_script
+from shardmeter.importers.shell import END, MARK, ShellLimit, logical_lines, missing_in, read_script
 
 __all__ = ["draft_from_file", "draft_from_text", "parse_args_text", "padded_vocab", "GPT2_VOCAB", "Args"]
+
+#: Longest script read (Megatron-LM's example scripts are under 20 kB).
+MAX_SCRIPT_CHARS = 1 << 20
 
 #: The scenario key each flag's value sets, so that ``--set KEY=VALUE`` can stand in for a
 #: variable the script reads from outside.
@@ -207,7 +210,12 @@ def draft_from_text(
         --nnodes`` of the script where they fit the degrees, else the fewest whole
         ``node``-GPU nodes that hold them (the examples' ``GPUS_PER_NODE=8``).
     :param variables: shell variables set outside the script (``--var``)."""
-    script = read_script(text, variables, include)
+    if len(text) > MAX_SCRIPT_CHARS:
+        raise ConfigError(file, f"{len(text):,} characters; a launch script is at most {MAX_SCRIPT_CHARS:,}")
+    try:
+        script = read_script(text, variables, include)
+    except ShellLimit as exc:
+        raise ConfigError(file, f"{exc}; not a launch script") from None
     program = _program(script.lines, file)
     found, bad = _flags(script.lines)
     if not any(f in ("num-layers", "hidden-size", "num-attention-heads", "seq-length") for f, _, _ in found):
@@ -245,9 +253,9 @@ def draft_from_text(
         d.note("source", n)
     for flag in a.order:
         if flag not in a.read:
-            vals = _shown(" ".join(a.flags[flag]))
-            outside = " (set outside the file)" if missing_in(" ".join(a.flags[flag])) else ""
-            d.unmapped("source", f"--{flag}" + (f" {vals}" if vals else "") + outside)
+            joined = " ".join(a.flags[flag])
+            outer = " (set outside the file)" if missing_in(joined) else ""
+            d.unmapped("source", f"--{flag}" + (f" {_shown(joined)}" if joined else "") + outer)
     d.set("source.imported_from", f"Megatron-LM arguments {os.path.basename(file)}")
     return d
 
@@ -292,9 +300,7 @@ def _world(a: Args, d: Draft, deg: dict[str, int], gpus: int | None, node: int) 
     if per and nodes and (per * nodes) % unit == 0:
         d.world_why = f"torchrun --nproc_per_node {per} x --nnodes {nodes}; give --gpus N"
         return per * nodes
-    world = node * max(1, math.ceil(unit / node))
-    while world % unit:
-        world += node
+    world = math.lcm(node, unit)
     d.world_why = f"{world} GPUs: tp x pp x lcm(cp, ep) on whole {node}-GPU nodes; give --gpus N"
     if per and nodes:
         d.note("island", f"torchrun's {per} x {nodes} GPUs do not hold tp x pp x lcm(cp, ep) = {unit}")

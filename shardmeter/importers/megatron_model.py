@@ -150,8 +150,12 @@ def model_keys(a: Args, d: Draft) -> None:
             f"not modelled: --mtp-num-layers {mtp} (multi-token prediction layers; their parameters and compute left out)",
         )
         d.planned("model.mtp_layers", str(mtp), "--mtp-num-layers")
-    rates = {f: a.value(f) for f in ("attention-dropout", "hidden-dropout")}
-    on = [f"--{f} {v}" if v is not None else f"--{f} 0.1 (default)" for f, v in rates.items() if _rate(v) > 0]
+    rates = {f: a.float(f) for f in ("attention-dropout", "hidden-dropout")}
+    on = [
+        f"--{f} {v:g}" if v is not None else f"--{f} 0.1 (default)"
+        for f, v in rates.items()
+        if v is None or v > 0
+    ]
     d.set("model.dropout", bool(on), ", ".join(on) if on else "--attention-dropout 0, --hidden-dropout 0")
 
 
@@ -263,16 +267,6 @@ def _moe(a: Args, d: Draft) -> None:
                     "model",
                     f"the {n_dense} dense layers of --moe-layer-freq are interleaved; counted as if they led",
                 )
-
-
-def _rate(v: str | None) -> float:
-    """A dropout rate; Megatron's default is 0.1 for both (``TransformerConfig``)."""
-    if v is None:
-        return 0.1
-    try:
-        return float(v)
-    except ValueError:
-        return 0.1
 
 
 def vocab_keys(a: Args, d: Draft) -> None:

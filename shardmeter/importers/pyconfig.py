@@ -16,6 +16,7 @@ calls, numbers as :func:`shardmeter.numbers.check_number` allows).
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,7 @@ import attrs
 from shardmeter.importers.files import ConfigError
 
 __all__ = [
+    "BadNumber",
     "Rec",
     "Opaque",
     "Module",
@@ -59,6 +61,14 @@ class Opaque:
         return self.text
 
 
+@attrs.frozen
+class BadNumber(Opaque):
+    """A number the reader will not carry (not finite, or beyond ``FLOAT_MAX``): its text and
+    value, so the importer can name the field it lands in."""
+
+    value: Any = None
+
+
 @attrs.define(eq=False)
 class Rec:
     """A call of something not defined in the file (a configuration class, a registry): its
@@ -76,7 +86,8 @@ class Rec:
 
     def chain(self) -> list[Rec]:
         """This record and the ones its methods were called on, innermost last."""
-        out, r = [], self
+        out: list[Rec] = []
+        r: Rec | None = self
         while r is not None and len(out) < MAX_DEPTH:
             out.append(r)
             r = r.base
@@ -98,6 +109,8 @@ class _Shared:
 
     steps: int = 0
     notes: list[str] = attrs.field(factory=list)
+    #: the file the import reads (errors name it, whichever file of its tree they arise in)
+    root: str = ""
 
 
 #: Files one import may read through its imports, at most.
@@ -141,7 +154,7 @@ class Module:
     @classmethod
     def parse(cls, text: str, file: str, loader: Callable[[str], Module | None] | None = None) -> Module:
         try:
-            tree = ast.parse(text, filename=file)
+            tree = _parsed(text, file)
         except SyntaxError as exc:
             raise ConfigError(file, f"not valid Python (line {exc.lineno}: {exc.msg})") from None
         except (RecursionError, MemoryError):
@@ -169,6 +182,13 @@ class Module:
     def note(self, line: str) -> None:
         if line not in self.notes and len(self.notes) < 200:
             self.notes.append(line)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(text: str, file: str) -> ast.Module:
+    """``ast.parse`` of a file's text, kept for the next import of the same text (a recipe tree's
+    shared modules are read by every recipe of it); the tree is only ever read."""
+    return ast.parse(text, filename=file)
 
 
 def tree_loader(file: str, read: Callable[[str], str], shared: _Shared) -> Callable[[str], Module | None]:
@@ -224,6 +244,7 @@ def tree_loader(file: str, read: Callable[[str], str], shared: _Shared) -> Calla
 def parse_tree(text: str, file: str, read: Callable[[str], str]) -> Module:
     """``file`` parsed, with a :func:`tree_loader` for the modules it imports."""
     root = Module.parse(text, file)
+    root.shared.root = file
     root.loader = tree_loader(file, read, root.shared)
     return root
 

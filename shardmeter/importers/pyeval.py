@@ -16,6 +16,7 @@ from shardmeter.importers.pyconfig import (
     MAX_ITEMS,
     MAX_STEPS,
     PASS_THROUGH,
+    BadNumber,
     Module,
     Opaque,
     Rec,
@@ -69,6 +70,14 @@ _BUILTINS: dict[str, Callable[..., Any]] = {
 }
 
 
+def _bad(node: ast.AST, v: Any) -> Any:
+    """A value :func:`_number_ok` refuses: a number is kept (the importer names its field), a
+    long string or list stays opaque."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return BadNumber(opaque_text(node).text, v)
+    return opaque_text(node)
+
+
 def _known(v: Any) -> bool:
     """A value computed exactly (no :class:`Opaque` or :class:`Rec` inside)."""
     if isinstance(v, (Opaque, Rec)):
@@ -103,7 +112,9 @@ class Frame:
     # -- statements -------------------------------------------------------------------------
     def call(self, fn: ast.FunctionDef, args: list[Any], kwargs: dict[str, Any]) -> Any:
         if self.depth >= MAX_DEPTH:
-            raise ConfigError(self.m.file, f"{fn.name}: calls nested more than {MAX_DEPTH} deep")
+            raise ConfigError(
+                self.m.shared.root or self.m.file, f"{fn.name}: calls nested more than {MAX_DEPTH} deep"
+            )
         frame = Frame(self.m, self.depth + 1)
         frame._bind(fn, args, kwargs)
         try:
@@ -165,6 +176,16 @@ class Frame:
                 self.m.note(f"not followed (line {st.lineno}): for ... in {opaque_text(st.iter)}")
         elif isinstance(st, (ast.Assert, ast.Pass, ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal)):
             return
+        elif isinstance(st, ast.Raise):
+            what = opaque_text(st.exc).text if st.exc is not None else "an exception"
+            where = (
+                f"line {st.lineno}"
+                if self.m.file == self.m.shared.root
+                else f"{self.m.file} line {st.lineno}"
+            )
+            raise ConfigError(
+                self.m.shared.root or self.m.file, f"{where}: it raises {what}, so it makes no configuration"
+            )
         elif isinstance(st, ast.FunctionDef):
             self.env[st.name] = Opaque(f"{st.name} (a nested function)")
         else:
@@ -200,7 +221,10 @@ class Frame:
     def _tick(self) -> None:
         self.m.shared.steps += 1
         if self.m.shared.steps > MAX_STEPS:
-            raise ConfigError(self.m.file, f"more than {MAX_STEPS:,} steps to read; not a configuration file")
+            raise ConfigError(
+                self.m.shared.root or self.m.file,
+                f"more than {MAX_STEPS:,} steps to read; not a configuration file",
+            )
 
     def expr(self, node: ast.expr | None, store: bool = False) -> Any:
         if node is None:
@@ -210,13 +234,15 @@ class Frame:
             method = getattr(self, f"_{type(node).__name__}", None)
             return method(node, store) if method else opaque_text(node)
         except RecursionError:
-            raise ConfigError(self.m.file, "expressions nested too deeply to read") from None
+            raise ConfigError(
+                self.m.shared.root or self.m.file, "expressions nested too deeply to read"
+            ) from None
 
     def _Constant(self, node: ast.Constant, store: bool) -> Any:
         v = node.value
         if isinstance(v, (bytes, complex)) or v is Ellipsis:
             return opaque_text(node)
-        return v if _number_ok(v) else opaque_text(node)
+        return v if _number_ok(v) else _bad(node, v)
 
     def _Name(self, node: ast.Name, store: bool) -> Any:
         if node.id in self.env:
@@ -277,7 +303,8 @@ class Frame:
                     out[f"**{opaque_text(v)}"] = opaque_text(v)
                 continue
             key = self.expr(k)
-            out[key if isinstance(key, (str, int, float, bool)) else str(opaque_text(k))] = self.expr(v)
+            hashable = isinstance(key, (str, int, float, bool)) or (isinstance(key, tuple) and _known(key))
+            out[key if hashable else str(opaque_text(k))] = self.expr(v)
         return out
 
     def _UnaryOp(self, node: ast.UnaryOp, store: bool) -> Any:
@@ -310,7 +337,7 @@ class Frame:
             v = fn(a, b)
         except (TypeError, ValueError, ZeroDivisionError, OverflowError, MemoryError):
             return opaque_text(node)
-        return v if _number_ok(v) else opaque_text(node)
+        return v if _number_ok(v) else _bad(node, v)
 
     def _BoolOp(self, node: ast.BoolOp, store: bool) -> Any:
         vals = [self.expr(v) for v in node.values]
@@ -442,7 +469,7 @@ class Frame:
             v = _BUILTINS[name](*args)
         except (TypeError, ValueError, OverflowError):
             return opaque_text(node)
-        return v if _number_ok(v) else opaque_text(node)
+        return v if _number_ok(v) else _bad(node, v)
 
     def _dotted(self, node: ast.expr) -> str:
         """A callee's dotted name (``Trainer.Config``), with an imported alias resolved."""

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-__all__ = ["logical_lines", "read_script", "Script", "missing_in", "MARK", "END"]
+__all__ = ["logical_lines", "read_script", "Script", "ShellLimit", "missing_in", "MARK", "END"]
 
 #: A value the script cannot give: ``MARK + name + END`` (a variable), ``MARK + "(...)" + END``
 #: (a command's output). Private-use characters, removed from the script before reading.
@@ -31,8 +31,15 @@ _ASSIGN = re.compile(
     re.S,
 )
 _HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
-#: Longest value a variable may grow to (a script's values are a few kB).
-MAX_VALUE = 1 << 20
+#: Longest value a variable may grow to (a script's longest, a string of arguments, is a few kB).
+MAX_VALUE = 64 << 10
+#: Characters all expansions of one script may produce together, at most (the examples' are
+#: under 100 kB).
+MAX_EXPANDED = 8 << 20
+
+
+class ShellLimit(ValueError):
+    """A script whose variables expand past :data:`MAX_EXPANDED` characters."""
 
 
 def missing_in(text: str) -> list[str]:
@@ -140,6 +147,7 @@ class Script:
     missing: dict[str, int] = attrs.field(factory=dict)
     notes: list[str] = attrs.field(factory=list)
     env: dict[str, str] = attrs.field(factory=dict)
+    expanded: int = 0
 
     def note(self, line: str) -> None:
         if line not in self.notes and len(self.notes) < 100:
@@ -193,7 +201,14 @@ class _Expander:
             else:
                 out.append(c)
             i += 1
-        return "".join(out)[:MAX_VALUE]
+        text = "".join(out)
+        self.s.expanded += len(text)
+        if len(text) > MAX_VALUE or self.s.expanded > MAX_EXPANDED:
+            raise ShellLimit(
+                f"its variables expand to more than {MAX_VALUE >> 10} kB in one place, or "
+                f"{MAX_EXPANDED >> 20} MiB in all"
+            )
+        return text
 
     def _dollar(self, text: str, i: int) -> tuple[str, int]:
         """The value of the expansion starting at ``text[i] == "$"`` and the index after it."""
@@ -490,7 +505,9 @@ def _command(cmd: str, exp: _Expander, s: Script, no: int) -> None:
         except ValueError:
             words = [expanded]
         v = words[0] if words else ""
-        s.env[name] = (s.env.get(name, "") + v if append else v)[:MAX_VALUE]
+        s.env[name] = s.env.get(name, "") + v if append else v
+        if len(s.env[name]) > MAX_VALUE:
+            raise ShellLimit(f"{name} grows past {MAX_VALUE >> 10} kB")
         if "--" in v:  # a string of arguments (MEGATRON_PARAMS="--num-layers ...")
             s.lines.append((no, v))
         return

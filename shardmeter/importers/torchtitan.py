@@ -384,8 +384,18 @@ def _recompute(s: Settings, d: Draft) -> None:
         d.set("training.recompute", mode, f"[activation_checkpoint] mode = {shown(mode)}")
     elif mode == "selective" and option == "op":
         d.set("training.recompute", "op", 'selective_ac_option = "op": per-operator selective checkpointing')
-    elif mode == "selective" and option.isascii() and option.isdigit() and 1 <= int(option[:6]) < 10**6:
-        k = int(option)
+    elif mode == "selective" and option != "op" and option.strip():
+        from shardmeter.importers.files import number_text
+
+        k = int(
+            number_text(
+                option,
+                field="activation_checkpoint.selective_ac_option",
+                file=d.file,
+                integer=True,
+                minimum=1,
+            )
+        )
         d.set(
             "training.recompute", "full", f'selective_ac_option = "{k}": every {k}th layer fully recomputed'
         )

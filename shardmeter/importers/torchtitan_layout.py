@@ -65,11 +65,9 @@ def _world(g: dict[str, int], gpus: int | None, node: int, file: str) -> tuple[i
                 "torchtitan requires their product to be the world size)",
             )
         return need, g["shard"]
-    # EP borrows from the data-parallel ranks (and CP): the world holds lcm(shard x cp, ep)
-    world = gpus if gpus is not None else max(node, node * math.ceil(fixed / node))
-    if gpus is None:
-        while (world // (g["replicate"] * g["tp"] * g["pp"])) % g["ep"] and world < MAX_COUNT:
-            world += node
+    # EP borrows from the data-parallel ranks (and CP): the world holds rep x tp x pp x lcm(cp, ep)
+    unit = g["replicate"] * g["tp"] * g["pp"] * math.lcm(g["cp"], g["ep"])
+    world = gpus if gpus is not None else math.lcm(node, unit)
     if world % fixed:
         raise ConfigError(
             file,

@@ -19,6 +19,9 @@ from typing import Any
 
 __all__ = ["FAMILIES", "model_keys", "hf_backend_keys", "ffn_hidden", "known_flavours"]
 
+#: A family's flavour table: flavour -> its arguments, in torchtitan's own names.
+Flavours = dict[str, dict[str, Any]]
+
 #: Flavour-name suffixes that change only the attention kernel or mask, not the shape.
 ATTENTION_SUFFIXES = ("_flex_attn", "_varlen_attn", "_flex_flash", "_flex", "_varlen", "_irope")
 
@@ -38,7 +41,7 @@ def ffn_hidden(dim: int, multiple_of: int, ffn_dim_multiplier: float | None) -> 
 _LLAMA3_DEFAULTS = {"n_kv_heads": None, "vocab_size": 128256, "multiple_of": 256, "ffn_dim_multiplier": None}
 #: ``llama3_args`` (torchtitan/models/llama3/__init__.py @ 238fa99) and ``llama3_configs``
 #: (@ b5bcd76, where ``_1b`` and ``_3b`` pass ``enable_weight_tying=True``).
-LLAMA3 = {
+LLAMA3: Flavours = {
     "debugmodel": {"dim": 256, "n_layers": 6, "n_heads": 16, "vocab_size": 2048},
     "1B": {
         "dim": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8, "ffn_dim_multiplier": 1.5,
@@ -57,7 +60,7 @@ LLAMA3 = {
 }  # fmt: skip
 #: ``debugmodel`` of torchtitan/models/llama/__init__.py @ 9dec370 and @ 3e75bae: 8 layers, the
 #: vocabulary from the tokenizer (``tests/assets/test_tiktoken.model``).
-LLAMA3_DEBUG_2024 = {"dim": 256, "n_layers": 8, "n_heads": 16, "vocab_size": 2048}
+LLAMA3_DEBUG_2024: dict[str, Any] = {"dim": 256, "n_layers": 8, "n_heads": 16, "vocab_size": 2048}
 
 
 def _llama3(a: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -83,7 +86,7 @@ _LLAMA4_DEFAULTS = {
     "auto_scale_hidden_dim": True,
 }  # fmt: skip
 #: ``llama4_args`` (torchtitan/models/llama4/__init__.py @ 238fa99; not in b5bcd76).
-LLAMA4 = {
+LLAMA4: Flavours = {
     "debugmodel": {"dim": 256, "n_layers": 6, "n_heads": 16, "vocab_size": 2048},
     "17bx16e": {
         "dim": 5120, "n_layers": 48, "n_heads": 40, "n_kv_heads": 8, "ffn_dim_multiplier": 1.2,
@@ -137,7 +140,7 @@ def _llama4(a: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 # -- Qwen 3 ----------------------------------------------------------------------------------------
 #: ``qwen3_args`` (torchtitan/models/qwen3/__init__.py @ 238fa99; the same shapes in the flavour
 #: functions @ b5bcd76). Every flavour: ``qk_norm``, RMSNorm; MoE flavours route every layer.
-QWEN3 = {
+QWEN3: Flavours = {
     "debugmodel": {"vocab_size": 2048, "head_dim": 128, "dim": 256, "n_layers": 8, "n_heads": 16, "n_kv_heads": 8, "hidden_dim": 3072, "tied": True},
     "debugmodel_non_fused_qkv": {"vocab_size": 2048, "head_dim": 128, "dim": 256, "n_layers": 8, "n_heads": 16, "n_kv_heads": 8, "hidden_dim": 3072, "tied": True},
     "0.6B": {"vocab_size": 151936, "head_dim": 128, "dim": 1024, "n_layers": 28, "n_heads": 16, "n_kv_heads": 8, "hidden_dim": 3072, "tied": True},
@@ -186,7 +189,7 @@ def _qwen3(a: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 #: ``deepseekv3_args`` (torchtitan/models/deepseek_v3/__init__.py @ 238fa99) and the flavour
 #: functions @ b5bcd76 (``dense_hidden_dim`` there is ``inter_dim``, ``moe_hidden_dim``
 #: ``moe_inter_dim``, ``router_top_k`` ``top_k``). ``q_lora_rank = 0``: a plain query projection.
-DEEPSEEK_V3 = {
+DEEPSEEK_V3: Flavours = {
     "debugmodel": {
         "vocab_size": 2048, "dim": 256, "inter_dim": 1024, "moe_inter_dim": 256, "n_layers": 6,
         "n_dense_layers": 1, "n_heads": 16, "num_experts": 8, "num_shared_experts": 2, "top_k": 3,
@@ -210,7 +213,7 @@ DEEPSEEK_V3 = {
 }  # fmt: skip
 #: ``kimi_k2_5_configs`` (torchtitan/models/kimi_k2_7/__init__.py @ b5bcd76): DeepSeek-V3's
 #: layers (``build_mla_moe_layers``); ``Kimi-VL-A3B`` and ``Kimi-K2.5`` add a MoonViT vision tower.
-KIMI = {
+KIMI: Flavours = {
     "debugmodel": {**DEEPSEEK_V3["debugmodel"], "vision": True},
     "moonlight-16B-A3B": {
         "vocab_size": 163840, "dim": 2048, "inter_dim": 11264, "moe_inter_dim": 1408, "n_layers": 27,
@@ -263,7 +266,7 @@ def _deepseek(a: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 #: 64 heads of 64, 8 KV heads, ``moe_inter_dim`` 2880, vocabulary 201088; ``gptoss_configs``
 #: sets the layers and experts (top 4, no shared expert). At b5bcd76 ``_debugmodel`` also sets
 #: ``vocab_size = 2048`` (at 238fa99 it keeps 201088).
-GPT_OSS = {
+GPT_OSS: Flavours = {
     "debugmodel": {"dim": 256, "n_layers": 4, "num_experts": 8},
     "20b": {"n_layers": 24, "num_experts": 32},
     "120b": {"n_layers": 36, "num_experts": 128},
@@ -300,7 +303,7 @@ def _gpt_oss(a: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 #: The flavour functions of torchtitan/models/qwen3_5/__init__.py @ b5bcd76: one full-attention
 #: layer in 4 (``full_attention_interval``), the others Gated DeltaNet linear attention; the MoE
 #: flavours have one shared expert of ``shared_expert_hidden_dim``; every flavour a vision tower.
-QWEN3_5 = {
+QWEN3_5: Flavours = {
     "debugmodel": {"dim": 256, "head_dim": 64, "n_layers": 8, "n_heads": 4, "n_kv_heads": 2, "hidden_dim": 512},
     "debugmodel_moe": {
         "dim": 256, "head_dim": 64, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2, "moe_hidden_dim": 256,
@@ -357,7 +360,7 @@ def _qwen3_5(a: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 #: ``muse_glimmer_configs`` (torchtitan/models/muse_glimmer/__init__.py @ b5bcd76): SwiGLU of
 #: ``int(3.0 x dim)`` (``_FFN_DIM_MULTIPLIER``), sliding windows on 3 layers in 4; the ``_mm``
 #: flavours own a vision encoder.
-MUSE_GLIMMER = {
+MUSE_GLIMMER: Flavours = {
     "debugmodel": {"dim": 256, "n_layers": 8, "n_heads": 4, "n_kv_heads": 2, "head_dim": 64, "vocab_size": 2048, "window": 128},
     "30B": {"dim": 6656, "n_layers": 52, "n_heads": 32, "n_kv_heads": 2, "head_dim": 128, "vocab_size": 202048, "window": 2048},
 }  # fmt: skip
@@ -388,13 +391,13 @@ def _muse_glimmer(a: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 # -- experiments ----------------------------------------------------------------------------------
 #: ``deepseek_config_registry`` (torchtitan/experiments/deepseek_v3/model_config.py @ 820504e):
 #: DeepSeek-V2-Lite, the same shape as the later ``deepseek_v3`` "16B" flavour.
-DEEPSEEK_V2 = {
+DEEPSEEK_V2: Flavours = {
     "deepseek-ai/DeepSeek-V2-Lite": DEEPSEEK_V3["16B"],
     "deepseek-ai/DeepSeek-V2-Lite-Chat": DEEPSEEK_V3["16B"],
 }
 #: ``llama3_siglip2_args`` (torchtitan/experiments/vlm/__init__.py @ 238fa99): Llama 3's
 #: ``debugmodel_flex_attn`` decoder with a 4-layer Siglip2 image encoder.
-VLM = {"debugmodel": {**LLAMA3["debugmodel"], "vision": True}}
+VLM: Flavours = {"debugmodel": {**LLAMA3["debugmodel"], "vision": True}}
 
 
 def _vlm(a: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -411,7 +414,7 @@ HF_BACKEND_MODELS = {
 }
 #: The flavours of torchtitan/experiments/transformers_modeling_backend/__init__.py @ 238fa99:
 #: ``TitanDenseModelArgs`` fields that override the Hugging Face config (``None`` keeps it).
-HF_BACKEND_FLAVOURS = {
+HF_BACKEND_FLAVOURS: Flavours = {
     "debugmodel": {"dim": 256, "n_layers": 2, "n_heads": 16, "n_kv_heads": 16},
     "full": {"dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": None},
 }
@@ -447,9 +450,7 @@ def hf_backend_keys(hf_model: str, flavor: str) -> tuple[dict[str, Any], list[st
 
 
 #: family -> (flavour table, the function making [model] keys, where the table comes from).
-FAMILIES: dict[
-    str, tuple[dict[str, dict[str, Any]], Callable[[dict[str, Any], list[str]], dict[str, Any]], str]
-] = {
+FAMILIES: dict[str, tuple[Flavours, Callable[[dict[str, Any], list[str]], dict[str, Any]], str]] = {
     "llama3": (LLAMA3, _llama3, "torchtitan/models/llama3/__init__.py @ 238fa99, b5bcd76"),
     "llama4": (LLAMA4, _llama4, "torchtitan/models/llama4/__init__.py @ 238fa99"),
     "qwen3": (QWEN3, _qwen3, "torchtitan/models/qwen3/__init__.py @ 238fa99, b5bcd76"),

@@ -22,8 +22,8 @@ import os
 from typing import Any
 
 from shardmeter.importers.draft import Draft
-from shardmeter.importers.files import ConfigError, read_text
-from shardmeter.importers.pyconfig import MAX_DEPTH, Module, Opaque, Rec, evaluate, parse_tree
+from shardmeter.importers.files import ConfigError, number, read_text
+from shardmeter.importers.pyconfig import MAX_DEPTH, BadNumber, Module, Opaque, Rec, evaluate, parse_tree
 from shardmeter.importers.torchtitan import draft_from_config
 from shardmeter.importers.torchtitan_models import FAMILIES, NOT_LANGUAGE_MODELS
 
@@ -118,6 +118,8 @@ def _plain(v: Any, depth: int = 0) -> Any:
         return "..."
     if isinstance(v, Rec):
         return {k: _plain(x, depth + 1) for k, x in v.fields.items()} or v.name
+    if isinstance(v, BadNumber):
+        return v.value  # checked, and named, where it is read
     if isinstance(v, Opaque):
         return f"<{v.text}>"
     if isinstance(v, (list, tuple)):
@@ -135,8 +137,11 @@ def _cls(rec: Any) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def _literal(v: Any, what: str, notes: list[str]) -> Any:
-    """``v``, or ``None`` with a not-mapped note when it is an expression the reader did not compute."""
+def _literal(v: Any, what: str, notes: list[str], file: str = "") -> Any:
+    """``v``, or ``None`` with a not-mapped note when it is an expression the reader did not
+    compute; a number out of range is a one-line error naming the field."""
+    if isinstance(v, BadNumber):
+        number(v.value, field=what, file=file)
     if isinstance(v, (Opaque, Rec)):
         notes.append(
             f"not mapped: {what} = {v.text if isinstance(v, Opaque) else v.name + '(...)'} (an expression)"
@@ -175,7 +180,7 @@ def _model(cfg: Rec, m: Module, file: str, fn: str, era: str, notes: list[str]) 
     model: dict[str, Any] = {"name": _family(spec, m, file, fn), "flavor": flavor}
     for key in ("attn_backend",):
         if key in spec.fields:
-            model[key] = _literal(spec.fields[key], key, notes)
+            model[key] = _literal(spec.fields[key], key, notes, file)
     for key, why in (
         ("moe_comm_backend", "the MoE token dispatcher (all-to-all priced)"),
         ("tp_gemm_backend", "TP collectives fused into GEMMs (priced as TP)"),
@@ -197,7 +202,7 @@ def _model(cfg: Rec, m: Module, file: str, fn: str, era: str, notes: list[str]) 
             recipe = c.get("recipe_name", "rowwise" if era == "registry" else None)
             f8 = {k: _plain(v) for k, v in c.fields.items() if k not in ("model_compile_enabled",)}
             if recipe is not None:
-                f8["recipe_name"] = _literal(recipe, "recipe_name", notes)
+                f8["recipe_name"] = _literal(recipe, "recipe_name", notes, file)
             if f8.get("emulate") is True:
                 notes.append(
                     "Float8LinearConverter(emulate = true): fp8 emulated in bf16 on the GPU; priced as fp8"
@@ -213,9 +218,9 @@ def _model(cfg: Rec, m: Module, file: str, fn: str, era: str, notes: list[str]) 
     return {"model": model, **({"quantize": {"linear": quant}} if quant else {})}
 
 
-def _training(rec: Any, par: dict[str, Any], era: str, notes: list[str]) -> dict[str, Any]:
+def _training(rec: Any, par: dict[str, Any], era: str, notes: list[str], file: str) -> dict[str, Any]:
     out = {
-        k: _literal(v, f"training.{k}", notes)
+        k: _literal(v, f"training.{k}", notes, file)
         for k, v in (rec.fields.items() if isinstance(rec, Rec) else [])
     }
     out = {k: v for k, v in out.items() if v is not None}
@@ -294,7 +299,7 @@ def to_job(cfg: Rec, m: Module, file: str, fn: str, era: str) -> tuple[dict[str,
         job["hf_transformers"] = {"model": cfg.get("hf_model")}
     par_rec = cfg.get("parallelism")
     par = {k: _plain(v) for k, v in par_rec.fields.items()} if isinstance(par_rec, Rec) else {}
-    job["training"] = _training(cfg.get("training"), par, era, notes)
+    job["training"] = _training(cfg.get("training"), par, era, notes, file)
     comp = cfg.get("compile")
     compile_ = {k: _plain(v) for k, v in comp.fields.items()} if isinstance(comp, Rec) else {}
     if "enable_async_tensor_parallel" in compile_:
