@@ -419,3 +419,46 @@ def test_torchtitan_registry_needs_config_and_names_the_functions(capsys):
     assert code == 2 and "--config NAME: which function to import (llama3_debugmodel," in one_line_error(err)
     code, _, err = run(capsys, "import", "torchtitan", reg / "config_registry.py", "--config", "llama3_8bb")
     assert code == 2 and "no such function (did you mean llama3_8b" in one_line_error(err)
+
+
+# -- Megatron-Bridge and NeMo 2 recipes -------------------------------------------------------------
+
+BRIDGE = FIX / "megatron-bridge" / "2026-08-22_067f987" / "src" / "megatron" / "bridge"
+NEMO = FIX / "nemo2" / "2025-09-20_8cfedd7" / "nemo" / "collections" / "llm" / "recipes"
+
+
+def test_a_megatron_bridge_performance_recipe_follows_its_tree():
+    # llama3_8b_pretrain_8gpu_h100_fp8cs_config() builds on llama3_8b_pretrain_config() of
+    # perf_recipes/llama/common.py, which re-exports recipes/llama/h100/llama3.py's, on _pretrain_common()
+    path = BRIDGE / "perf_recipes" / "llama" / "h100" / "llama3.py"
+    text = import_config(
+        "megatron", str(path), gpu="h100-sxm", config="llama3_8b_pretrain_8gpu_h100_fp8cs_config"
+    )
+    data = _tables(text)
+    assert data["model"] == {"preset": "llama3-8b", "seq_len": 8192}
+    t = data["training"]
+    assert (t["global_batch"], t["micro_batch"], t["precision"], t["fp8_recipe"]) == (
+        128,
+        1,
+        "fp8",
+        "tensorwise",
+    )
+    assert (t["recompute"], t["recompute_layers"]) == ("full", 5)
+    assert data["island"][0]["nodes"] == 1 and "the recipe's name: 8 H100 GPUs" in text
+    assert shardmeter.estimate(data).params == pytest.approx(8.03e9, rel=0.01)
+
+
+def test_a_nemo2_recipe_reads_its_trainer_strategy_and_data():
+    text = import_config("megatron", str(NEMO / "llama3_8b.py"), gpu="h100-sxm", config="pretrain_recipe")
+    data = _tables(text)
+    assert data["model"]["preset"] == "llama3-8b" and data["model"]["seq_len"] == 8192
+    assert (data["parallelism"]["cp"], data["parallelism"]["sharding"]) == (2, "zero1")
+    assert (data["training"]["global_batch"], data["training"]["precision"]) == (512, "bf16")
+    assert "# not mapped: ckpt_async_save = true" in text
+
+
+def test_a_recipe_function_is_named_with_config(capsys):
+    code, _, err = run(capsys, "import", "megatron", NEMO / "llama3_8b.py")
+    assert code == 2 and "--config NAME: which recipe function to import (pretrain_recipe" in one_line_error(
+        err
+    )

@@ -204,6 +204,12 @@ def _nemo(recipe: Rec, file: str) -> dict[str, Any]:
     out.update(_fields(trainer.get("strategy")))
     out.update(_fields(out.pop("ddp", None)))
     out.update(_fields(recipe.get("data")))
+    optim = _fields(
+        recipe.get("optim")
+    )  # MegatronOptimizerModule(config=OptimizerConfig(use_distributed_optimizer))
+    opt = _fields(optim.get("config"))
+    if "use_distributed_optimizer" in opt:
+        out["use_distributed_optimizer"] = opt["use_distributed_optimizer"]
     out["train_iters"] = trainer.get("max_steps")
     out["_nodes"], out["_devices"] = trainer.get("num_nodes"), trainer.get("devices")
     plugins = trainer.get("plugins")
@@ -321,6 +327,34 @@ def _map(f: dict[str, Any], d: Draft, file: str, fn: str, gpus: int | None, node
     _world(f, d, deg, file, fn, gpus, node)
     _sharding(f, d)
     _training(f, d, file)
+    _unmapped(f, d)
+
+
+#: The Megatron-Core fields :func:`_map` reads (the others are listed as not mapped).
+_READ = {
+    *_MODEL_FIELDS, "seq_length", "sequence_length", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+    "context_parallel_size", "expert_model_parallel_size", "virtual_pipeline_model_parallel_size",
+    "sequence_parallel", "use_megatron_fsdp", "fsdp", "data_parallel_sharding_strategy",
+    "use_distributed_optimizer", "tp_comm_overlap", "overlap_grad_reduce", "micro_batch_size",
+    "global_batch_size", "recompute_granularity", "recompute_method", "recompute_num_layers", "train_iters",
+    "mtp_num_layers",
+}  # fmt: skip
+
+
+def _unmapped(f: dict[str, Any], d: Draft) -> None:
+    from shardmeter.importers.settings import shown
+
+    for key, value in f.items():
+        if key.startswith("_") or key in _READ or value is None:
+            continue
+        text = (
+            value.text
+            if isinstance(value, Opaque)
+            else f"{_short(value)}(...)"
+            if isinstance(value, Rec)
+            else shown(value)
+        )
+        d.unmapped("source", f"{key} = {text}")
 
 
 def _world(
