@@ -62,12 +62,18 @@ class Estimator:
 
     # -- the stages ----------------------------------------------------------------------------
     def load(self, source: Any, overrides: Any = ()) -> Scenario:
-        """``source`` (a path, a dict of tables or a :class:`Scenario`) with ``overrides`` applied.
+        """``source`` (a path, a dict of tables or a :class:`Scenario`) with ``overrides`` applied:
+        ``"KEY=VALUE"`` strings, ``(key, value)`` pairs or a ``{key: value}`` dict.
 
         A loaded scenario is returned as is without overrides; with some, its tables are loaded
         again with them (:func:`~shardmeter.load.scenario.load_scenario`), so that they apply as they
         do on its file or dict, and a bad key is an error naming it and the scenario's file."""
-        overrides = (overrides,) if isinstance(overrides, str) else tuple(overrides)
+        if isinstance(overrides, str):
+            overrides = (overrides,)
+        elif isinstance(overrides, Mapping):  # {key: value}, as docs/python-api.md says
+            overrides = tuple(overrides.items())
+        else:
+            overrides = tuple(overrides or ())
         if isinstance(source, Scenario) and not overrides:
             return source
         return load_scenario(source, overrides=overrides, registry=self.registry)

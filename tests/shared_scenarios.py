@@ -28,7 +28,7 @@ TINY = {
 }
 
 
-# Llama 3 8B as torchtitan's llama3_8b.toml builds it (tests/fixtures/torchtitan/llama3_8b.toml):
+# Llama 3 8B as torchtitan's llama3_8b.toml builds it (tests/fixtures/torchtitan/2026-02-23_238fa99_last_toml/torchtitan/models/llama3/train_configs/llama3_8b.toml):
 # FSDP over 8 H100, seq 8192, local batch 1, per-op selective recompute, compiled. Its shape:
 H, Q, KV, FFN, HEADS, LAYERS, VOCAB, SEQ = 4096, 4096, 1024, 14336, 32, 32, 128256, 8192
 

@@ -50,35 +50,44 @@ def _active(m) -> float:
     return F.active_params(*args, m.experts, m.experts_per_token, **shape)
 
 
-# Published totals (and activated parameters), with their sources:
+# Published totals (and activated parameters), with their sources. Every total within 0.5 %; the
+# activated figures are published to two significant figures ("37B", "3.3B"), so within 3 %.
 PUBLISHED = {
     # Llama 3 8B: 8.03 B, the safetensors count on meta-llama/Meta-Llama-3-8B's model page.
-    "llama-3-8b": (8.03e9, None, 0.01),
+    "llama-3-8b": (8.03e9, None),
+    # Llama 3.1 8B: 8.03 B, the safetensors count on meta-llama/Llama-3.1-8B's model page.
+    "llama-3.1-8b": (8.03e9, None),
     # Mixtral 8x7B: 46.7 B total, 12.9 B active (Jiang et al. 2024, arXiv 2401.04088, Sec. 1-2).
-    "mixtral-8x7b-v0.1": (46.7e9, 12.9e9, 0.01),
+    "mixtral-8x7b-v0.1": (46.7e9, 12.9e9),
     # DeepSeek-V3: 671 B total, 37 B activated (arXiv 2412.19437, abstract; MTP module excluded).
-    "deepseek-v3": (671e9, 37e9, 0.03),
+    "deepseek-v3": (671e9, 37e9),
     # Qwen2.5-7B: 7.61 B (the Qwen/Qwen2.5-7B model card, "Number of Parameters").
-    "qwen2.5-7b": (7.61e9, None, 0.02),
+    "qwen2.5-7b": (7.61e9, None),
     # Gemma 2 9B: 8,324 M non-embedding + 917 M embedding (arXiv 2408.00118, Table 1).
-    "gemma-2-9b": (9.241e9, None, 0.02),
+    "gemma-2-9b": (9.241e9, None),
     # Qwen3-30B-A3B: 30.5 B total, 3.3 B activated (the Qwen/Qwen3-30B-A3B model card).
-    "qwen3-30b-a3b": (30.5e9, 3.3e9, 0.03),
+    "qwen3-30b-a3b": (30.5e9, 3.3e9),
     # Llama 3.1 70B: 70.6 B (meta-llama/Llama-3.1-70B model page, safetensors).
-    "llama-3.1-70b": (70.6e9, None, 0.01),
+    "llama-3.1-70b": (70.6e9, None),
     # Mistral 7B v0.1: 7.24 B (mistralai/Mistral-7B-v0.1 model page, safetensors).
-    "mistral-7b-v0.1": (7.24e9, None, 0.01),
+    "mistral-7b-v0.1": (7.24e9, None),
+    # Mistral 7B v0.3: 7.25 B (mistralai/Mistral-7B-v0.3 model page, safetensors).
+    "mistral-7b-v0.3": (7.25e9, None),
 }
+
+
+def test_every_bundled_config_has_a_published_figure():
+    assert {p.stem for p in HF.glob("*.json")} == set(PUBLISHED)
 
 
 @pytest.mark.parametrize("fixture", sorted(PUBLISHED))
 def test_hf_config_scenario_gives_the_published_parameter_count(tmp_path, fixture):
-    total, active, rel = PUBLISHED[fixture]
+    total, active = PUBLISHED[fixture]
     path = _scenario(tmp_path, _copy(tmp_path, fixture) + "\nseq_len = 4096")
     rep = shardmeter.estimate(str(path))
-    assert rep.params == pytest.approx(total, rel=rel)
+    assert rep.params == pytest.approx(total, rel=0.005)
     if active is not None:
-        assert _active(load_scenario(str(path)).model) == pytest.approx(active, rel=rel)
+        assert _active(load_scenario(str(path)).model) == pytest.approx(active, rel=0.03)
 
 
 def test_llama3_8b_config_maps_to_the_llama3_8b_preset():
@@ -290,3 +299,122 @@ def test_bad_shape_keys_are_errors_naming_the_key(model, message):
     with pytest.raises(ScenarioError) as exc:
         load_scenario(sc)
     assert message in str(exc.value)
+
+
+# -- Llama 4, towers and attention kinds ----------------------------------------------------------
+
+#: The text_config of meta-llama/Llama-4-Scout-17B-16E's config.json (the fields that shape it).
+SCOUT_TEXT = {
+    "model_type": "llama4_text", "hidden_act": "silu", "num_hidden_layers": 48, "hidden_size": 5120,
+    "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
+    "intermediate_size_mlp": 16384, "vocab_size": 202048, "max_position_embeddings": 10485760,
+    "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+    "attention_chunk_size": 8192, "use_qk_norm": True, "tie_word_embeddings": False,
+}  # fmt: skip
+
+
+def _llama4(**text) -> dict:
+    return {
+        "model_type": "llama4",
+        "text_config": {**SCOUT_TEXT, **text},
+        "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 1408, "num_hidden_layers": 34},
+    }
+
+
+def test_llama4_scout_has_a_shared_expert_on_every_layer():
+    table, notes = model_table_from_hf(_llama4())
+    assert (table["experts"], table["experts_per_token"], table["shared_experts"]) == (16, 1, 1)
+    assert (table["moe_ffn_hidden"], table["ffn_hidden"]) == (8192, 16384) and "dense_layers" not in table
+    assert table["tied_embeddings"] is False and table["kv_heads"] == 8
+    assert any("vision tower (vision_config)" in n for n in notes)
+    assert any("chunked local attention (8192-token chunks" in n for n in notes)
+
+
+def test_llama4_maverick_interleaves_moe_layers():
+    # Maverick: 128 experts on every second layer (interleave_moe_layer_step 2: layers 1, 3, ..., 47)
+    table, notes = model_table_from_hf(_llama4(num_local_experts=128, interleave_moe_layer_step=2))
+    assert (table["experts"], table["dense_layers"]) == (128, 24)
+    assert any("interleaved" in n for n in notes)
+    moe_layers = _llama4(num_local_experts=128, moe_layers=[3, 7, 11])
+    assert model_table_from_hf(moe_layers)[0]["dense_layers"] == 45
+
+
+def test_llama4_parameter_count_from_first_principles():
+    # Scout: per layer attention 2 x 5120 x (5120 + 1024) and 16 routed + 1 shared SwiGLU experts of
+    # 8192 (3 x 5120 x 8192 each) with a 5120 x 16 router; untied 202048 x 5120 embedding and output;
+    # norms as the formulas count them (4 h per layer, 2 h at the end)
+    table, _ = model_table_from_hf(_llama4())
+    table["seq_len"] = 8192
+    sc = {"model": table, "training": {"global_batch": 512}, "island": [{"gpu": "h100-sxm", "nodes": 64}]}
+    rep = shardmeter.estimate(sc)
+    h = 5120
+    layer = 2 * h * (h + 1024) + 17 * 3 * h * 8192 + h * 16 + 4 * h
+    assert rep.params == 48 * layer + 2 * 202048 * h + 2 * h
+    # Meta's model card gives 109 B in all, with the vision encoder this text model leaves out
+    assert rep.params == pytest.approx(109e9, rel=0.015) and rep.params < 109e9
+
+
+@pytest.mark.parametrize(
+    ("cfg", "note"),
+    [
+        ({"model_type": "minimax"}, "minimax's lightning (linear) attention"),
+        ({"model_type": "qwen3_next"}, "Gated DeltaNet linear attention"),
+        (
+            {"layer_types": ["sliding_attention", "full_attention"] * 2},
+            "sliding-window attention on 2 of 4 layers",
+        ),
+        ({"sliding_window": 1024}, "sliding-window attention (1024 tokens)"),
+        ({"audio_config": {"num_hidden_layers": 2}}, "the audio tower (audio_config)"),
+    ],
+)
+def test_what_is_not_modelled_is_noted(cfg, note):
+    base = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100,
+            "max_position_embeddings": 4096, "intermediate_size": 128}  # fmt: skip
+    _, notes = model_table_from_hf({**base, **cfg})
+    assert any(note in n for n in notes), notes
+
+
+def test_a_sliding_window_that_is_switched_off_is_not_noted():
+    cfg = json.loads((HF / "qwen2.5-7b.json").read_text())
+    _, notes = model_table_from_hf({**cfg, "sliding_window": 4096, "use_sliding_window": False})
+    assert not any("sliding" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("num_hidden_layers", 1e400, "field 'num_hidden_layers': inf is not a finite number"),
+        ("num_hidden_layers", 10**30, "beyond 1e+18"),
+        ("num_hidden_layers", 2**41, "above 1.09951e+12"),
+        ("hidden_size", 64.5, "expected an integer, got 64.5"),
+        ("mlp_only_layers", [1, "x"], "field 'mlp_only_layers': expected a list of layer indices"),
+    ],
+)
+def test_numbers_out_of_range_are_one_line_errors_naming_the_field(field, value, message):
+    cfg = {"num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100,
+           "max_position_embeddings": 64, "intermediate_size": 128, "num_experts": 4,
+           "num_experts_per_tok": 2, field: value}  # fmt: skip
+    with pytest.raises(ScenarioError) as exc:
+        model_table_from_hf(cfg)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_a_hostile_300_byte_config_is_read_without_building_per_layer_lists(tmp_path, capsys):
+    import time
+
+    from cli_helpers import run
+
+    cfg = {"model_type": "deepseek_v3", "num_hidden_layers": 10**12, "hidden_size": 64,
+           "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64,
+           "intermediate_size": 128, "n_routed_experts": 8, "num_experts_per_tok": 2,
+           "first_k_dense_replace": 10**11, "moe_layer_freq": 3}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg), encoding="utf-8")
+    assert len(path.read_bytes()) < 300
+    start = time.perf_counter()
+    table, _ = model_table_from_hf(cfg)
+    code, out, _ = run(capsys, "import", "hf", path)
+    assert time.perf_counter() - start < 1.0
+    # layers i >= 1e11 with i % 3 == 0 are MoE: (1e12 - 1 - 100000000002) // 3 + 1 of them
+    assert table["dense_layers"] == 10**12 - ((10**12 - 1 - 100000000002) // 3 + 1)
+    assert code == 0 and "layers = 1000000000000" in out

@@ -22,11 +22,15 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 FIX = pathlib.Path(__file__).parent / "fixtures"
-TT_8B = FIX / "torchtitan" / "llama3_8b.toml"
-TT_405B = FIX / "torchtitan" / "llama3_405b.toml"
-TT_DEBUG = FIX / "torchtitan" / "debug_model.toml"
-MG_GPT3 = FIX / "megatron" / "gpt3_175b_args.sh"
-MG_LLAMA = FIX / "megatron" / "llama3_8b_fp8_args.sh"
+TT = (
+    FIX / "torchtitan" / "2026-02-23_238fa99_last_toml" / "torchtitan" / "models" / "llama3" / "train_configs"
+)
+TT_8B = TT / "llama3_8b.toml"
+TT_405B = TT / "llama3_405b.toml"
+TT_DEBUG = TT / "debug_model.toml"
+MG = FIX / "megatron" / "2026-08-22_d98e8a6" / "examples"
+MG_GPT3 = MG / "gpt3" / "train_gpt3_175b_distributed.sh"
+MG_LLAMA = MG / "llama" / "train_llama3_8b_h100_fp8.sh"
 
 
 def _tables(text: str) -> dict:
@@ -179,7 +183,7 @@ def test_the_megatron_gpt3_175b_example_imports_and_estimates():
     assert m["ffn_hidden"] == 4 * 12288 and m["tied_embeddings"] is True and m["ffn"] == "gelu"
     assert (t["global_batch"], t["micro_batch"], t["precision"]) == (1536, 1, "fp16")
     assert (p["tp"], p["pp"], p["sharding"]) == (8, 16, "none")
-    assert "# not mapped: --data-path $DATA_PATH\n" in text
+    assert "# not mapped: --data-path ${5} (set outside the file)\n" in text
     assert "# not mapped: --lr 6.0e-5" in text
     report = shardmeter.estimate(data)
     assert report.feasible, report.reasons
@@ -208,22 +212,80 @@ def test_the_megatron_llama3_8b_example_maps_gqa_fp8_and_the_distributed_optimiz
     assert shardmeter.estimate(data).params == pytest.approx(8.03e9, rel=0.01)
 
 
-def test_megatron_defaults_and_shell_variables(tmp_path):
+def test_megatron_defaults_and_the_scripts_own_variables(tmp_path):
     args = tmp_path / "args.sh"
     args.write_text(
-        "--num-layers $LAYERS \\\n--hidden-size 2048 \\\n--num-attention-heads 16 \\\n--swiglu \\\n"
-        "--seq-length 4096 --micro-batch-size 2 \\\n--tensor-model-parallel-size 2 --bf16\n"
+        'LAYERS=${LAYERS:-24}\nTP=2\nGBS=$((8 * TP))\nARGS="--hidden-size 2048 --num-attention-heads 16"\n'
+        "--num-layers $LAYERS \\\n$ARGS --swiglu \\\n--vocab-size 32000 \\\n"
+        "--seq-length 4096 --micro-batch-size 2 --global-batch-size ${GBS} \\\n--tensor-model-parallel-size ${TP} --bf16\n"
         "--recompute-granularity full --recompute-method block --recompute-num-layers 4\n",
         encoding="utf-8",
     )
-    text = import_config("megatron", str(args), gpu="h100-sxm", gpus=16)
-    data = _tables(text)
-    assert "layers" not in data["model"]
-    assert "# not mapped: --num-layers $LAYERS (a shell variable" in text
+    data = _tables(import_config("megatron", str(args), gpu="h100-sxm", gpus=16))
+    assert data["model"]["layers"] == 24 and data["model"]["hidden"] == 2048  # ${LAYERS:-24}, "$ARGS"
     assert data["model"]["ffn_hidden"] == int((4 * 2048 * 2 / 3) / 64) * 64 == 5440
-    assert data["training"]["global_batch"] == 2 * 8  # micro-batch x dp = 16 / tp 2
+    assert data["training"]["global_batch"] == 16 and data["parallelism"]["tp"] == 2  # $((8 * TP))
     assert data["training"]["recompute"] == "full" and data["training"]["recompute_layers"] == 4
-    assert "vocab: not in the arguments (it comes from the tokenizer)" in text
+    # --var gives a variable set outside the file (the environment ${LAYERS:-24} reads)
+    data = _tables(import_config("megatron", str(args), gpu="h100-sxm", gpus=16, variables={"LAYERS": "32"}))
+    assert data["model"]["layers"] == 32
+
+
+def test_a_variable_set_outside_the_script_is_one_line_naming_it_and_how_to_give_it(tmp_path, capsys):
+    args = tmp_path / "args.sh"
+    args.write_text(
+        "--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 4096 --vocab-size 32000\n"
+        "--tensor-model-parallel-size ${TP} --pipeline-model-parallel-size $PP --data-path $DATA\n",
+        encoding="utf-8",
+    )
+    code, out, err = run(capsys, "import", "megatron", args, "--gpu", "h100-sxm")
+    line = one_line_error(err)
+    assert code == 2 and not out
+    assert "TP (--tensor-model-parallel-size: --var TP=VALUE or --set parallelism.tp=VALUE)" in line
+    assert "PP (--pipeline-model-parallel-size: --var PP=VALUE" in line and "DATA" not in line
+    code, out, _ = run(capsys, "import", "megatron", args, "--var", "TP=2", "--var", "PP=4", "--gpus", "64")
+    data = _tables(out)
+    assert code == 0 and (data["parallelism"]["tp"], data["parallelism"]["pp"]) == (2, 4)
+    assert "# not mapped: --data-path ${DATA} (set outside the file)" in out
+    code, out, _ = run(capsys, "import", "megatron", args, "--set", "parallelism.tp=8", "--var", "PP=1")
+    assert code == 0 and _tables(out)["parallelism"]["tp"] == 8
+
+
+def test_megatron_deepseek_v3_example_is_671b_with_its_moe_and_mla_flags():
+    path = MG / "megatron_fsdp" / "sbatch_mfsdp_deepseek_v3.sh"
+    data = _tables(import_config("megatron", str(path), gpu="h100-sxm", gpus=1024))
+    m = data["model"]
+    assert (m["experts"], m["experts_per_token"], m["moe_ffn_hidden"], m["shared_experts"]) == (
+        256,
+        8,
+        2048,
+        1,
+    )
+    assert m["dense_layers"] == 3  # --moe-layer-freq [0]*3+[1]*58
+    assert (m["head_dim"], m["v_head_dim"], m["q_lora_rank"], m["kv_lora_rank"]) == (192, 128, 1536, 512)
+    assert m["vocab"] == 129280 and data["parallelism"]["sharding"] == "zero3"  # --use-megatron-fsdp
+    # DeepSeek-V3: 671 B parameters without its multi-token prediction module (arXiv 2412.19437)
+    assert shardmeter.estimate(data).params == pytest.approx(671e9, rel=0.005)
+    text = import_config("megatron", str(path), gpu="h100-sxm", gpus=1024)
+    assert "# planned: model.mtp_layers = 1" in text
+
+
+@pytest.mark.parametrize(
+    ("freq", "dense"), [("1", 0), ("2", 12), ("([0]*3+[1]*21)", 3), ("([1]*3+[0]*1)*6", 6)]
+)
+def test_megatron_moe_layer_freq_gives_the_dense_layers(freq, dense):
+    from shardmeter.importers.megatron_model import layer_pattern
+
+    assert layer_pattern(freq, 24, "f").count(0) == dense
+
+
+@pytest.mark.parametrize("freq", ["[0]*3+[1]*5", "__import__('os')", "[2]*24", "[0]*10**9"])
+def test_megatron_moe_layer_freq_that_is_not_a_pattern_is_one_line(freq):
+    from shardmeter.importers.files import ConfigError
+    from shardmeter.importers.megatron_model import layer_pattern
+
+    with pytest.raises(ConfigError, match="--moe-layer-freq"):
+        layer_pattern(freq, 24, "f")
 
 
 # -- Hugging Face -----------------------------------------------------------------------------------
@@ -269,7 +331,7 @@ def test_import_refuses_to_overwrite_its_input(tmp_path, capsys):
     ("argv", "message"),
     [
         (["torchtitan", "missing.toml"], "missing.toml: no such file"),
-        (["megatron", str(TT_8B)], "no Megatron-LM arguments (--flag value) found"),
+        (["megatron", str(TT_8B)], "no Megatron-LM model arguments (--num-layers, --hidden-size ...)"),
         (["hf", str(TT_8B)], "not valid JSON"),
         (["torchtitan", str(TT_8B), "--gpu", "h100-sxn"], "--gpu: unknown hardware 'h100-sxn'"),
         (["caffe", str(TT_8B)], "invalid choice: 'caffe'"),
@@ -278,3 +340,125 @@ def test_import_refuses_to_overwrite_its_input(tmp_path, capsys):
 def test_import_errors_are_one_line(argv, message, capsys):
     code, out, err = run(capsys, "import", *argv)
     assert code == 2 and not out and message in one_line_error(err)
+
+
+# -- numbers and hostile inputs: one line naming the file and the field -----------------------------
+
+_MG = "--num-layers {n} --hidden-size 64 --num-attention-heads 4 --seq-length 128 --vocab-size 1000\n"
+_TT = '[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ntensor_parallel_degree = {n}\n'
+_PY = (
+    "def job():\n    return Trainer.Config(model_spec=model_registry('8B'),\n"
+    "        training=TrainingConfig(num_tokens_per_microbatch_per_dp_rank=8192, max_context_length=8192,"
+    " steps={n}))\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name", "template", "value", "message"),
+    [
+        ("megatron", "args.sh", _MG, "\u0663\u0662", "--num-layers: expected an integer in ASCII digits"),
+        ("megatron", "args.sh", _MG, "\u00b2", "--num-layers: expected an integer in ASCII digits"),
+        ("megatron", "args.sh", _MG, "1e400", "--num-layers: inf is not a finite number"),
+        ("megatron", "args.sh", _MG, "9" * 30, "--num-layers: 999999999999999999999999... is too large"),
+        (
+            "torchtitan",
+            "job.toml",
+            _TT,
+            '"\u0663"',
+            "parallelism.tensor_parallel_degree: expected an integer",
+        ),
+        ("torchtitan", "job.toml", _TT, "inf", "parallelism.tensor_parallel_degree: inf is not a finite"),
+        ("torchtitan", "job.toml", _TT, "1e300", "parallelism.tensor_parallel_degree: 1e+300 is beyond"),
+        ("torchtitan", "config_registry.py", _PY, "1e999", "training.steps: inf is not a finite number"),
+        ("torchtitan", "config_registry.py", _PY, "10**40", "training.steps: 1.00000e+40 is beyond 1e+18"),
+    ],
+)
+def test_a_number_that_is_not_one_is_a_one_line_error_naming_the_file_and_field(
+    tmp_path, capsys, fmt, name, template, value, message
+):
+    path = tmp_path / name
+    path.write_text(template.format(n=value), encoding="utf-8")
+    extra = ["--config", "job"] if name.endswith(".py") else []
+    code, out, err = run(capsys, "import", fmt, path, "--gpu", "h100-sxm", *extra)
+    line = one_line_error(err)
+    assert code == 2 and not out and str(path) in line and message in line, line
+
+
+def test_a_registry_is_read_not_run(tmp_path):
+    marker = tmp_path / "ran"
+    (tmp_path / "llama3").mkdir()
+    path = tmp_path / "llama3" / "config_registry.py"
+    path.write_text(
+        f"import os\nos.system('touch {marker}')\n\ndef job():\n    open({str(marker)!r}, 'w')\n"
+        "    return Trainer.Config(model_spec=model_registry('debugmodel'))\n",
+        encoding="utf-8",
+    )
+    text = import_config("torchtitan", str(path), gpu="h100-sxm", config="job")
+    assert not marker.exists() and "layers = 6" in text
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("def job(:\n", "not valid Python (line 1"),
+        ("def job():\n    return job()\n", "calls nested more than"),
+        ("def job():\n    x = [1]\n    for i in range(10**9): x = x + x\n", "not a Trainer.Config"),
+        ("def job():\n    return 5\n", "job() returns 5, not a Trainer.Config"),
+    ],
+)
+def test_a_registry_that_cannot_be_read_is_one_line(tmp_path, capsys, body, message):
+    path = tmp_path / "config_registry.py"
+    path.write_text(body, encoding="utf-8")
+    code, _, err = run(capsys, "import", "torchtitan", path, "--config", "job")
+    assert code == 2 and message in one_line_error(err)
+
+
+def test_torchtitan_registry_needs_config_and_names_the_functions(capsys):
+    reg = FIX / "torchtitan" / "2026-08-21_b5bcd76_config_registry" / "torchtitan" / "models" / "llama3"
+    code, _, err = run(capsys, "import", "torchtitan", reg / "config_registry.py")
+    assert code == 2 and "--config NAME: which function to import (llama3_debugmodel," in one_line_error(err)
+    code, _, err = run(capsys, "import", "torchtitan", reg / "config_registry.py", "--config", "llama3_8bb")
+    assert code == 2 and "no such function (did you mean llama3_8b" in one_line_error(err)
+
+
+# -- Megatron-Bridge and NeMo 2 recipes -------------------------------------------------------------
+
+BRIDGE = FIX / "megatron-bridge" / "2026-08-22_067f987" / "src" / "megatron" / "bridge"
+NEMO = FIX / "nemo2" / "2025-09-20_8cfedd7" / "nemo" / "collections" / "llm" / "recipes"
+
+
+def test_a_megatron_bridge_performance_recipe_follows_its_tree():
+    # llama3_8b_pretrain_8gpu_h100_fp8cs_config() builds on llama3_8b_pretrain_config() of
+    # perf_recipes/llama/common.py, which re-exports recipes/llama/h100/llama3.py's, on _pretrain_common()
+    path = BRIDGE / "perf_recipes" / "llama" / "h100" / "llama3.py"
+    text = import_config(
+        "megatron", str(path), gpu="h100-sxm", config="llama3_8b_pretrain_8gpu_h100_fp8cs_config"
+    )
+    data = _tables(text)
+    assert data["model"] == {"preset": "llama3-8b", "seq_len": 8192}
+    t = data["training"]
+    assert (t["global_batch"], t["micro_batch"], t["precision"], t["fp8_recipe"]) == (
+        128,
+        1,
+        "fp8",
+        "tensorwise",
+    )
+    assert (t["recompute"], t["recompute_layers"]) == ("full", 5)
+    assert data["island"][0]["nodes"] == 1 and "the recipe's name: 8 H100 GPUs" in text
+    assert shardmeter.estimate(data).params == pytest.approx(8.03e9, rel=0.01)
+
+
+def test_a_nemo2_recipe_reads_its_trainer_strategy_and_data():
+    text = import_config("megatron", str(NEMO / "llama3_8b.py"), gpu="h100-sxm", config="pretrain_recipe")
+    data = _tables(text)
+    assert data["model"]["preset"] == "llama3-8b" and data["model"]["seq_len"] == 8192
+    assert (data["parallelism"]["cp"], data["parallelism"]["sharding"]) == (2, "zero1")
+    assert (data["training"]["global_batch"], data["training"]["precision"]) == (512, "bf16")
+    assert "# not mapped: ckpt_async_save = true" in text
+
+
+def test_a_recipe_function_is_named_with_config(capsys):
+    code, _, err = run(capsys, "import", "megatron", NEMO / "llama3_8b.py")
+    assert code == 2 and "--config NAME: which recipe function to import (pretrain_recipe" in one_line_error(
+        err
+    )

@@ -42,6 +42,13 @@ class Draft:
     world_why: str = ""
     #: Its data-parallel degree on those GPUs.
     dp: int = 1
+    #: What the configuration needs from outside to make a scenario that loads: a shell
+    #: variable or a key -> (how to give it, the scenario key that would do instead or "").
+    needs: dict[str, tuple[str, str]] = attrs.field(factory=dict)
+
+    def need(self, what: str, how: str, key: str = "") -> None:
+        """Record that ``what`` must be given (``how``), or the scenario ``key`` set instead."""
+        self.needs.setdefault(what, (how, key))
 
     def set(self, key: str, value: Any, why: str = "") -> None:
         """Write ``table.key = value``, with ``why`` as its comment."""

@@ -11,6 +11,8 @@ from typing import Any
 
 from shardmeter.errors import ShardMeterError
 from shardmeter.load.files import MAX_SCENARIO_BYTES
+from shardmeter.load.specs import MAX_COUNT
+from shardmeter.numbers import NumberError, check_number, parse_number
 from shardmeter.reading import InputError, read_input
 
 if sys.version_info >= (3, 11):
@@ -18,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["read_text", "read_toml", "read_json", "ConfigError"]
+__all__ = ["read_text", "read_toml", "read_json", "ConfigError", "number", "number_text"]
 
 
 class ConfigError(ShardMeterError):
@@ -57,3 +59,50 @@ def read_json(path: str | os.PathLike) -> tuple[Any, str]:
         raise ConfigError(name, f"not valid JSON: {exc}") from None
     except RecursionError:
         raise ConfigError(name, "nested too deeply") from None
+
+
+def number(
+    value: Any,
+    *,
+    field: str,
+    file: str,
+    integer: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> Any:
+    """A configuration's number checked by :func:`shardmeter.numbers.check_number` (finite, a
+    number, in range; an integer where ``integer``, a count at most ``MAX_COUNT``): a problem
+    is one :class:`ConfigError` line naming the file and ``field`` (its flag or setting)."""
+    if integer and maximum is None:
+        maximum = MAX_COUNT
+    try:
+        return check_number(value, field=field, file=file, integer=integer, minimum=minimum, maximum=maximum)
+    except NumberError as exc:
+        raise ConfigError(file, exc.message) from None
+
+
+def number_text(
+    text: str,
+    *,
+    field: str,
+    file: str,
+    integer: bool = False,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> Any:
+    """A number written as text in a script (``--num-layers 32``, ``2e-4``), parsed by
+    :func:`shardmeter.numbers.parse_number` (ASCII digits only) and checked as :func:`number`.
+    An integer may be written as a whole float (``1e3``), as argparse's ``int(float(...))``
+    does not, but Megatron's own arguments never need."""
+    try:
+        v = parse_number(text, integer=integer, field=field, file=file)
+    except NumberError as exc:
+        if not integer:
+            raise ConfigError(file, exc.message) from None
+        try:  # an integer written as a float (1e3): whole, finite and in range, or an error
+            v = parse_number(text, integer=False, field=field, file=file)
+        except NumberError:
+            raise ConfigError(file, exc.message) from None
+        if "e" not in text.lower() and "." not in text:
+            raise ConfigError(file, exc.message) from None
+    return number(v, field=field, file=file, integer=integer, minimum=minimum, maximum=maximum)

@@ -16,13 +16,19 @@ from shardmeter.importers.files import ConfigError, read_json
 __all__ = ["draft_from_file"]
 
 
-def draft_from_file(path: str | os.PathLike, *, gpus: int | None = None, node: int = 8) -> Draft:
+def draft_from_file(
+    path: str | os.PathLike, *, gpus: int | None = None, node: int = 8, config: str | None = None, **_: object
+) -> Draft:
     """The draft scenario of the ``config.json`` at ``path`` on ``gpus`` GPUs (one ``node``
     without it)."""
     from shardmeter.importers.starter import starter_draft
     from shardmeter.load.hf_config import model_table_from_hf
 
     cfg, name = read_json(path)
+    if config is not None:
+        raise ConfigError(
+            name, "--config names a function of a Python registry or recipe; a config.json is one model"
+        )
     try:
         table, notes = model_table_from_hf(cfg)
     except ScenarioError as exc:

@@ -32,6 +32,8 @@ def toml_value(v: Any) -> str:
                 out.append(_ESCAPES[c])
             elif ord(c) < 0x20 or ord(c) == 0x7F:
                 out.append(f"\\u{ord(c):04x}")
+            elif 0xD800 <= ord(c) <= 0xDFFF:  # a lone surrogate (a JSON "\\ud800"): no TOML string holds one
+                out.append("\\ufffd")
             else:
                 out.append(c)
         return '"' + "".join(out) + '"'
@@ -41,8 +43,19 @@ def toml_value(v: Any) -> str:
 
 
 def _comment(text: str) -> str:
-    """One comment line (a newline in a configuration's value must not end the comment)."""
-    return "# " + " ".join(str(text).split())
+    """One comment line: whitespace runs (a newline in a configuration's value must not end the
+    comment) become one space; the characters TOML 1.0 forbids in a comment (controls other
+    than tab, DEL) and lone surrogates are written as ``\\xNN`` / ``\\uNNNN`` text."""
+    out = []
+    for c in " ".join(str(text).split()):
+        o = ord(c)
+        if o < 0x20 or o == 0x7F:
+            out.append(f"\\x{o:02x}")
+        elif 0xD800 <= o <= 0xDFFF:
+            out.append(f"\\u{o:04x}")
+        else:
+            out.append(c)
+    return "# " + "".join(out)
 
 
 def render(draft: Draft) -> str:
