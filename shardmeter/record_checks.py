@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import attrs
 
 __all__ = ["PRECISIONS", "MIN_FIGURE", "MAX_FIGURE"]
 
@@ -38,7 +41,7 @@ def _in_range(name: str, value: float, floor: float | None) -> None:
         raise ValueError(f"{name}: {value!r} is absurdly small (at least {floor:g})")
 
 
-def _positive(inst, attribute, value):
+def _positive(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is None:
         return
     x = _number(attribute.name, value)
@@ -47,7 +50,7 @@ def _positive(inst, attribute, value):
     _in_range(attribute.name, x, MIN_FIGURE)
 
 
-def _nonneg(inst, attribute, value):
+def _nonneg(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is None:
         return
     x = _number(attribute.name, value)
@@ -56,7 +59,7 @@ def _nonneg(inst, attribute, value):
     _in_range(attribute.name, x, None)
 
 
-def _fraction(inst, attribute, value):
+def _fraction(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
     if value is None:
         return
     _positive(inst, attribute, value)
@@ -64,7 +67,7 @@ def _fraction(inst, attribute, value):
         raise ValueError(f"{attribute.name}: expected a fraction in (0, 1], got {value!r}")
 
 
-def _name(inst, attribute, value):
+def _name(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"{attribute.name}: expected a non-empty string, got {value!r}")
 
@@ -81,7 +84,7 @@ def _map_figure(name: str, v: Any, floor: float | None) -> None:
     _in_range(name, x, floor)
 
 
-def _peaks(inst, attribute, value):
+def _peaks(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, Mapping) or not value:
         raise ValueError("peak_tflops: expected a non-empty table of precision = TFLOP/s")
     for k, v in value.items():
@@ -90,6 +93,6 @@ def _peaks(inst, attribute, value):
         _map_figure(f"peak_tflops.{k}", v, MIN_FIGURE)
 
 
-def _prices(inst, attribute, value):
+def _prices(inst: object, attribute: attrs.Attribute[Any], value: Mapping[str, float]) -> None:
     for k, v in value.items():
         _map_figure(f"{attribute.name}.{k}", v, None)

@@ -13,7 +13,7 @@ citing where its figures come from.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 
-def _freeze_map(value):
+def _freeze_map(value: Mapping[str, float] | None) -> dict[str, float]:
     return dict(value) if value is not None else {}
 
 
@@ -215,7 +215,7 @@ class CostSource:
         return (rent or 0.0) + (own or 0.0) + energy
 
 
-def _options(value):
+def _options(value: Mapping[str, object] | None) -> dict[str, object]:
     return dict(value) if value is not None else {}
 
 
@@ -301,14 +301,14 @@ SUGAR: dict[str, Any] = {
 }
 
 
-def _load(dotted: str):
+def _load(dotted: str) -> Callable[..., object]:
     import importlib
 
     mod, _, attr = dotted.partition(":")
     return getattr(importlib.import_module(mod), attr)
 
 
-def as_part(record):
+def as_part(record: Any) -> object:  # any part or record: matched by its class's name
     """The behaviour part a declarative strategy record stands for (a part is returned as is).
 
     ``ShardingStrategy`` -> ZeRO-family sharding with its flags, ``PipelineSchedule`` ->

@@ -9,6 +9,7 @@ from __future__ import annotations
 from shardmeter.inputs.bundles import Recompute
 from shardmeter.model.branches import where_needed
 from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
 
 __all__ = [
     "activation_bytes_per_layer",
@@ -21,24 +22,24 @@ __all__ = [
 
 
 def activation_bytes_per_layer(
-    s,
-    b,
-    h,
-    heads,
-    q_dim,
-    kv_dim,
-    ffn,
-    swiglu,
-    tp,
-    sp,
-    recompute,
-    materialized,
-    experts_per_token=1,
-    s_kv=None,
-    dropout=True,
-    compiled=False,
-    saves_attention=True,
-):
+    s: Array,
+    b: Array,
+    h: Array,
+    heads: Array,
+    q_dim: Array,
+    kv_dim: Array,
+    ffn: Array,
+    swiglu: Array,
+    tp: Array,
+    sp: Array,
+    recompute: Array,
+    materialized: Array,
+    experts_per_token: Array = 1,
+    s_kv: Array | None = None,
+    dropout: Array = True,
+    compiled: Array = False,
+    saves_attention: Array = True,
+) -> tuple[Array, Array]:
     """Activation memory of one layer for one micro-batch (bytes, 16-bit activations), by
     recompute mode: :func:`kept_activation_bytes` without recompute (the score matrix kept
     where attention is ``materialized``) and with selective recompute,
@@ -73,8 +74,21 @@ def activation_bytes_per_layer(
 
 
 def kept_activation_bytes(
-    s, b, h, heads, q_dim, kv_dim, ffn, swiglu, tp, sp, scores, experts_per_token=1, s_kv=None, dropout=True
-):
+    s: Array,
+    b: Array,
+    h: Array,
+    heads: Array,
+    q_dim: Array,
+    kv_dim: Array,
+    ffn: Array,
+    swiglu: Array,
+    tp: Array,
+    sp: Array,
+    scores: Array,
+    experts_per_token: Array = 1,
+    s_kv: Array | None = None,
+    dropout: Array = True,
+) -> Array:
     """Bytes one layer keeps without recompute, per micro-batch, by tensor group.
 
     Korthikanti et al. 2022 (arXiv 2205.05198), Sec. 4, Table 2, generalised to
@@ -106,7 +120,7 @@ def kept_activation_bytes(
     return ops.where(sp, repl / tp, repl) + (att + mlp + score) / tp
 
 
-def full_recompute_bytes(s, b, h, tp, sp):
+def full_recompute_bytes(s: Array, b: Array, h: Array, tp: Array, sp: Array) -> Array:
     """Bytes one layer keeps under full recompute: only its input ``2 s b h``, ``/ t`` with
     sequence parallelism (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 4)."""
     sbh = s * b * h
@@ -114,22 +128,22 @@ def full_recompute_bytes(s, b, h, tp, sp):
 
 
 def op_recompute_bytes(
-    s,
-    b,
-    h,
-    heads,
-    q_dim,
-    kv_dim,
-    ffn,
-    swiglu,
-    tp,
-    sp,
-    materialized,
-    experts_per_token=1,
-    s_kv=None,
-    compiled=False,
-    saves_attention=True,
-):
+    s: Array,
+    b: Array,
+    h: Array,
+    heads: Array,
+    q_dim: Array,
+    kv_dim: Array,
+    ffn: Array,
+    swiglu: Array,
+    tp: Array,
+    sp: Array,
+    materialized: Array,
+    experts_per_token: Array = 1,
+    s_kv: Array | None = None,
+    compiled: Array = False,
+    saves_attention: Array = True,
+) -> Array:
     """Bytes one layer keeps under op recompute (torchtitan's per-operator selective
     checkpointing, ``SelectiveAC`` in torchtitan/distributed/activation_checkpoint.py
     @ b5bcd76c; the same policy as ``_apply_op_sac`` with llama3's ``_op_sac_save_list``
@@ -162,7 +176,7 @@ def op_recompute_bytes(
     return full_recompute_bytes(s, b, h, tp, sp) + (saved_mm + sdpa) / tp + w2 + rs
 
 
-def op_w2_output_bytes(sbh, swiglu, compiled, experts_per_token=1):
+def op_w2_output_bytes(sbh: Array, swiglu: Array, compiled: Array, experts_per_token: Array = 1) -> Array:
     """The w2 output op recompute keeps (SwiGLU's 7th matrix multiply, ``2 s b h`` per active
     expert), eager only.
 
@@ -197,7 +211,15 @@ def op_w2_output_bytes(sbh, swiglu, compiled, experts_per_token=1):
     return ops.where(ops.as_bool(swiglu) & eager, 2.0 * sbh * experts_per_token, 0.0)
 
 
-def op_sdpa_bytes(s, b, heads, q_dim, materialized, s_kv=None, saves_attention=True):
+def op_sdpa_bytes(
+    s: Array,
+    b: Array,
+    heads: Array,
+    q_dim: Array,
+    materialized: Array,
+    s_kv: Array | None = None,
+    saves_attention: Array = True,
+) -> Array:
     """SDPA's outputs op recompute keeps: the output and its fp32 log-sum-exp per head and
     token (``2 q + 4 heads`` bytes per token), and the math backend's attention weights
     (``2 heads s_kv``) where attention is ``materialized``.

@@ -58,7 +58,7 @@ def attention_flops(ms: ModelShape, sh: Shapes, gs: GemmShapes) -> Array:
     return 4.0 * T * s * sh.q_local + 2.0 * T * s * (gs.o_local - sh.q_local)
 
 
-def flash_attention_s(ms: ModelShape, hw: Hardware, sh: Shapes, flops, peak16) -> Array:
+def flash_attention_s(ms: ModelShape, hw: Hardware, sh: Shapes, flops: Array, peak16: Array) -> Array:
     """Forward seconds of fused attention: the FLOPs (halved when causal: blocks above the
     diagonal are skipped) at ``attention_efficiency`` of the 16-bit peak, slowed by the ramp
     :data:`ATTENTION_RAMP_KEYS` at the keys one query row meets per kernel call (the whole local
@@ -72,7 +72,7 @@ def flash_attention_s(ms: ModelShape, hw: Hardware, sh: Shapes, flops, peak16) -
     )
 
 
-def materialized_attention_s(ms: ModelShape, tr: Training, sh: Shapes, roof16: GemmRoof, tp) -> Array:
+def materialized_attention_s(ms: ModelShape, tr: Training, sh: Shapes, roof16: GemmRoof, tp: Array) -> Array:
     """Forward seconds of materialised scores: Q K^T and P V as two batched GEMMs over the
     micro-batch's sequences x local heads (Megatron-LM megatron/model/transformer.py,
     CoreAttention: ``torch.baddbmm`` on ``[b * np, sq, hn]`` and ``torch.bmm``), each one kernel
@@ -85,7 +85,7 @@ def materialized_attention_s(ms: ModelShape, tr: Training, sh: Shapes, roof16: G
 
 
 def attention_time(
-    ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, gs: GemmShapes, roof16: GemmRoof, tp
+    ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, gs: GemmShapes, roof16: GemmRoof, tp: Array
 ) -> AttentionTime:
     """One layer's attention core: materialised where ``tr.materialized`` (backward twice the
     forward), else fused (backward :data:`FLASH_BWD_FACTOR` x the forward); the score matrix

@@ -4,8 +4,6 @@ state; :mod:`.memory`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from shardmeter.inputs.bundles import ModelInputs, PartTable
@@ -79,7 +77,7 @@ def busiest_parts(b: BusiestGpu) -> MemoryParts:
     return MemoryParts(**{f"{k}_bytes": mem[k] for k in MEMORY_PARTS})
 
 
-def _outer_state_bytes(parts: PartTable, inp: ModelInputs) -> Any:
+def _outer_state_bytes(parts: PartTable, inp: ModelInputs) -> Array:
     """The sync strategy's extra state per parameter, per row."""
 
     def run(code: int) -> Array:

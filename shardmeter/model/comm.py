@@ -73,7 +73,7 @@ class LayerComm:
     act_msg: Array
 
 
-def async_tp_exposed(comm, gemm, n) -> Array:
+def async_tp_exposed(comm: Array, gemm: Array, n: Array) -> Array:
     """Exposed seconds of one collective that PyTorch's async TP fuses with its GEMM.
 
     ``torch.distributed._symmetric_memory`` (pytorch/pytorch@006b161f, ``__init__.py``)
@@ -93,14 +93,14 @@ def layer_comm(
     sh: Shapes,
     ct: ComputeTerms,
     topo: Topology,
-    tp,
-    cp,
-    ep,
-    tp_overlap,
-    recompute,
-    sp=False,
-    share=1.0,
-    async_tp=False,
+    tp: Array,
+    cp: Array,
+    ep: Array,
+    tp_overlap: Array,
+    recompute: Array,
+    sp: Array = False,
+    share: Array = 1.0,
+    async_tp: Array = False,
 ) -> LayerComm:
     """Tensor (:func:`tp_comm`), context (:func:`cp_comm`) and expert-parallel
     (:func:`ep_exposed_s`) communication of one micro-batch on the stage. ``share``: the share
@@ -128,7 +128,7 @@ class ParallelComm:
     hidden_s: Array
 
 
-def tp_collectives_per_layer(recompute, sp, share) -> Array:
+def tp_collectives_per_layer(recompute: Array, sp: Array, share: Array) -> Array:
     """All-reduces (or all-gather + reduce-scatter pairs, the same time) of one layer per
     micro-batch: Megatron-LM's 2 forward and 2 backward, + 2 on the recomputed share of the
     layers under full recompute. Op recompute (torchtitan ``SelectiveAC``,
@@ -143,7 +143,16 @@ def tp_collectives_per_layer(recompute, sp, share) -> Array:
 
 
 def tp_comm(
-    sh: Shapes, ct: ComputeTerms, topo: Topology, act_msg, tp, tp_overlap, recompute, sp, share, async_tp
+    sh: Shapes,
+    ct: ComputeTerms,
+    topo: Topology,
+    act_msg: Array,
+    tp: Array,
+    tp_overlap: Array,
+    recompute: Array,
+    sp: Array,
+    share: Array,
+    async_tp: Array,
 ) -> ParallelComm:
     """Tensor-parallel communication of one micro-batch on the stage
     (:func:`tp_collectives_per_layer` collectives of ``act_msg`` bytes per layer). With
@@ -169,7 +178,7 @@ def tp_comm(
     return ParallelComm(exposed_s=total - hidden, hidden_s=hidden)
 
 
-def async_tp_layer_s(sh: Shapes, ct: ComputeTerms, topo: Topology, act_msg, tp) -> Array:
+def async_tp_layer_s(sh: Shapes, ct: ComputeTerms, topo: Topology, act_msg: Array, tp: Array) -> Array:
     """Exposed seconds of one layer's four sequence-parallel collectives per pass under async
     TP: PyTorch's micro-pipelined TP (``torch._inductor.fx_passes.micro_pipeline_tp``,
     pytorch/pytorch@00122fb1: ``fuse_all_gather_matmul``, ``fuse_matmul_reduce_scatter``)
@@ -194,7 +203,9 @@ def async_tp_layer_s(sh: Shapes, ct: ComputeTerms, topo: Topology, act_msg, tp) 
     )
 
 
-def cp_comm(sh: Shapes, ct: ComputeTerms, topo: Topology, tp, cp, recompute, share) -> ParallelComm:
+def cp_comm(
+    sh: Shapes, ct: ComputeTerms, topo: Topology, tp: Array, cp: Array, recompute: Array, share: Array
+) -> ParallelComm:
     """Context parallelism (ring attention, Liu et al. 2023): each layer passes its K and V
     chunks around the ring of ``cp`` ranks, ``cp - 1`` steps on the innermost tier holding the
     ring, in forward, twice in backward, and again where attention reruns (selective
@@ -205,7 +216,7 @@ def cp_comm(sh: Shapes, ct: ComputeTerms, topo: Topology, tp, cp, recompute, sha
         recompute == Recompute.SELECTIVE, 1.0, ops.where(recompute == Recompute.FULL, share, 0.0)
     )  # attention rerun
 
-    def ring_s():
+    def ring_s() -> Array:
         kv_msg = 2.0 * sh.tokens * sh.kv_local * ACT_BYTES
         bw_cp, lat_cp = span_link(cp, tp, topo)
         cp_f = (cp - 1.0) * (kv_msg / bw_cp + lat_cp)
@@ -217,13 +228,22 @@ def cp_comm(sh: Shapes, ct: ComputeTerms, topo: Topology, tp, cp, recompute, sha
     return ParallelComm(exposed_s=exposed, hidden_s=total - exposed)
 
 
-def ep_exposed_s(ms: ModelShape, sh: Shapes, topo: Topology, tp, cp, ep, recompute, share) -> Array:
+def ep_exposed_s(
+    ms: ModelShape,
+    sh: Shapes,
+    topo: Topology,
+    tp: Array,
+    cp: Array,
+    ep: Array,
+    recompute: Array,
+    share: Array,
+) -> Array:
     """Expert-parallel all-to-alls of one micro-batch, exposed: dispatch and combine, forward
     and backward (4 per MoE layer; + 2 on full recompute's share, op recompute saving
     ``all_to_all_single``'s outputs), of the capacity-padded ``c T k h`` routed activations;
     the stage's dense layers route no tokens."""
 
-    def a2a_s():
+    def a2a_s() -> Array:
         cap = ops.where(sh.moe, ops.maximum(ms.capacity_factor, 1e-9), 1.0)
         a2a_msg = cap * sh.tokens * ms.experts_per_token * ms.hidden * ACT_BYTES
         t_a2a = collective_time("all_to_all", a2a_msg, ep, tp * cp, topo)
@@ -280,7 +300,13 @@ def price_traffic(events: Sequence[CommEvent], topo: Topology) -> PricedTraffic:
     )
 
 
-def exposed_traffic(pt: PricedTraffic, mb_window, bwd_window, dp_overlap, pass_windows=None):
+def exposed_traffic(
+    pt: PricedTraffic,
+    mb_window: Array,
+    bwd_window: Array,
+    dp_overlap: Array,
+    pass_windows: tuple[Array, Array, Array] | None = None,
+) -> tuple[Array, Array, Array]:
     """``(micro-batch exposed, step exposed, window left)`` seconds of a strategy's traffic.
 
     The micro-batch events beyond ``mb_window``, plus their fixed share; those confined to one

@@ -62,7 +62,15 @@ class ComputeTerms:
 
 
 def micro_batch_compute(
-    ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, tp, ep, sp, peak, peak16
+    ms: ModelShape,
+    tr: Training,
+    hw: Hardware,
+    sh: Shapes,
+    tp: Array,
+    ep: Array,
+    sp: Array,
+    peak: Array,
+    peak16: Array,
 ) -> ComputeTerms:
     """Compute time of one micro-batch (see the module docstring); ``peak``/``peak16`` are the
     precision's and the 16-bit FLOP/s with missing rates replaced (infeasible rows). The
@@ -123,7 +131,7 @@ class HeadTime:
     total_s: Array
 
 
-def head_time(ms: ModelShape, sh: Shapes, tp, roof16: GemmRoof) -> HeadTime:
+def head_time(ms: ModelShape, sh: Shapes, tp: Array, roof16: GemmRoof) -> HeadTime:
     """The logits GEMM (``h -> V / tp``, 16-bit) and a vocab-parallel fp32 cross-entropy over
     the logits (12 bytes of HBM traffic per logit); its backward is twice the forward."""
     T, v_t = sh.tokens, ms.vocab / tp
@@ -145,7 +153,7 @@ class MemoryOpsTime:
 
 
 def memory_ops_time(
-    ms: ModelShape, tr: Training, sh: Shapes, gs: GemmShapes, tp, sp, hbm, fp8
+    ms: ModelShape, tr: Training, sh: Shapes, gs: GemmShapes, tp: Array, sp: Array, hbm: Array, fp8: Array
 ) -> MemoryOpsTime:
     """The stage's elementwise kernels (:func:`elementwise_stage_s`) and each layer's fp8 casts
     (:func:`cast_layer_s`, priced only where a plan trains in fp8)."""
@@ -161,7 +169,7 @@ def memory_ops_time(
 
 
 def elementwise_stage_s(
-    ms: ModelShape, tr: Training, sh: Shapes, gs: GemmShapes, tp, sp, hbm
+    ms: ModelShape, tr: Training, sh: Shapes, gs: GemmShapes, tp: Array, sp: Array, hbm: Array
 ) -> tuple[Array, Array]:
     """``(forward, backward)`` seconds of the stage's elementwise kernels (norms, rotary,
     activation, residual adds, dropout; eager or fused: :func:`~.elementwise.layer_elementwise`)
@@ -186,7 +194,7 @@ def elementwise_stage_s(
     return Ls * el_f + Ld * d_f, Ls * el_b + Ld * d_b
 
 
-def cast_layer_s(ms: ModelShape, tr: Training, sh: Shapes, gs: GemmShapes, hbm) -> tuple[Array, Array]:
+def cast_layer_s(ms: ModelShape, tr: Training, sh: Shapes, gs: GemmShapes, hbm: Array) -> tuple[Array, Array]:
     """``(forward, backward)`` seconds of one layer's fp8 quantisation passes under the
     row's recipe (:func:`~.fp8.layer_cast_time`): the attention projections over the
     micro-batch's tokens, the MLP's linears over each local expert's tokens."""

@@ -8,13 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from shardmeter.inputs.bundles import PartTable
 from shardmeter.numeric.ops import Array
-from shardmeter.parts import ConvergenceInputs, ConvergencePart, SyncHyperparameters
+from shardmeter.parts import ConvergenceInputs, ConvergencePart, SyncHyperparameters, SyncPart
 
 __all__ = ["sync_hyperparameters", "convergence_inputs", "tokens_factor"]
 
 
-def sync_hyperparameters(sync: Any, opts: Any) -> dict[str, float]:
+def sync_hyperparameters(sync: SyncPart | None, opts: Any) -> dict[str, float]:
     """What a convergence model reads of one sync (part, options) pair, as the part declares it
     (:meth:`~shardmeter.parts.SyncPart.hyperparameters`; a synchronous strategy's by default:
     H = 1, 16 bits, one fragment, no overlap), as floats; ``sync`` None (a batch with no sync
@@ -29,7 +30,9 @@ def sync_hyperparameters(sync: Any, opts: Any) -> dict[str, float]:
     }
 
 
-def convergence_inputs(table: Any, sync_codes: Array, *, params: Array, replicas: Array) -> ConvergenceInputs:
+def convergence_inputs(
+    table: PartTable, sync_codes: Array, *, params: Array, replicas: Array
+) -> ConvergenceInputs:
     """The :class:`~shardmeter.parts.ConvergenceInputs` of a batch: each plan's sync
     hyperparameters gathered from its code in ``table`` (a ``PartTable``), with ``params`` and
     ``replicas`` (one island: synchronous whatever the strategy, as the sync part is unused)."""
@@ -43,7 +46,13 @@ def convergence_inputs(table: Any, sync_codes: Array, *, params: Array, replicas
 
 
 def tokens_factor(
-    model: ConvergencePart, table: Any, sync_codes: Array, *, params: Array, replicas: Array, opts: Any = None
+    model: ConvergencePart,
+    table: PartTable,
+    sync_codes: Array,
+    *,
+    params: Array,
+    replicas: Array,
+    opts: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(factor, in_range)`` of every plan (module docstring, "For the planner")."""
     inp = convergence_inputs(table, sync_codes, params=params, replicas=replicas)

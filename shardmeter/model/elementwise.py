@@ -31,6 +31,8 @@ same kernels in both (their traffic is already minimal).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from shardmeter.model.branches import where_needed
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -100,12 +102,12 @@ FUSED = {
 }
 
 
-def bytes_per_element(kernels) -> float:
+def bytes_per_element(kernels: Sequence[tuple[float, float]]) -> float:
     """Bytes read and written per element by a list of ``(read, write)`` kernels."""
     return float(sum(r + w for r, w in kernels))
 
 
-def kernel_time(kernels, elements, hbm) -> Array:
+def kernel_time(kernels: Sequence[tuple[float, float]], elements: Array, hbm: Array) -> Array:
     """Seconds for ``kernels`` (``(read, write)`` bytes per element) over ``elements`` elements,
     each ``max(bytes / hbm, ELEMENTWISE_KERNEL_S)`` (torchao's roofline, module docstring)."""
     t = 0.0
@@ -114,7 +116,16 @@ def kernel_time(kernels, elements, hbm) -> Array:
     return t
 
 
-def layer_elementwise(n_h, n_q, n_kv, n_ffn, swiglu, dropout, compiled, hbm) -> tuple[Array, Array]:
+def layer_elementwise(
+    n_h: Array,
+    n_q: Array,
+    n_kv: Array,
+    n_ffn: Array,
+    swiglu: Array,
+    dropout: Array,
+    compiled: Array,
+    hbm: Array,
+) -> tuple[Array, Array]:
     """Seconds of one layer's elementwise kernels, ``(forward, backward)``: two norms, two
     residual adds (and two dropouts where ``dropout``) over ``n_h`` hidden elements (the
     micro-batch's tokens x hidden, divided by tp under sequence parallelism), rotary embeddings
@@ -129,24 +140,34 @@ def layer_elementwise(n_h, n_q, n_kv, n_ffn, swiglu, dropout, compiled, hbm) -> 
     return f, b
 
 
-def _phase_elementwise(phase: int, n_h, n_q, n_kv, n_ffn, sw, do, eager, hbm) -> Array:
+def _phase_elementwise(
+    phase: int,
+    n_h: Array,
+    n_q: Array,
+    n_kv: Array,
+    n_ffn: Array,
+    sw: Array,
+    do: Array,
+    eager: Array,
+    hbm: Array,
+) -> Array:
     """One phase (0 forward, 1 backward) of :func:`layer_elementwise`."""
 
-    def block(name, n):
+    def block(name: str, n: Array) -> Array:
         return where_needed(
             eager,
             lambda: kernel_time(EAGER[name][phase], n, hbm),
             lambda: kernel_time(FUSED[name][phase], n, hbm),
         )
 
-    def fused_drop():
+    def fused_drop() -> Array:
         # the fused dropout's forward adds only its mask bytes to the residual add (no kernel of
         # its own); its backward is a kernel
         if phase == 0:
             return bytes_per_element(FUSED["dropout"][0]) * n_h / hbm
         return kernel_time(FUSED["dropout"][1], n_h, hbm)
 
-    def drop():
+    def drop() -> Array:
         return where_needed(eager, lambda: kernel_time(EAGER["dropout"][phase], n_h, hbm), fused_drop)
 
     return (

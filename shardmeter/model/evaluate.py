@@ -36,6 +36,7 @@ from shardmeter.model.pipeline import PipelineTerms, pipeline_terms, schedule_te
 from shardmeter.model.stage import StageTerms, peaks, stage_terms
 from shardmeter.model.stages import StageLayers, stage_layers
 from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
 from shardmeter.parts import PipeInputs
 
 __all__ = [
@@ -169,7 +170,9 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     return combine_islands(parts, inp, shape, steps, detail, islands_only)
 
 
-def _step_terms(inp: ModelInputs, m_int, pace: StageTerms, pipe: PipelineTerms, dp_exposed) -> StepTerms:
+def _step_terms(
+    inp: ModelInputs, m_int: Array, pace: StageTerms, pipe: PipelineTerms, dp_exposed: Array
+) -> StepTerms:
     """The island's step by term: ``m_int`` micro-batches of the pacing stage, the pipeline's
     bubble and transfers, the exposed data-parallel traffic (``dp_exposed`` per step, the
     sharding traffic per micro-batch) and the optimizer (memory-bound Adam over this GPU's
@@ -192,7 +195,7 @@ def _step_terms(inp: ModelInputs, m_int, pace: StageTerms, pipe: PipelineTerms, 
     )
 
 
-def _hidden_terms(m_int, pace: StageTerms, dp_exposed) -> HiddenTerms:
+def _hidden_terms(m_int: Array, pace: StageTerms, dp_exposed: Array) -> HiddenTerms:
     """The island's communication hidden under compute, seconds per step (``dp_exposed``: the
     step's exposed data-parallel seconds)."""
     lc, traffic = pace.comm, pace.traffic
@@ -218,7 +221,7 @@ def _island_detail(pace: StageTerms, busiest: BusiestGpu, stl: StageLayers) -> I
     )
 
 
-def _structural_reasons(inp: ModelInputs, parts: PartTable, deg: Degrees, m, peak) -> Any:
+def _structural_reasons(inp: ModelInputs, parts: PartTable, deg: Degrees, m: Array, peak: Array) -> Array:
     """The reason bits that need no stage: the layout's, the sharding part's own rule
     (:func:`~.feasibility.sharding_reasons`), the batch split's (``m`` micro-batches per replica)
     and a precision the GPU has no peak for (``peak``, FLOP/s)."""

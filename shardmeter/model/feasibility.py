@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from shardmeter.inputs.bundles import PartTable
 from shardmeter.model.dispatch import by_code
 from shardmeter.model.stages import stage_layers
 from shardmeter.numeric import ops
@@ -82,7 +83,7 @@ REASONS: dict[int, tuple[str, str]] = {
 }
 
 
-def _bits(x):
+def _bits(x: Array) -> Array:
     return int(x) if ops.is_scalar(x) else np.asarray(x, dtype=np.int64)
 
 
@@ -119,7 +120,17 @@ def part_templates(schedule: Any, schedule_opts: Any, sharding: Any, sharding_op
     return out
 
 
-def layout_reasons(heads, seq_len, experts, tp, pp, cp, dp, ep, gpus) -> Array:
+def layout_reasons(
+    heads: Array,
+    seq_len: Array,
+    experts: Array,
+    tp: Array,
+    pp: Array,
+    cp: Array,
+    dp: Array,
+    ep: Array,
+    gpus: Array,
+) -> Array:
     """Reasons that depend on the layout and the model only."""
     moe = experts > 1
     bits = ops.where(ops.mod(heads, tp) != 0, Reason.TP_HEADS, 0)
@@ -133,7 +144,9 @@ def layout_reasons(heads, seq_len, experts, tp, pp, cp, dp, ep, gpus) -> Array:
     return _bits(bits)
 
 
-def batch_split(global_batch, dp, micro_batch, island_batch=0.0):
+def batch_split(
+    global_batch: Array, dp: Array, micro_batch: Array, island_batch: Array = 0.0
+) -> tuple[Array, Array, Array]:
     """``(sequences per step on each island, micro-batches, whole micro-batches)``: each island's
     share of the global batch is proportional to its data-parallel replicas, unless
     ``island_batch`` (> 0) gives it (``[sync] batch_split = "balanced"``, the planner)."""
@@ -148,7 +161,14 @@ def batch_split(global_batch, dp, micro_batch, island_batch=0.0):
     return b_isl, m, ops.maximum(ops.floor(m + 1e-9), 1.0)
 
 
-def batch_reasons(m, pp, virtual_stages, layers, first_stage_layers=0.0, last_stage_layers=0.0) -> Array:
+def batch_reasons(
+    m: Array,
+    pp: Array,
+    virtual_stages: Array,
+    layers: Array,
+    first_stage_layers: Array = 0.0,
+    last_stage_layers: Array = 0.0,
+) -> Array:
     """A batch that does not split into whole micro-batches, too many stages for the layers
     (``virtual_stages`` already 1 where ``pp = 1``), and first / last stage layers that break
     Megatron-LM's split rule (:func:`~.stages.stage_layers`)."""
@@ -161,7 +181,7 @@ def batch_reasons(m, pp, virtual_stages, layers, first_stage_layers=0.0, last_st
     return _bits(bits)
 
 
-def structural_shard_inputs(tp, dp, cp, topo: Any) -> ShardInputs:
+def structural_shard_inputs(tp: Array, dp: Array, cp: Array, topo: Any) -> ShardInputs:
     """What a sharding strategy's :meth:`~shardmeter.ShardingPart.infeasible` sees: the degrees
     and the island's tiers (``topo``: a :class:`~shardmeter.inputs.bundles.Topology`, or any
     record with its fields), every size field zero."""
@@ -183,7 +203,7 @@ def structural_shard_inputs(tp, dp, cp, topo: Any) -> ShardInputs:
     )
 
 
-def sharding_reasons(parts: Any, codes: Any, tp, dp, cp, topo: Any) -> Array:
+def sharding_reasons(parts: PartTable, codes: Array, tp: Array, dp: Array, cp: Array, topo: Any) -> Array:
     """:attr:`Reason.SHARDING` where the row's sharding strategy (``codes`` into ``parts``, a
     ``PartTable``) refuses the layout (:meth:`~shardmeter.ShardingPart.infeasible` on
     :func:`structural_shard_inputs`): the call ``evaluate`` and the planner's pre-check share."""

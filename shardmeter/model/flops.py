@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from shardmeter.inputs.bundles import ModelShape, Recompute, Training
@@ -32,7 +30,7 @@ class ModelFlops:
     params: Array
 
 
-def attention_shape(ms: ModelShape) -> dict[str, Any]:
+def attention_shape(ms: ModelShape) -> dict[str, Array]:
     """The attention projections' shape keywords of the formulas (MLA's low ranks, V width)."""
     return {"v_dim": ms.v_dim, "o_dim": ms.o_dim, "q_rank": ms.q_rank, "kv_rank": ms.kv_rank}
 

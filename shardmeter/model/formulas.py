@@ -8,6 +8,7 @@ of candidate plans. Units: bytes, FLOPs, seconds, bytes/s.
 from __future__ import annotations
 
 from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
 
 __all__ = [
     "attention_params",
@@ -30,7 +31,15 @@ __all__ = [
 KERNEL_OVERHEAD_S = 5e-6
 
 
-def attention_params(h, q_dim, kv_dim, v_dim=None, o_dim=None, q_rank=0, kv_rank=0):
+def attention_params(
+    h: Array,
+    q_dim: Array,
+    kv_dim: Array,
+    v_dim: Array | None = None,
+    o_dim: Array | None = None,
+    q_rank: Array = 0,
+    kv_rank: Array = 0,
+) -> Array:
     """Parameters of one layer's attention projections: Q ``h q`` (``h r_q + r_q q`` through a
     rank-``r_q`` bottleneck), K and V ``h (k + v)`` (``h r_kv + r_kv (k + v)`` from a rank-``r_kv``
     latent) and the output projection ``o h``; ``v_dim`` defaults to ``kv_dim``, ``o_dim`` (heads x
@@ -49,8 +58,18 @@ def attention_params(h, q_dim, kv_dim, v_dim=None, o_dim=None, q_rank=0, kv_rank
 
 
 def layer_flops_per_token(
-    h, q_dim, kv_dim, ffn, swiglu, seq, experts_per_token=1, experts=1, *, shared_experts=0, **attn
-):
+    h: Array,
+    q_dim: Array,
+    kv_dim: Array,
+    ffn: Array,
+    swiglu: Array,
+    seq: Array,
+    experts_per_token: Array = 1,
+    experts: Array = 1,
+    *,
+    shared_experts: Array = 0,
+    **attn: Array,
+) -> tuple[Array, Array]:
     """Forward FLOPs of one transformer layer per token, split in parts.
 
     Returns ``(dense, attention)``: the dense matrix multiplies (QKV,
@@ -77,21 +96,21 @@ def layer_flops_per_token(
 
 
 def layers_forward_flops(
-    layers,
-    h,
-    q_dim,
-    kv_dim,
-    ffn,
-    swiglu,
-    seq,
-    experts_per_token=1,
-    experts=1,
+    layers: Array,
+    h: Array,
+    q_dim: Array,
+    kv_dim: Array,
+    ffn: Array,
+    swiglu: Array,
+    seq: Array,
+    experts_per_token: Array = 1,
+    experts: Array = 1,
     *,
-    moe_ffn=None,
-    shared_experts=0,
-    dense_layers=0,
-    **attn,
-):
+    moe_ffn: Array | None = None,
+    shared_experts: Array = 0,
+    dense_layers: Array = 0,
+    **attn: Array,
+) -> tuple[Array, Array]:
     """``(dense, attention)`` forward FLOPs per token of all layers: ``dense_layers`` leading
     dense layers (MLP width ``ffn``; DeepSeek-V3's ``first_k_dense_replace``) and the rest MoE
     layers (experts ``moe_ffn`` wide, default ``ffn``) when ``experts > 1``."""
@@ -114,8 +133,18 @@ def layers_forward_flops(
 
 
 def model_flops_per_token(
-    layers, h, q_dim, kv_dim, ffn, swiglu, vocab, seq, experts_per_token=1, experts=1, **shape
-):
+    layers: Array,
+    h: Array,
+    q_dim: Array,
+    kv_dim: Array,
+    ffn: Array,
+    swiglu: Array,
+    vocab: Array,
+    seq: Array,
+    experts_per_token: Array = 1,
+    experts: Array = 1,
+    **shape: Array,
+) -> Array:
     """Model FLOPs per trained token (forward + backward = 3 x forward, no recompute).
 
     ``3 * (L * (dense + 4 s q_dim) + 2 h V)``; for MHA with a 4h MLP this is
@@ -130,7 +159,17 @@ def model_flops_per_token(
     return 3.0 * (dense + att + 2.0 * h * vocab)
 
 
-def params_per_layer(h, q_dim, kv_dim, ffn, swiglu, experts=1, *, shared_experts=0, **attn):
+def params_per_layer(
+    h: Array,
+    q_dim: Array,
+    kv_dim: Array,
+    ffn: Array,
+    swiglu: Array,
+    experts: Array = 1,
+    *,
+    shared_experts: Array = 0,
+    **attn: Array,
+) -> Array:
     """Parameters of one layer: attention (:func:`attention_params`; ``h(q + 2kv) + q h`` for
     standard attention), MLP ``(2 or 3) h ffn`` per expert and per shared expert, two
     LayerNorms ``4h`` (scale and bias), router ``h E`` when MoE."""
@@ -142,21 +181,21 @@ def params_per_layer(h, q_dim, kv_dim, ffn, swiglu, experts=1, *, shared_experts
 
 
 def model_params(
-    layers,
-    h,
-    q_dim,
-    kv_dim,
-    ffn,
-    swiglu,
-    vocab,
-    tied,
-    experts=1,
+    layers: Array,
+    h: Array,
+    q_dim: Array,
+    kv_dim: Array,
+    ffn: Array,
+    swiglu: Array,
+    vocab: Array,
+    tied: Array,
+    experts: Array = 1,
     *,
-    moe_ffn=None,
-    shared_experts=0,
-    dense_layers=0,
-    **attn,
-):
+    moe_ffn: Array | None = None,
+    shared_experts: Array = 0,
+    dense_layers: Array = 0,
+    **attn: Array,
+) -> Array:
     """All parameters: layers + input embedding ``V h`` + output head ``V h`` unless tied (+ the
     final norm ``2h``). With ``experts > 1`` the first ``dense_layers`` layers are dense (MLP
     ``ffn`` wide) and the others MoE (``experts`` + ``shared_experts`` experts ``moe_ffn`` wide,
@@ -172,8 +211,18 @@ def model_params(
 
 
 def active_params(
-    layers, h, q_dim, kv_dim, ffn, swiglu, vocab, tied, experts=1, experts_per_token=1, **shape
-):
+    layers: Array,
+    h: Array,
+    q_dim: Array,
+    kv_dim: Array,
+    ffn: Array,
+    swiglu: Array,
+    vocab: Array,
+    tied: Array,
+    experts: Array = 1,
+    experts_per_token: Array = 1,
+    **shape: Array,
+) -> Array:
     """Parameters one token passes through: :func:`model_params` less the ``experts -
     experts_per_token`` routed experts each MoE layer does not use (the "activated parameters"
     of Mixtral and DeepSeek-V3; embedding and output head included)."""
@@ -185,8 +234,18 @@ def active_params(
 
 
 def op_recompute_flops_per_token(
-    h, q_dim, kv_dim, ffn, swiglu, experts_per_token=1, experts=1, *, shared_experts=0, o_dim=None, **_
-):
+    h: Array,
+    q_dim: Array,
+    kv_dim: Array,
+    ffn: Array,
+    swiglu: Array,
+    experts_per_token: Array = 1,
+    experts: Array = 1,
+    *,
+    shared_experts: Array = 0,
+    o_dim: Array | None = None,
+    **_: Array,
+) -> Array:
     """Forward FLOPs per token of one layer that op recompute (torchtitan ``SelectiveAC``,
     torchtitan/distributed/activation_checkpoint.py @ b5bcd76c) runs again in backward: the
     matrix multiplies it does not save, every second in forward order (wk ``2 h kv``, wo
@@ -200,7 +259,7 @@ def op_recompute_flops_per_token(
     return 2.0 * h * kv_dim + 2.0 * o * h + 2.0 * h * ffn * (experts_per_token + shared_experts) + router
 
 
-def offload_exposed_s(k, layers, transfer_s, layer_s):
+def offload_exposed_s(k: Array, layers: Array, transfer_s: Array, layer_s: Array) -> Array:
     """Seconds one direction of activation offload (forward: to host; backward: back) adds to a
     micro-batch, Transformer Engine's default schedule (``DefaultOffloadSynchronizer``,
     transformer_engine/pytorch/cpu_offload.py @ d0067d0d): layers ``0 .. k-1`` of the ``L`` are
@@ -217,7 +276,18 @@ def offload_exposed_s(k, layers, transfer_s, layer_s):
     return ops.where(k > 0, ops.maximum(0.0, ops.maximum(one, many)), 0.0)
 
 
-def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_el=2.0, count=1.0, batch=1.0):
+def gemm_time(
+    m: Array,
+    n: Array,
+    k: Array,
+    peak_flops: Array,
+    efficiency: Array,
+    hbm_bytes_s: Array,
+    sm_count: Array,
+    bytes_per_el: Array = 2.0,
+    count: Array = 1.0,
+    batch: Array = 1.0,
+) -> Array:
     """Time of ``count`` kernels, each ``batch`` GEMMs ``[m,k] @ [k,n]`` (seconds).
 
     ``count`` kernels run one after another (each pays its own waves and overhead); the
@@ -268,7 +338,7 @@ def gemm_time(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_
     return count * (ops.maximum(t_flop, t_in) + t_out + KERNEL_OVERHEAD_S)
 
 
-def ring_collective_time(nbytes, n, bw, lat, steps_factor=1.0):
+def ring_collective_time(nbytes: Array, n: Array, bw: Array, lat: Array, steps_factor: Array = 1.0) -> Array:
     """Ring all-gather / reduce-scatter of ``nbytes`` (total) over ``n`` ranks.
 
     Thakur, Rabenseifner and Gropp 2005: ``(n-1) alpha + (n-1)/n * S beta``

@@ -38,9 +38,10 @@ fc1 GEMMs. Weights are cast every micro-batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 
-from shardmeter.inputs.bundles import Fp8Recipe, Recompute
+from shardmeter.inputs.bundles import Fp8Recipe, Recompute, Training
 from shardmeter.model.branches import any_row, where_needed
 from shardmeter.model.elementwise import kernel_time
 from shardmeter.numeric import ops
@@ -104,12 +105,14 @@ def cast_kernels(recipe: str, operand: str, compiled: bool, phase: int) -> tuple
     return tuple(out)
 
 
-def _act(recipe, compiled, phase, n, hbm):
+def _act(recipe: str, compiled: bool, phase: int, n: Array, hbm: Array) -> Array:
     # an output gradient's kernels all run in the backward pass, whatever CAST_KERNELS's phase
     return kernel_time(cast_kernels(recipe, "act", compiled, phase), n, hbm)
 
 
-def linear_cast_time(recipe: str, compiled: bool, M, K, N, hbm, count=1.0) -> tuple[Array, Array]:
+def linear_cast_time(
+    recipe: str, compiled: bool, M: Array, K: Array, N: Array, hbm: Array, count: Array = 1.0
+) -> tuple[Array, Array]:
     """Seconds of one linear's quantisation passes, ``(forward, backward)``: its input (M x K) in
     forward, its weight (K x N) in forward and backward, its output gradient (M x N) in backward
     (all of an activation's kernels in the phase where it appears), and rowwise's rescale of the
@@ -126,7 +129,19 @@ def linear_cast_time(recipe: str, compiled: bool, M, K, N, hbm, count=1.0) -> tu
 
 
 def layer_cast_time(
-    recipe_code, compiled, M, m_mlp, h, q, kv, v, o, ffn, experts, swiglu, hbm
+    recipe_code: Array,
+    compiled: Array,
+    M: Array,
+    m_mlp: Array,
+    h: Array,
+    q: Array,
+    kv: Array,
+    v: Array,
+    o: Array,
+    ffn: Array,
+    experts: Array,
+    swiglu: Array,
+    hbm: Array,
 ) -> tuple[Array, Array]:
     """One layer's fp8 quantisation seconds, ``(forward, backward)``, for the recipe code
     (:class:`~shardmeter.inputs.bundles.Fp8Recipe`): attention projections over ``M`` tokens
@@ -154,7 +169,19 @@ def layer_cast_time(
 
 
 def block_cast_time(
-    recipe: Fp8Recipe, compiled: bool, swiglu, M, m_mlp, h, q, kv, v, o, ffn, experts, hbm
+    recipe: Fp8Recipe,
+    compiled: bool,
+    swiglu: Array,
+    M: Array,
+    m_mlp: Array,
+    h: Array,
+    q: Array,
+    kv: Array,
+    v: Array,
+    o: Array,
+    ffn: Array,
+    experts: Array,
+    hbm: Array,
 ) -> tuple[Array, Array]:
     """``(forward, backward)`` quantisation seconds of one layer's linears under one recipe and
     compile mode: torchtitan's separate ``wq``, ``wk``, ``wv``, ``wo`` and MLP linears (``w1``
@@ -176,7 +203,9 @@ def block_cast_time(
     )
 
 
-def _sum(recipe, compiled, linears, hbm):
+def _sum(
+    recipe: str, compiled: bool, linears: Sequence[tuple[Array, Array, Array, Array]], hbm: Array
+) -> tuple[Array, Array]:
     f, b = 0.0, 0.0
     for M, K, N, n in linears:
         lf, lb = linear_cast_time(recipe, compiled, M, K, N, hbm, n)
@@ -184,7 +213,7 @@ def _sum(recipe, compiled, linears, hbm):
     return f, b
 
 
-def saved_input_bytes_per_byte(recipe_code) -> Array:
+def saved_input_bytes_per_byte(recipe_code: Array) -> Array:
     """Bytes an fp8 linear keeps for backward per byte of its 16-bit input: Transformer Engine
     (``delayed``) saves the fp8 copy (1 byte for 2); torchao's ``Float8Linear`` saves the
     high-precision input (``ctx.save_for_backward(input_hp, weight_hp_t)``,
@@ -192,7 +221,9 @@ def saved_input_bytes_per_byte(recipe_code) -> Array:
     return ops.where(ops.as_float(recipe_code) == Fp8Recipe.DELAYED, 0.5, 1.0)
 
 
-def activation_saving(tr, tokens, h_rep, q, ffn_k, recompute) -> Array:
+def activation_saving(
+    tr: Training, tokens: Array, h_rep: Array, q: Array, ffn_k: Array, recompute: Array
+) -> Array:
     """Activation bytes one layer saves with fp8 GEMMs, per micro-batch: the 16-bit inputs of
     the QKV, MLP-up (``h_rep`` wide each: the hidden size, over tp under sequence parallelism),
     output-projection (``q``) and MLP-down (``ffn_k``: the MLP width times the experts a token

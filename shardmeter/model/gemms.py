@@ -34,7 +34,7 @@ class GemmRoof:
     sm_count: Array
     bytes_per_element: Array = 2.0
 
-    def seconds(self, m, n, k, count=1.0, batch=1.0) -> Array:
+    def seconds(self, m: Array, n: Array, k: Array, count: Array = 1.0, batch: Array = 1.0) -> Array:
         """Seconds of ``count`` kernels of ``batch`` GEMMs ``[m,k] @ [k,n]`` (:func:`gemm_time`)."""
         return gemm_time(
             m,
@@ -65,7 +65,7 @@ class GemmShapes:
     dense_ffn_local: Array
 
 
-def gemm_shapes(ms: ModelShape, sh: Shapes, tp, ep) -> GemmShapes:
+def gemm_shapes(ms: ModelShape, sh: Shapes, tp: Array, ep: Array) -> GemmShapes:
     """Top-k routing spreads the ``T k`` tokens of each EP rank over ``E`` experts; a capacity
     factor ``c`` pads every expert's buffer to ``c`` x the even share (Fedus et al. 2022, Switch
     Transformers, Sec. 2.2; ``c = 1`` is dropless-balanced): ``c T k ep / E`` rows per expert."""
@@ -139,13 +139,13 @@ def layer_gemms(ms: ModelShape, sh: Shapes, gs: GemmShapes, roof: GemmRoof, roof
     )
 
 
-def mlp_seconds(roof: GemmRoof, tokens, ffn, h, swiglu) -> Array:
+def mlp_seconds(roof: GemmRoof, tokens: Array, ffn: Array, h: Array, swiglu: Array) -> Array:
     """Forward seconds of one MLP ``ffn`` wide over ``tokens``: the up projection (gate and up
     together, ``2 ffn`` wide, under SwiGLU) and the down projection."""
     return roof.seconds(tokens, ops.where(swiglu, 2.0, 1.0) * ffn, h) + roof.seconds(tokens, h, ffn)
 
 
-def _mla_projections(ms: ModelShape, T, q_t, kv_t, roof: GemmRoof) -> Array:
+def _mla_projections(ms: ModelShape, T: Array, q_t: Array, kv_t: Array, roof: GemmRoof) -> Array:
     """Q, K and V projections of multi-head latent attention (DeepSeek-V2, arXiv 2405.04434,
     Sec. 2.1): the down-projections to the query and KV latents (``h -> r_q + r_kv``, replicated
     on every tensor-parallel rank as in Megatron-LM's MLA), then the up-projections of this

@@ -12,6 +12,8 @@ island sync; it sums to the step. Compute utilisation is as the DiLoCo papers de
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import attrs
 import numpy as np
 
@@ -60,7 +62,15 @@ class CrossIsland:
 
 
 def cross_island(
-    parts: PartTable, inp: ModelInputs, n_isl: int, slow, island_step, params, grad_bytes, ar_window, full
+    parts: PartTable,
+    inp: ModelInputs,
+    n_isl: int,
+    slow: Array,
+    island_step: Array,
+    params: Array,
+    grad_bytes: Array,
+    ar_window: Array,
+    full: tuple[int, ...],
 ) -> CrossIsland:
     """The sync strategy's terms (zeros with one island; see :class:`CrossIsland`).
 
@@ -100,7 +110,7 @@ def cross_island(
     return attrs.evolve(res, egress_bytes=res.egress_bytes[..., 0])
 
 
-def ring_pace(uplink_bytes_s, latency_s) -> tuple[float, float]:
+def ring_pace(uplink_bytes_s: Array, latency_s: Array) -> tuple[float, float]:
     """One ``(bytes/s, latency s)`` pair for a ring over islands with uplinks of their own: the
     slowest bandwidth and the largest latency. A ring step moves ``S / I`` bytes through every
     uplink at once and ends with its slowest transfer, so a ring all-reduce takes ``2 (I-1)
@@ -114,7 +124,7 @@ def ring_pace(uplink_bytes_s, latency_s) -> tuple[float, float]:
     )
 
 
-def _first(x, shape):
+def _first(x: Array, shape: tuple[int, ...]) -> Array:
     """Column 0 of a per-island array whose value is global (same on every island)."""
     if ops.is_scalar(x):
         return x
@@ -213,7 +223,15 @@ def combine_islands(
     return _details(inp, st, out, full, slow, step, wan) if detail else out
 
 
-def _details(inp: ModelInputs, st: IslandSteps, out: Outputs, full, slow, step, wan: CrossIsland) -> Outputs:
+def _details(
+    inp: ModelInputs,
+    st: IslandSteps,
+    out: Outputs,
+    full: tuple[int, ...],
+    slow: Array,
+    step: Array,
+    wan: CrossIsland,
+) -> Outputs:
     """``out`` with the report's fields: the breakdown of the average GPU, throughput, FLOP
     rates, utilisation and memory, and each island's."""
     assert st.hidden is not None and st.detail is not None
@@ -223,12 +241,12 @@ def _details(inp: ModelInputs, st: IslandSteps, out: Outputs, full, slow, step, 
     total_gpus = over_islands(np.add, isl_gpus_full)
     w_gpu = isl_gpus_full / total_gpus
 
-    def _mean(x):
+    def _mean(x: Array) -> Array:
         return ops.col0(over_islands(np.add, ops.broadcast(x, full) * w_gpu))
 
     col = np.shape(slow)
 
-    def g(x):  # a global (N, 1) value as (N,)
+    def g(x: Array) -> Array:  # a global (N, 1) value as (N,)
         return ops.col0(ops.broadcast(x, col))
 
     tokens_step = _first(inp.training.global_batch * inp.model.seq_len, full)
@@ -281,11 +299,11 @@ def _details(inp: ModelInputs, st: IslandSteps, out: Outputs, full, slow, step, 
     )
 
 
-def _island_layout(d: IslandDetail, full) -> dict[str, Array]:
+def _island_layout(d: IslandDetail, full: tuple[int, ...]) -> dict[str, Array]:
     """:class:`IslandDetail` broadcast to the islands' shape, as :class:`~.outputs.IslandOutputs`
     fields."""
 
-    def b(x):
+    def b(x: Array) -> Array:
         return ops.broadcast(ops.as_float(x), full)
 
     return {
@@ -296,7 +314,16 @@ def _island_layout(d: IslandDetail, full) -> dict[str, Array]:
     }
 
 
-def island_finish(parts: PartTable, sync_code: int, n_used: int, step, window, params, grad_bytes, net):
+def island_finish(
+    parts: PartTable,
+    sync_code: int,
+    n_used: int,
+    step: Array,
+    window: Array,
+    params: Array,
+    grad_bytes: Array,
+    net: tuple[Array, Array],
+) -> tuple[np.ndarray, np.ndarray]:
     """Each candidate island's finish time in a ring of ``n_used`` islands: its own step plus the
     exposed sync the sync part gives when that island is the slowest (arrays of one shape).
 
@@ -311,7 +338,7 @@ def island_finish(parts: PartTable, sync_code: int, n_used: int, step, window, p
     shape = step.shape
     col = (int(np.prod(shape)), 1)
 
-    def c(x):
+    def c(x: Array) -> np.ndarray:
         return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(col)
 
     wan = WanInputs(
@@ -331,7 +358,9 @@ def island_finish(parts: PartTable, sync_code: int, n_used: int, step, window, p
     return step + exposed, egress
 
 
-def fold_min_max(h: np.ndarray, f: np.ndarray, total: int, last: bool = False):
+def fold_min_max(
+    h: np.ndarray, f: np.ndarray, total: int, last: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """``out[s] = min_b max(h[s - b], f[b])`` for ``s <= total`` (only ``s = total`` with
     ``last``) and the ``b`` that attains it (ties: the smallest ``b``); ``inf`` (and ``-1``)
     where no split exists. Only the finite entries of ``f`` are tried."""
@@ -349,7 +378,7 @@ def fold_min_max(h: np.ndarray, f: np.ndarray, total: int, last: bool = False):
     return out, arg
 
 
-def min_max_shares(curves, total: int) -> tuple[float, list[int] | None]:
+def min_max_shares(curves: Sequence[Array], total: int) -> tuple[float, list[int] | None]:
     """Split ``total`` sequences between islands to minimise the largest finish time.
 
     ``curves[j][b]``: island ``j``'s finish time with share ``b`` (``0 .. total``; ``inf`` where
@@ -365,7 +394,9 @@ def min_max_shares(curves, total: int) -> tuple[float, list[int] | None]:
     return unfold_min_max(h, args, curves[-1] if len(curves) > 1 else None, total)
 
 
-def unfold_min_max(h: np.ndarray, args: list, f_last, total: int) -> tuple[float, list[int] | None]:
+def unfold_min_max(
+    h: np.ndarray, args: list[np.ndarray], f_last: Array | None, total: int
+) -> tuple[float, list[int] | None]:
     """Finish :func:`min_max_shares` from the fold ``h`` of all islands but the last (``args``:
     each fold's choices) and the last island's curve ``f_last`` (``None``: one island)."""
     if f_last is None:

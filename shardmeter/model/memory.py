@@ -33,7 +33,7 @@ RESERVED_BYTES = 1.0e9
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
 
 
-def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple[Array, Array]:
+def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: Array) -> tuple[Array, Array]:
     """``(stored, working)``: activation bytes one micro-batch keeps for the stage's layers
     (under the recompute mode, before any offload; :func:`~.activations.activation_bytes_per_layer`),
     and the working set of the layer being recomputed in backward. Op recompute under
@@ -54,7 +54,7 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp, sp) -> tuple
     share = full_recompute_share(tr, sh)
     h_rep = ms.hidden * ops.where(sp, 1.0 / tp, 1.0)
 
-    def kept(ffn, k, compiled, ffn_k):
+    def kept(ffn: Array, k: Array, compiled: Array, ffn_k: Array) -> tuple[Array, Array]:
         """``(stored, full)`` of one layer whose MLP is ``ffn`` wide (``k`` of them active)."""
         stored, full = activation_bytes_per_layer(
             sh.seq_local,
@@ -133,7 +133,9 @@ def logits_bytes_per_element(tr: Training) -> Array:
     return ops.where(ops.as_bool(tr.compiled_loss), 2.0, 4.0)
 
 
-def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, in_flight, logits_held=0.0) -> Array:
+def activation_memory(
+    ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: Array, in_flight: Array, logits_held: Array = 0.0
+) -> Array:
     """Activation bytes of one pipeline stage of ``sh.layers_per_stage`` layers holding
     ``in_flight`` micro-batches through them (the schedule's count for its rank) and, on the
     last stage, ``logits_held`` micro-batches' logits as the loss keeps them (``s b V / t``
@@ -147,7 +149,9 @@ def activation_memory(ms: ModelShape, tr: Training, sh: Shapes, tp, sp, in_fligh
     return stored * in_flight + working + logits * logits_held
 
 
-def total_memory(weights, gradients, optimizer, extra, activations) -> Array:
+def total_memory(
+    weights: Array, gradients: Array, optimizer: Array, extra: Array, activations: Array
+) -> Array:
     """Bytes per GPU at the step's peak: the tensors alive during the last backward pass
     (model state, the strategy's ``extra`` buffers and the activations in flight), plus the
     reservation. The optimizer step comes after the activations are freed, so its transient
@@ -155,7 +159,9 @@ def total_memory(weights, gradients, optimizer, extra, activations) -> Array:
     return weights + gradients + optimizer + extra + activations + RESERVED_BYTES
 
 
-def memory_parts(weights, gradients, optimizer, extra, activations) -> dict[str, Array]:
+def memory_parts(
+    weights: Array, gradients: Array, optimizer: Array, extra: Array, activations: Array
+) -> dict[str, Array]:
     """:func:`total_memory` by part, bytes: the four tensor kinds as they are, and ``other`` =
     the total less them (the strategy's ``extra`` buffers and the reservation), so the parts add
     up to the total."""

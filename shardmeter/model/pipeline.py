@@ -45,7 +45,7 @@ class PipelineTerms:
     p2p_s: Array
 
 
-def schedule_terms(parts: PartTable, pipe: PipeInputs, codes) -> ScheduleTerms:
+def schedule_terms(parts: PartTable, pipe: PipeInputs, codes: Array) -> ScheduleTerms:
     """The schedule part's terms of each row (``codes``: its schedule)."""
 
     def run(code: int) -> ScheduleTerms:
@@ -71,7 +71,7 @@ def schedule_terms(parts: PartTable, pipe: PipeInputs, codes) -> ScheduleTerms:
 
 
 def pipeline_terms(
-    parts: PartTable, inp: ModelInputs, deg: Degrees, m_int, pace: StageTerms
+    parts: PartTable, inp: ModelInputs, deg: Degrees, m_int: Array, pace: StageTerms
 ) -> PipelineTerms:
     """The schedule part's terms with the pacing stage's times (``m_int`` micro-batches per
     replica), and the pipeline's point-to-point time per step: its transfers, each one message

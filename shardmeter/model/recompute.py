@@ -48,7 +48,9 @@ class RecomputeTime:
     rerun_share: Array
 
 
-def _rerun_mlp_matrix_s(roof: GemmRoof, tokens, ffn, h, swiglu, count=1.0) -> Array:
+def _rerun_mlp_matrix_s(
+    roof: GemmRoof, tokens: Array, ffn: Array, h: Array, swiglu: Array, count: Array = 1.0
+) -> Array:
     """Forward seconds of the MLP matrix op recompute reruns (the second of the MLP's matrix
     multiplies in forward order): w3 (``h -> ffn``) under SwiGLU, c_proj (``ffn -> h``)
     without it."""
@@ -119,7 +121,7 @@ def recompute_time(
     roof: GemmRoof,
     g: LayerGemms,
     att: AttentionTime,
-    forward_s,
+    forward_s: Array,
 ) -> RecomputeTime:
     """Recompute per mode (module docstring): full reruns :func:`full_recompute_share` of the
     stage's ``forward_s``; selective the attention core of every layer (Korthikanti et al.

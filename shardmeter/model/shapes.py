@@ -33,7 +33,9 @@ class Shapes:
     dense_layers_local: Array = 0.0
 
 
-def local_shapes(ms: ModelShape, tr: Training, tp, pp, cp, v, layers=None) -> Shapes:
+def local_shapes(
+    ms: ModelShape, tr: Training, tp: Array, pp: Array, cp: Array, v: Array, layers: Array | None = None
+) -> Shapes:
     """The shapes one GPU computes on (``v`` already 1 where ``pp = 1``), for a stage of
     ``layers`` layers (default: ``ceil(L / (p v)) v``, at least the largest stage's)."""
     s_loc = ms.seq_len / cp

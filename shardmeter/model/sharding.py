@@ -4,8 +4,6 @@ strategy, :func:`~.dispatch.by_code`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from shardmeter.inputs.bundles import ModelShape, PartTable, Recompute, Topology, Training
@@ -16,6 +14,7 @@ from shardmeter.model.dispatch import by_code
 from shardmeter.model.flops import attention_shape
 from shardmeter.model.formulas import params_per_layer
 from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
 from shardmeter.parts import ShardInputs, StateBytes
 
 __all__ = ["ShardingTerms", "shard_inputs", "sharding_terms", "sharding_state"]
@@ -45,7 +44,7 @@ def _state(st: StateBytes) -> StateBytes:
     )
 
 
-def sharding_terms(parts: PartTable, shard: ShardInputs, topo: Topology, codes) -> ShardingTerms:
+def sharding_terms(parts: PartTable, shard: ShardInputs, topo: Topology, codes: Array) -> ShardingTerms:
     """State bytes and priced traffic of each row's sharding strategy (``codes``)."""
 
     def run(code: int) -> ShardingTerms:
@@ -57,7 +56,7 @@ def sharding_terms(parts: PartTable, shard: ShardInputs, topo: Topology, codes) 
     return by_code(codes, run)
 
 
-def sharding_state(parts: PartTable, shard: ShardInputs, codes) -> StateBytes:
+def sharding_state(parts: PartTable, shard: ShardInputs, codes: Array) -> StateBytes:
     """The sharding strategy's state bytes of one stage (no traffic)."""
 
     def run(code: int) -> StateBytes:
@@ -68,7 +67,7 @@ def sharding_state(parts: PartTable, shard: ShardInputs, codes) -> StateBytes:
 
 
 def shard_inputs(
-    ms: ModelShape, tr: Training, sh: Shapes, topo: Topology, deg: Degrees, *, emb_here, head
+    ms: ModelShape, tr: Training, sh: Shapes, topo: Topology, deg: Degrees, *, emb_here: Array, head: Array
 ) -> ShardInputs:
     """What the sharding strategy sees: this GPU's parameters (its stage's layers, its
     tensor-parallel slice, its local experts; the word embedding where the stage holds it
@@ -125,7 +124,7 @@ def shard_inputs(
     )
 
 
-def _largest_matrix(ms: ModelShape, ffn) -> Any:
+def _largest_matrix(ms: ModelShape, ffn: Array) -> Array:
     """Elements of the largest weight matrix: fused QKV, fc1 (Megatron fuses gate and up), an
     expert's fc1 (``ffn`` wide) or the embedding."""
     gemm_in = ops.where(ms.swiglu, 2.0, 1.0) * ms.ffn_hidden
@@ -135,7 +134,7 @@ def _largest_matrix(ms: ModelShape, ffn) -> Any:
     )
 
 
-def _recompute_layers(tr: Training, sh: Shapes) -> Any:
+def _recompute_layers(tr: Training, sh: Shapes) -> Array:
     """Layers of the stage whose forward full recompute re-runs (``recompute_layers``, 0: all)."""
     rl = _f(tr.recompute_layers)
     all_layers = sh.layers_per_stage

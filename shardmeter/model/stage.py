@@ -75,7 +75,7 @@ class StageTerms:
 
 
 def stage_terms(
-    inp: ModelInputs, parts: PartTable, deg: Degrees, pk: Peaks, layers, *, emb, head
+    inp: ModelInputs, parts: PartTable, deg: Degrees, pk: Peaks, layers: Array, *, emb: Array, head: Array
 ) -> StageTerms:
     """One pipeline stage of ``layers`` layers, holding the embedding (``emb``) and the output
     layer and loss (``head``); see :class:`StageTerms`."""
@@ -130,7 +130,9 @@ def stage_terms(
     )
 
 
-def _offload_exposed(ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, ct: ComputeTerms, deg: Degrees):
+def _offload_exposed(
+    ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, ct: ComputeTerms, deg: Degrees
+) -> Array:
     """Seconds per micro-batch that activation offload (``offload_layers``) does not hide, both
     directions: :func:`~.formulas.offload_exposed_s` with one layer's stored activations over
     the GPU's own host link (``host_bytes_s``, one direction: a PCIe x16 link per GPU, NVLink-C2C

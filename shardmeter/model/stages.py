@@ -28,7 +28,7 @@ class StageLayers:
     bad: Array
 
 
-def even_stage_layers(layers, pp, v, rank) -> Array:
+def even_stage_layers(layers: Array, pp: Array, v: Array, rank: Array) -> Array:
     """Layers of stage ``rank`` when ``layers`` split over ``pp x v`` model chunks as evenly as
     they can, the extra layers on the first chunks; a stage holds chunks ``rank``, ``rank + pp``,
     ... (Megatron-LM's interleaved assignment, Narayanan et al. 2021, Sec. 2.2). Each chunk has
@@ -41,7 +41,7 @@ def even_stage_layers(layers, pp, v, rank) -> Array:
     return v * q + extra
 
 
-def stage_layers(layers, pp, v, first, last) -> StageLayers:
+def stage_layers(layers: Array, pp: Array, v: Array, first: Array, last: Array) -> StageLayers:
     """Layers of the first, middle and last stages (``first`` / ``last`` > 0: set, 0: unset).
 
     Unset, the split is :func:`even_stage_layers`. Set, as Megatron-LM's

@@ -36,8 +36,6 @@ takes the slowest.
 
 from __future__ import annotations
 
-import numpy as np
-
 from shardmeter.inputs.bundles import Topology
 from shardmeter.model.formulas import ring_collective_time
 from shardmeter.numeric import ops
@@ -62,7 +60,7 @@ _KIND = {
 }
 
 
-def members_per_tier(size, stride, topo: Topology) -> list[np.ndarray]:
+def members_per_tier(size: Array, stride: Array, topo: Topology) -> list[Array]:
     """``k_t``: members of the group inside one domain of each tier (the last is ``size``)."""
     size = ops.as_float(size)
     stride = ops.maximum(ops.as_float(stride), 1.0)
@@ -70,7 +68,9 @@ def members_per_tier(size, stride, topo: Topology) -> list[np.ndarray]:
     return [ops.clip(ops.floor(ops.tier(gpus, t) / stride), 1.0, size) for t in range(ops.n_tiers(gpus))]
 
 
-def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False) -> Array:
+def collective_time(
+    kind: str, nbytes: Array, size: Array, stride: Array, topo: Topology, flat: Array = False
+) -> Array:
     """Seconds of one collective (``kind``: one of :data:`~shardmeter.parts.COLLECTIVES`) of
     ``nbytes`` over a group of ``size`` ranks ``stride`` apart (see the module docstring)."""
     if _KIND.get(kind) is None:
@@ -129,7 +129,7 @@ def collective_time(kind: str, nbytes, size, stride, topo: Topology, flat=False)
     return ops.where(flat, ring, ops.minimum(ring, tree))
 
 
-def span_link(size, stride, topo: Topology) -> tuple[np.ndarray, np.ndarray]:
+def span_link(size: Array, stride: Array, topo: Topology) -> tuple[Array, Array]:
     """``(bytes/s, latency s)`` of the innermost tier that holds the whole group: where its
     point-to-point transfers (ring attention, pipeline sends) travel."""
     ks = members_per_tier(size, stride, topo)
@@ -144,7 +144,7 @@ def span_link(size, stride, topo: Topology) -> tuple[np.ndarray, np.ndarray]:
     return bw, lat
 
 
-def slowest_link(topo: Topology) -> tuple[np.ndarray, np.ndarray]:
+def slowest_link(topo: Topology) -> tuple[Array, Array]:
     """``(bytes/s, latency s)``: the slowest tier's bandwidth and the outermost tier's latency,
     the pace of a flat ring over the whole data-parallel group (the last gradient bucket)."""
     return ops.min_tier(topo.tier_bytes_s), ops.tier(

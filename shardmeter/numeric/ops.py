@@ -45,11 +45,11 @@ _SCALARS = (float, int, bool)
 _FAST = frozenset({float, int, bool})
 
 
-def is_scalar(x: Any) -> bool:
+def is_scalar(x: Array) -> bool:
     return isinstance(x, _SCALARS)
 
 
-def where(c: Any, a: Any, b: Any) -> Any:
+def where(c: Array, a: Array, b: Array) -> Array:
     if type(c) is bool and type(a) in _FAST and type(b) in _FAST:
         return a if c else b
     if isinstance(c, (bool, np.bool_)) and isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
@@ -57,7 +57,7 @@ def where(c: Any, a: Any, b: Any) -> Any:
     return np.where(c, a, b)
 
 
-def maximum(a: Any, b: Any) -> Any:
+def maximum(a: Array, b: Array) -> Array:
     if (type(a) in _FAST and type(b) in _FAST) or (isinstance(a, _SCALARS) and isinstance(b, _SCALARS)):
         if a != a or b != b:  # nan propagates, as in numpy
             return math.nan
@@ -65,7 +65,7 @@ def maximum(a: Any, b: Any) -> Any:
     return np.maximum(a, b)
 
 
-def minimum(a: Any, b: Any) -> Any:
+def minimum(a: Array, b: Array) -> Array:
     if (type(a) in _FAST and type(b) in _FAST) or (isinstance(a, _SCALARS) and isinstance(b, _SCALARS)):
         if a != a or b != b:
             return math.nan
@@ -73,7 +73,7 @@ def minimum(a: Any, b: Any) -> Any:
     return np.minimum(a, b)
 
 
-def clip(a: Any, lo: Any, hi: Any) -> Any:
+def clip(a: Array, lo: Array, hi: Array) -> Array:
     """``minimum(maximum(a, lo), hi)`` (numpy's definition)."""
     return minimum(maximum(a, lo), hi)
 
@@ -81,56 +81,56 @@ def clip(a: Any, lo: Any, hi: Any) -> Any:
 _finite = math.isfinite
 
 
-def ceil(a: Any) -> Any:
+def ceil(a: Array) -> Array:
     if isinstance(a, _SCALARS) and _finite(a):
         return float(math.ceil(a))
     return np.ceil(a)
 
 
-def floor(a: Any) -> Any:
+def floor(a: Array) -> Array:
     if isinstance(a, _SCALARS) and _finite(a):
         return float(math.floor(a))
     return np.floor(a)
 
 
-def log2(a: Any) -> Any:
+def log2(a: Array) -> Array:
     if isinstance(a, _SCALARS) and _finite(a) and a > 0:
         return math.log2(a)
     return np.log2(a)
 
 
-def rint(a: Any) -> Any:
+def rint(a: Array) -> Array:
     """Round half to even (``np.round``)."""
     if isinstance(a, _SCALARS) and _finite(a):
         return float(round(a))
     return np.round(a)
 
 
-def mod(a: Any, b: Any) -> Any:
+def mod(a: Array, b: Array) -> Array:
     if isinstance(a, _SCALARS) and isinstance(b, _SCALARS) and b != 0 and _finite(a) and _finite(b):
         return float(a % b)
     return np.mod(a, b)
 
 
-def absolute(a: Any) -> Any:
+def absolute(a: Array) -> Array:
     if isinstance(a, _SCALARS):
         return abs(a)
     return np.abs(a)
 
 
-def logical_not(a: Any) -> Any:
+def logical_not(a: Array) -> Array:
     if isinstance(a, (bool, np.bool_)):
         return not a
     return ~np.asarray(a, dtype=bool)
 
 
-def as_bool(a: Any) -> Any:
+def as_bool(a: Array) -> Array:
     if isinstance(a, _SCALARS):
         return bool(a)
     return np.asarray(a).astype(bool)
 
 
-def as_float(a: Any) -> Any:
+def as_float(a: Array) -> Array:
     if type(a) is float:
         return a
     if isinstance(a, _SCALARS):
@@ -138,32 +138,32 @@ def as_float(a: Any) -> Any:
     return np.asarray(a, dtype=float)
 
 
-def tier(x: Any, t: int) -> Any:
+def tier(x: Array | tuple[float, ...], t: int) -> Array:
     """Tier ``t`` of a tier array (the last axis), or of a tuple of per-tier scalars."""
     if isinstance(x, tuple):
         return x[t]
     return x[..., t]
 
 
-def n_tiers(x: Any) -> int:
+def n_tiers(x: Array | tuple[float, ...]) -> int:
     return len(x) if isinstance(x, tuple) else int(np.shape(x)[-1])
 
 
-def min_tier(x: Any) -> Any:
+def min_tier(x: Array | tuple[float, ...]) -> Array:
     """The smallest value over the tiers."""
     if isinstance(x, tuple):
         return min(x)
     return np.min(x, axis=-1)
 
 
-def broadcast(x: Any, shape: tuple[int, ...]) -> Any:
+def broadcast(x: Array, shape: tuple[int, ...]) -> Array:
     """``np.broadcast_to`` (a scalar stays a scalar)."""
     if isinstance(x, _SCALARS):
         return x
     return np.broadcast_to(x, shape)
 
 
-def col0(x: Any) -> Any:
+def col0(x: Array) -> Array:
     """``x[..., 0]`` of an island-shaped array (a scalar is its own only island)."""
     if isinstance(x, _SCALARS) or np.ndim(x) == 0:
         return x

@@ -4,8 +4,6 @@ order of magnitude; many islands use the ufunc's own reduction."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from shardmeter.numeric.ops import Array
@@ -16,7 +14,7 @@ __all__ = ["over_islands"]
 _LOOP_MAX = 16
 
 
-def over_islands(op: np.ufunc, x: Any, keepdims: bool = True) -> Array:
+def over_islands(op: np.ufunc, x: Array, keepdims: bool = True) -> Array:
     """``op.reduce(x, axis=-1)`` (e.g. ``np.add``, ``np.maximum``, ``np.logical_and``)."""
     if isinstance(x, (float, int, bool)):  # the scalar path: one island
         return x
