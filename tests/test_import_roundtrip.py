@@ -25,7 +25,11 @@ FILE_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_charac
 #: Any text a JSON string can carry, lone surrogates included.
 JSON_TEXT = st.text(st.characters(blacklist_characters="\x00"), max_size=40)
 SETTINGS = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25,
+    deadline=None,
+    derandomize=True,  # the same examples on every run: CI never fails on a draw it has not seen
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 
 
@@ -52,7 +56,10 @@ def test_torchtitan_strings_round_trip(tmp_path, description, dataset, key, valu
 
 
 @SETTINGS
-@given(path=FILE_TEXT.filter(lambda t: "'" not in t), comment=FILE_TEXT)
+@given(
+    path=FILE_TEXT.filter(lambda t: "'" not in t),
+    comment=FILE_TEXT.filter(lambda t: "\n" not in t),  # a newline would end the comment: not a comment
+)
 def test_megatron_flag_values_and_comments_round_trip(tmp_path, path, comment):
     script = tmp_path / "train.sh"
     script.write_text(
