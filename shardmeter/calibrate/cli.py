@@ -20,6 +20,7 @@ from shardmeter.calibrate import gemm, nccl, steps
 from shardmeter.calibrate.overlay_out import overlay_text
 from shardmeter.errors import ScenarioError
 from shardmeter.io import atomic_write, check_output
+from shardmeter.reading import read_input_bytes
 from shardmeter.records import HardwareProfile, Interconnect
 from shardmeter.registry.manager import get_registry
 from shardmeter.render.json import dump_json
@@ -88,16 +89,13 @@ def _classify(paths):
         else:
             logs.append(p)
         if not os.path.exists(p):
-            raise ScenarioError("no such file", file=p)
+            raise ScenarioError("no such file", file=safe_text(p, limit=400))
     return logs, csvs, scen
 
 
 def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """The SHA-256 of an input, read again through the one reader (a regular file, bounded)."""
+    return hashlib.sha256(read_input_bytes(path, what="measurement")).hexdigest()
 
 
 def _link_name(flag: str | None, gpu, attr: str, option: str) -> str:
