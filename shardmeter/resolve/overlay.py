@@ -130,14 +130,19 @@ def _header_lines(text: InputText) -> dict[str, list[int]]:
 
 def _key_line(text: InputText, head: int, key: str) -> int:
     """Line of ``key = ...`` in the entry whose header is on line ``head`` (scanning that entry
-    only, on the error path); ``head`` when the entry writes it otherwise."""
+    only, on the error path; a quoted key is read as TOML reads it); ``head`` when the entry
+    writes it otherwise."""
     lines = text.text.splitlines()
-    key_re = re.compile(r"^\s*\"?" + re.escape(key) + r"\"?\s*=")
     for j in range(head, len(lines)):
-        if lines[j].lstrip().startswith("["):
+        ln = lines[j].lstrip()
+        if ln.startswith("["):
             break
-        if key_re.match(lines[j]):
-            return j + 1
+        if "=" in ln:
+            try:
+                if key in tomllib.loads(ln):
+                    return j + 1
+            except ValueError:  # a value spread over lines, or not a key line
+                continue
     return head
 
 
