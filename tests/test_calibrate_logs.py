@@ -18,7 +18,7 @@ from shardmeter.registry.manager import get_registry
 from shardmeter.resolve.overlay import read_overlay
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_calibrate import NVLINK4, _cli, _tiers, _within, _write, nccl_log  # noqa: E402
+from test_calibrate import NVLINK4, _cli, _tiers, _within, _write, nccl_log
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -157,7 +157,11 @@ def test_sendrecv_log_is_fitted_as_one_step_of_the_whole_buffer(tmp_path):
     )
     head = nccl_log("all_reduce", nodes=1, gpn=8, tiers=_tiers()).split("#       size")[0]
     head = head.replace("all_reduce_perf", "sendrecv_perf")
-    text = head + "#       size         count      type   redop    root     time   algbw   busbw  #wrong\n" + rows
+    text = (
+        head
+        + "#       size         count      type   redop    root     time   algbw   busbw  #wrong\n"
+        + rows
+    )
     (log,) = read_nccl_logs(_write(tmp_path / "sr.txt", text))
     res = fit_link(NVLINK4, [log], nics_per_node=8)
     (c,) = res.collectives

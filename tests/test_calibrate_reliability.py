@@ -20,7 +20,8 @@ from shardmeter.calibrate import cli as cal_cli
 from shardmeter.calibrate import nccl_log
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from test_calibrate import H100, NVLINK4, _cli, _tiers, _write, gemm_csv, nccl_log as make_log  # noqa: E402
+from test_calibrate import H100, NVLINK4, _cli, _tiers, _write, gemm_csv
+from test_calibrate import nccl_log as make_log
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,7 +30,9 @@ else:  # pragma: no cover
 
 
 def _calibrate(tmp_path, *inputs: str, extra=("--gpu", "h100-sxm")) -> tuple[int, str]:
-    return _cli(["calibrate", *inputs, *extra, "--out", str(tmp_path / "cal.toml")]), str(tmp_path / "cal.toml")
+    return _cli(["calibrate", *inputs, *extra, "--out", str(tmp_path / "cal.toml")]), str(
+        tmp_path / "cal.toml"
+    )
 
 
 def _one_error(capsys) -> str:
@@ -90,7 +93,9 @@ def test_non_ascii_digits_in_a_time_are_refused(tmp_path, capsys):
     lines[i] = lines[i].replace(f" {toks[5]} ", " \u0664\u0662.\u0661\u0665 ", 1)
     path = _write(tmp_path / "all_reduce.log", "\n".join(lines) + "\n")
     assert _calibrate(tmp_path, path)[0] == 2
-    assert _one_error(capsys).startswith(f"shardmeter: error: {path}:{i + 1}: time (column 6): expected a number")
+    assert _one_error(capsys).startswith(
+        f"shardmeter: error: {path}:{i + 1}: time (column 6): expected a number"
+    )
 
 
 def test_a_superscript_size_is_one_line_not_a_traceback(tmp_path, capsys):
@@ -104,7 +109,9 @@ def test_a_superscript_size_is_one_line_not_a_traceback(tmp_path, capsys):
 
 
 def test_a_superscript_gemm_dimension_is_one_line_not_a_traceback(tmp_path, capsys):
-    path = _write(tmp_path / "g.csv", "m,n,k,dtype,seconds\n1024,1024,1024,bf16,1e-4\n4096,\u00b2,4096,bf16,1e-3\n")
+    path = _write(
+        tmp_path / "g.csv", "m,n,k,dtype,seconds\n1024,1024,1024,bf16,1e-4\n4096,\u00b2,4096,bf16,1e-3\n"
+    )
     assert _calibrate(tmp_path, path)[0] == 2
     assert _one_error(capsys).startswith(f"shardmeter: error: {path}:3: $.n: ")
 
@@ -209,7 +216,9 @@ def test_result_rows_are_bounded(tmp_path, capsys, monkeypatch):
 
 def test_escape_sequences_from_a_log_do_not_reach_the_terminal(tmp_path, capsys):
     text = make_log("all_reduce", nodes=1, gpn=8, tiers=_tiers())
-    text = text.replace("# Collective test starting: all_reduce_perf", "# Collective test starting: \x1b]0;pwned\x07x")
+    text = text.replace(
+        "# Collective test starting: all_reduce_perf", "# Collective test starting: \x1b]0;pwned\x07x"
+    )
     path = _write(tmp_path / "ar.log", text)
     assert _calibrate(tmp_path, path)[0] == 2
     err = _one_error(capsys)

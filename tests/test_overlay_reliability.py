@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from shardmeter.calibrate.overlay_out import overlay_text
 from shardmeter.errors import ScenarioError
 from shardmeter.resolve import overlay as ov_mod
-from shardmeter.resolve.overlay import read_overlay, overlay_notes
+from shardmeter.resolve.overlay import overlay_notes, read_overlay
 from shardmeter.tables import safe_text
 
 #: Text as a file or the command line may give it: any Unicode scalar (controls, DEL, quotes,
@@ -47,12 +47,22 @@ def test_what_calibrate_writes_reads_back_value_for_value(tmp_path, name, source
         "applied": True,
         "source": source,
     }
-    prov = {"tool": "shardmeter calibrate 0", "date": source, "inputs": [{"file": f, "sha256": "ab"} for f in files]}
+    prov = {
+        "tool": "shardmeter calibrate 0",
+        "date": source,
+        "inputs": [{"file": f, "sha256": "ab"} for f in files],
+    }
     path = tmp_path / "cal.toml"
-    path.write_text(overlay_text([("link", link), ("gpu", gpu), ("collective", coll)], prov, source), encoding="utf-8")
+    path.write_text(
+        overlay_text([("link", link), ("gpu", gpu), ("collective", coll)], prov, source), encoding="utf-8"
+    )
     ov = read_overlay(str(path))
     (lk, gp) = ov.entries
-    assert (lk.kind, lk.name, dict(lk.fields)) == ("interconnect", name, {k: v for k, v in link.items() if k != "name"})
+    assert (lk.kind, lk.name, dict(lk.fields)) == (
+        "interconnect",
+        name,
+        {k: v for k, v in link.items() if k != "name"},
+    )
     assert (gp.name, gp.fields["matmul_efficiency"]) == (name + "-gpu", eff)
     assert dict(ov.collectives[0].fields) == coll
 

@@ -221,7 +221,9 @@ def _where(log_where: str) -> str:
     return f"{os.path.basename(file)}:{line}"
 
 
-def _fit_link(fits: _Fits, inputs: _Inputs, logs, name: str, link: Interconnect, *, inner_link) -> nccl.LinkFits:
+def _fit_link(
+    fits: _Fits, inputs: _Inputs, logs, name: str, link: Interconnect, *, inner_link
+) -> nccl.LinkFits:
     """Fit ``link`` (``name``, as the flag or the GPU gives it) to one tier's ``logs``, each
     collective to its own rate; the joint fit of the ring collectives replaces the link in
     ``fits.reg``; each collective's fit is recorded in ``[[collective]]``."""
@@ -230,7 +232,7 @@ def _fit_link(fits: _Fits, inputs: _Inputs, logs, name: str, link: Interconnect,
     warnings: list[str] = []
     for c in res.collectives:
         f = c.fit
-        runs = [_where(w) for w in f.logs]
+        wheres = [_where(w) for w in f.logs]
         fits.entries[("collective", f"{name} {c.collective}")] = {
             "link": name,
             "collective": c.collective,
@@ -240,9 +242,9 @@ def _fit_link(fits: _Fits, inputs: _Inputs, logs, name: str, link: Interconnect,
             "efficiency": round(f.efficiency, 4),
             "rows": f.points,
             "mean_abs_error": round(f.mean_abs_error, 4),
-            "logs": runs,
+            "logs": wheres,
             "applied": c.applied,
-            "source": f"{inputs.tag} from nccl-tests {', '.join(runs)}",
+            "source": f"{inputs.tag} from nccl-tests {', '.join(wheres)}",
         }
         lines.append(
             f"  {c.collective} ({c.algorithm}) on {name}: latency {f.latency_us:.3g} us, "
@@ -259,7 +261,9 @@ def _fit_link(fits: _Fits, inputs: _Inputs, logs, name: str, link: Interconnect,
         {
             "link": name,
             "joint": None if res.joint is None else attrs.asdict(res.joint),
-            "collectives": [{**attrs.asdict(c, recurse=False), "fit": attrs.asdict(c.fit)} for c in res.collectives],
+            "collectives": [
+                {**attrs.asdict(c, recurse=False), "fit": attrs.asdict(c.fit)} for c in res.collectives
+            ],
         }
     )
     fit = res.joint

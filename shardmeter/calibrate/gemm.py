@@ -27,7 +27,16 @@ from shardmeter.reading import read_input
 from shardmeter.records import HardwareProfile
 from shardmeter.tables import safe_text
 
-__all__ = ["GemmRow", "GemmFit", "read_gemm_csv", "fit_gemm", "DTYPES", "model_times", "MAX_CSV_BYTES", "MAX_GEMM_ROWS"]
+__all__ = [
+    "GemmRow",
+    "GemmFit",
+    "read_gemm_csv",
+    "fit_gemm",
+    "DTYPES",
+    "model_times",
+    "MAX_CSV_BYTES",
+    "MAX_GEMM_ROWS",
+]
 
 #: Largest GEMM CSV read, and most rows (a sweep of shapes is a few hundred).
 MAX_CSV_BYTES = 16 * 1024 * 1024
@@ -109,7 +118,7 @@ def read_gemm_csv(path: str) -> list[GemmRow]:
                 f"missing column(s) {', '.join(missing)} (need m,n,k,dtype,seconds)", file=f"{shown}:1"
             )
         idx = {c: cols.index(c) for c in _COLUMNS}
-        rows = []
+        rows: list[GemmRow] = []
         for cells in reader:
             line = reader.line_num
             if not any(c.strip() for c in cells):

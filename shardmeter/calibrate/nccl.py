@@ -25,7 +25,6 @@ step of S over the slowest link it crosses, at that link's whole rate (one sende
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -55,6 +54,7 @@ MAX_MEAN_ERROR = 0.25
 #: (no ring beats its links) except an all-reduce with in-network reduction (NVLink SHARP, IB
 #: SHARP), where each GPU sends S instead of 2 (n - 1) / n x S: at most 2.
 MAX_EFFICIENCY = {"all_reduce": 2.0}
+
 
 def nominal_bytes_s(link: Interconnect, gpus_per_node: int, nics_per_node: int | None, inner: bool) -> float:
     """A GPU's share of the link's wire rate (bytes/s): per GPU on a scale-up link (and on the
@@ -303,7 +303,9 @@ def fit_link(
     joint = None
     if ring:
         joint = fit_tier(link, ring, nics_per_node=nics_per_node, inner_link=inner_link)
-        check_plausible(joint, f"link '{link.name}' (joint fit of {', '.join(c.collective for c in out if c.applied)})")
+        check_plausible(
+            joint, f"link '{link.name}' (joint fit of {', '.join(c.collective for c in out if c.applied)})"
+        )
     return LinkFits(collectives=tuple(out), joint=joint)
 
 

@@ -292,22 +292,30 @@ def _row(run: _Run, line: int, toks: list[str], coll: str, ranks: int, shown: st
             return "wrong"
     elif "error" in cols and (w := toks[cols["error"]]) != "N/A":  # before 2.13: the largest
         _number(w, "error", cols["error"], at)  # relative delta, judged by the footer
-    return NcclRow(size_bytes=size, time_us=time_us, busbw_gb_s=busbw, dtype=dtype, line=line) if size else None
+    return (
+        NcclRow(size_bytes=size, time_us=time_us, busbw_gb_s=busbw, dtype=dtype, line=line) if size else None
+    )
 
 
 def _log(run: _Run, path: str, shown: str) -> NcclLog:
     coll = _collective(run, path, shown)
     at = f"{shown}:{run.line}"
     if not run.ranks:
-        raise ScenarioError("no '#  Rank N ... on HOST device D' lines: the ranks and nodes are unknown", file=at)
+        raise ScenarioError(
+            "no '#  Rank N ... on HOST device D' lines: the ranks and nodes are unknown", file=at
+        )
     ranks = len(run.ranks)
     if sorted(run.ranks) != list(range(ranks)):
-        raise ScenarioError(f"the '# Rank' lines list ranks {sorted(run.ranks)[:8]}..., not 0 to {ranks - 1}", file=at)
+        raise ScenarioError(
+            f"the '# Rank' lines list ranks {sorted(run.ranks)[:8]}..., not 0 to {ranks - 1}", file=at
+        )
     per_host: dict[str, int] = {}
     for _, host in run.ranks.values():
         per_host[host] = per_host.get(host, 0) + 1
     if len(set(per_host.values())) != 1:
-        raise ScenarioError(f"the nodes hold different numbers of ranks ({sorted(per_host.values())})", file=at)
+        raise ScenarioError(
+            f"the nodes hold different numbers of ranks ({sorted(per_host.values())})", file=at
+        )
     if ranks < 2:
         raise ScenarioError("one rank: a collective over one GPU moves nothing", file=at)
     rows: list[NcclRow] = []
@@ -329,7 +337,9 @@ def _log(run: _Run, path: str, shown: str) -> NcclLog:
     if run.failed_footer and not wrong:
         warnings.append(f"{at}: nccl-tests reported out-of-bounds values (wrong results) for this run")
     if not rows:
-        raise ScenarioError("no nccl-tests result rows (size count type redop root time algbw busbw #wrong)", file=at)
+        raise ScenarioError(
+            "no nccl-tests result rows (size count type redop root time algbw busbw #wrong)", file=at
+        )
     return NcclLog(
         file=path,
         line=run.line,

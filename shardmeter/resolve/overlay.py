@@ -163,7 +163,7 @@ def _check_numbers(entry: Mapping[str, Any], where: str, at: str) -> None:
     """Every number of ``entry`` (and of its tables, one level down: ``peak_tflops``) finite
     and within float range (:func:`shardmeter.numbers.check_number`)."""
     for key, v in entry.items():
-        for sub, x in (v.items() if isinstance(v, dict) else [("", v)]):
+        for sub, x in v.items() if isinstance(v, dict) else [("", v)]:
             if isinstance(x, (int, float)) and not isinstance(x, bool):
                 field = f"$.{where}.{safe_text(key)}" + (f".{safe_text(sub)}" if sub else "")
                 check_number(x, field=field, file=at)
@@ -300,7 +300,9 @@ def apply_overlays(reg, paths: Iterable[str], *, base: str | None, scenario_file
         full = p if os.path.isabs(p) or base is None else os.path.join(base, p)
         if not os.path.exists(full):
             raise ScenarioError(
-                f"no such catalog overlay file: {safe_text(full, limit=400)}", path="catalog", file=scenario_file
+                f"no such catalog overlay file: {safe_text(full, limit=400)}",
+                path="catalog",
+                file=scenario_file,
             )
         ov = read_overlay(full, shown=p if scenario_file is None else full)
         for entry in ov.entries:
