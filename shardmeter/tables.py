@@ -29,6 +29,7 @@ __all__ = [
     "fmt_usd",
     "fmt_pct",
     "fmt_gb",
+    "safe_text",
     "SCI_ABOVE",
 ]
 
@@ -196,3 +197,12 @@ def fmt_gb(x: float | None) -> str:
     if not _finite(x):
         return "-"
     return f"{x:.3e}" if abs(x) >= 1e9 else f"{x:.1f}"
+
+
+def safe_text(text: object, limit: int = 200) -> str:
+    """``text`` from a file, fit for a terminal line: every character that is not printable
+    (``str.isprintable``: control characters such as ESC, newlines, tabs, and Unicode format
+    characters such as the bidirectional overrides) written as its Python escape (``\\x1b``,
+    ``\\n``, ``\\u202e``), and the whole shortened past ``limit`` characters."""
+    out = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+    return out if len(out) <= limit else out[: limit - 3] + "..."

@@ -26,7 +26,7 @@ import pytest
 import shardmeter
 from shardmeter.calibrate import cli as cal_cli
 from shardmeter.calibrate.gemm import GemmRow, fit_gemm, model_times, read_gemm_csv
-from shardmeter.calibrate.nccl import fit_tier, read_nccl_log
+from shardmeter.calibrate.nccl import fit_tier, read_nccl_logs
 from shardmeter.calibrate.steps import fit_steps
 from shardmeter.errors import ScenarioError
 from shardmeter.model.tiers import collective_time
@@ -79,8 +79,11 @@ def nccl_log(
     started_line: bool = True,
     per_iter: bool = False,
     device: str = "NVIDIA H100 80GB HBM3",
+    dtype: str = "float",
 ) -> str:
-    """One nccl-tests log (8 B to 8 GiB, factor 2), one process per node with ``gpn`` GPUs."""
+    """One nccl-tests log (8 B to 8 GiB, factor 2), one process per node with ``gpn`` GPUs;
+    ``count`` as nccl-tests prints it: the elements of S (all-reduce) or of one rank's share
+    (all-gather, reduce-scatter, all-to-all), of ``dtype``."""
     rng = np.random.default_rng(seed)
     ranks = nodes * gpn
     sizes = np.array([8 * 2**i for i in range(31)], dtype=float)
@@ -115,8 +118,10 @@ def nccl_log(
         f"# {'size':>10s}  {'count':>12s}  {'type':>8s}  {'redop':>6s}  {'root':>6s}"
         + "".join(f"  {h:>7s}" if i == 0 else f"  {h:>6s}" for i, h in enumerate(head)) * 2
     )
+    elt = {"float": 4, "bfloat16": 2, "half": 2, "double": 8, "int8": 1}[dtype]
+    per_rank = ranks if kind in ("all_gather", "reduce_scatter", "all_to_all") else 1
     for s, a, c in zip(sizes, t, t_in, strict=True):
-        row = f"{int(s):12d}  {int(s) // 4:12d}  {'float':>8s}  {redop:>6s}  {-1:6d}"
+        row = f"{int(s):12d}  {int(s) // elt // per_rank:12d}  {dtype:>8s}  {redop:>6s}  {-1:6d}"
         for tt in (a, c):
             us = tt * 1e6
             algbw = s / tt / 1e9
@@ -178,6 +183,12 @@ def write_examples(folder: pathlib.Path) -> None:  # pragma: no cover - run by h
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+
+
+def read_nccl_log(path: str):
+    """The one run of a one-run log."""
+    (log,) = read_nccl_logs(path)
+    return log
 
 
 def _write(path: pathlib.Path, text: str) -> str:
@@ -259,7 +270,7 @@ def test_multi_node_logs_recover_the_inter_node_tier_through_the_command(tmp_pat
     assert _within(links["nvlink4"]["latency_us"], TRUE_INTRA[1])
     assert _within(links["ib-ndr"]["efficiency"], TRUE_INTER[0])
     assert _within(links["ib-ndr"]["latency_us"], TRUE_INTER[1])
-    assert "nccl-tests ar4.txt, a2a2.txt" in links["ib-ndr"]["source"]
+    assert "nccl-tests all_reduce, all_to_all (ar4.txt:1, a2a2.txt:1;" in links["ib-ndr"]["source"]
     assert [i["file"] for i in data["provenance"]["inputs"]] == ["ar1.txt", "ag1.txt", "ar4.txt", "a2a2.txt"]
     assert len(doc["links"]) == 2
 
@@ -294,7 +305,9 @@ def test_a_malformed_row_names_file_line_and_column(tmp_path, capsys):
     path = _write(tmp_path / "all_reduce.txt", "\n".join(text))
     assert _cli(["calibrate", path, "--gpu", "h100-sxm", "--out", str(tmp_path / "o.toml")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"shardmeter: error: {path}:{i + 1}: $.time: expected a number, got 'abc'"]
+    assert err == [
+        f"shardmeter: error: {path}:{i + 1}: time (column 6): expected a number in ASCII digits, got 'abc'"
+    ]
     assert not (tmp_path / "o.toml").exists()
 
 
@@ -444,7 +457,7 @@ def test_examples_are_real_format_and_recover_their_stated_figures(tmp_path):
     doc = cal_cli.run_calibrate(
         [*logs, str(EXAMPLES / "gemm_h100.csv")], out=str(tmp_path / "c.toml"), gpu="h100-sxm"
     )
-    fits = {f["link"]: f for f in doc["links"]}
+    fits = {f["link"]: f["joint"] for f in doc["links"]}
     assert _within(fits["nvlink4"]["efficiency"], 0.78) and _within(fits["nvlink4"]["latency_us"], 3.0)
     assert _within(fits["ib-ndr"]["efficiency"], 0.90) and _within(fits["ib-ndr"]["latency_us"], 12.0)
     gem = {g["field"]: g["efficiency"] for g in doc["gemm"]}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
-import json
 import os
 from typing import Any
 
@@ -21,8 +20,11 @@ from shardmeter.calibrate import gemm, nccl, steps
 from shardmeter.calibrate.overlay_out import overlay_text
 from shardmeter.errors import ScenarioError
 from shardmeter.io import atomic_write, check_output
+from shardmeter.reading import read_input_bytes
 from shardmeter.records import HardwareProfile, Interconnect
 from shardmeter.registry.manager import get_registry
+from shardmeter.render.json import dump_json
+from shardmeter.tables import safe_text
 
 __all__ = ["add_calibrate_parser", "run_calibrate"]
 
@@ -71,9 +73,9 @@ def _cmd(args) -> int:
         nics_per_node=args.nics_per_node,
     )
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(dump_json(result))
     else:
-        print("\n".join(result["lines"]))
+        print("\n".join(safe_text(ln, limit=2000) for ln in result["lines"]))
     return 0
 
 
@@ -87,16 +89,13 @@ def _classify(paths):
         else:
             logs.append(p)
         if not os.path.exists(p):
-            raise ScenarioError("no such file", file=p)
+            raise ScenarioError("no such file", file=safe_text(p, limit=400))
     return logs, csvs, scen
 
 
 def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """The SHA-256 of an input, read again through the one reader (a regular file, bounded)."""
+    return hashlib.sha256(read_input_bytes(path, what="measurement")).hexdigest()
 
 
 def _link_name(flag: str | None, gpu, attr: str, option: str) -> str:
@@ -189,47 +188,114 @@ def _per_gpu(link) -> tuple[float, float]:
 
 def _fit_links(fits: _Fits, inputs: _Inputs, intra: str | None, inter: str | None) -> None:
     """The one-node logs fit the intra-node link, then the multi-node logs the inter-node link,
-    its inner tier priced by the intra-node link (just fitted, else the catalog's)."""
-    parsed = [nccl.read_nccl_log(p) for p in inputs.logs]
+    its inner tier priced by the same collective's one-node fit, else the intra-node link (just
+    fitted, else the catalog's)."""
+    parsed = [lg for p in inputs.logs for lg in nccl.read_nccl_logs(p)]
+    for lg in parsed:
+        fits.lines += [f"warning: {w}" for w in lg.warnings]
     one = [lg for lg in parsed if lg.nodes == 1]
     multi = [lg for lg in parsed if lg.nodes > 1]
-    inner = None
+    inner: dict[str, tuple[float, float]] = {}
     if one:
         name = _link_name(intra, inputs.gpu, "intra_node", "--intra")
         link = fits.reg.get("interconnect", name, path="--intra")
-        inner = _per_gpu(_fit_link(fits, inputs, one, name, link, inner_link=None))
+        res = _fit_link(fits, inputs, one, name, link, inner_link=None)
+        inner = {c.collective: _fit_per_gpu(c.fit) for c in res.collectives if c.applied}
+        inner["*"] = _per_gpu(fits.reg.get("interconnect", name))
     if multi:
         name = _link_name(inter, inputs.gpu, "inter_node", "--inter")
         link = fits.reg.get("interconnect", name, path="--inter")
-        if inner is None:  # the catalog's intra-node link prices the inner tier
+        if not inner:  # the catalog's intra-node link prices the inner tier
             in_name = _link_name(intra, inputs.gpu, "intra_node", "--intra")
-            inner = _per_gpu(fits.reg.get("interconnect", in_name, path="--intra"))
+            inner["*"] = _per_gpu(fits.reg.get("interconnect", in_name, path="--intra"))
         _fit_link(fits, inputs, multi, name, link, inner_link=inner)
+
+
+def _fit_per_gpu(fit: nccl.TierFit) -> tuple[float, float]:
+    return (fit.latency_us * 1e-6, fit.bandwidth_gb_s * 1e9)
+
+
+def _where(log_where: str) -> str:
+    """``file:line`` of a run as the overlay records it: the file's base name."""
+    file, _, line = log_where.rpartition(":")
+    return f"{os.path.basename(file)}:{line}"
 
 
 def _fit_link(
     fits: _Fits, inputs: _Inputs, logs, name: str, link: Interconnect, *, inner_link
-) -> Interconnect:
-    """Fit ``link`` (``name``, as the flag or the GPU gives it) to one tier's ``logs``; the fitted
-    link replaces it in ``fits.reg``, with its overlay entry, ``--json`` fit and summary line."""
-    fit = nccl.fit_tier(link, logs, nics_per_node=inputs.nics_per_node, inner_link=inner_link)
-    fields: dict[str, Any] = nccl.overlay_fields(fit, link)  # latency_us, efficiency[, bandwidth_gb_s]
-    new = attrs.evolve(link, **fields)
-    fits.reg = fits.reg.override("interconnect", new, plugin="calibrate")
-    files = ", ".join(os.path.basename(f) for f in fit.logs)
-    src = (
-        f"{inputs.tag} from nccl-tests {files} ({fit.points} sizes): latency {fit.latency_us:.3g} us, "
-        f"{fit.bandwidth_gb_s:.4g} GB/s per GPU = {fit.efficiency:.3f} of {fit.nominal_gb_s:.4g}; "
-        f"fit mean |error| {fit.mean_abs_error:.1%}"
+) -> nccl.LinkFits:
+    """Fit ``link`` (``name``, as the flag or the GPU gives it) to one tier's ``logs``, each
+    collective to its own rate; the joint fit of the ring collectives replaces the link in
+    ``fits.reg``; each collective's fit is recorded in ``[[collective]]``."""
+    res = nccl.fit_link(link, logs, nics_per_node=inputs.nics_per_node, inner_link=inner_link)
+    lines: list[str] = []
+    warnings: list[str] = []
+    for c in res.collectives:
+        f = c.fit
+        wheres = [_where(w) for w in f.logs]
+        fits.entries[("collective", f"{name} {c.collective}")] = {
+            "link": name,
+            "collective": c.collective,
+            "algorithm": c.algorithm,
+            "latency_us": round(f.latency_us, 4),
+            "bandwidth_gb_s": round(f.bandwidth_gb_s, 4),
+            "efficiency": round(f.efficiency, 4),
+            "rows": f.points,
+            "mean_abs_error": round(f.mean_abs_error, 4),
+            "logs": wheres,
+            "applied": c.applied,
+            "source": f"{inputs.tag} from nccl-tests {', '.join(wheres)}",
+        }
+        lines.append(
+            f"  {c.collective} ({c.algorithm}) on {name}: latency {f.latency_us:.3g} us, "
+            f"{f.bandwidth_gb_s:.4g} GB/s per GPU = {f.efficiency:.3f} of {f.nominal_gb_s:.4g}; "
+            f"{f.points} rows, mean |error| {f.mean_abs_error:.1%}{'' if c.applied else ' (recorded, not applied)'}"
+        )
+        if not c.applied:
+            warnings.append(
+                f"warning: {c.collective} on {name} runs {f.efficiency:.2f} x the wire rate (in-network "
+                "reduction): recorded in [[collective]], not applied to the link, which prices every "
+                "collective; give all_gather / reduce_scatter logs (or NCCL_ALGO=Ring) to calibrate it"
+            )
+    fits.doc["links"].append(
+        {
+            "link": name,
+            "joint": None if res.joint is None else attrs.asdict(res.joint),
+            "collectives": [
+                {**attrs.asdict(c, recurse=False), "fit": attrs.asdict(c.fit)} for c in res.collectives
+            ],
+        }
     )
-    fits.entries[("link", name)] = {"name": name, **fields, "source": src}
-    fits.doc["links"].append({**attrs.asdict(fit), "fields": fields})
+    fit = res.joint
+    if fit is None:
+        fits.lines += lines + warnings
+        return res
+    fields: dict[str, Any] = nccl.overlay_fields(fit)
+    fits.reg = fits.reg.override("interconnect", attrs.evolve(link, **fields), plugin="calibrate")
+    used = ", ".join(c.collective for c in res.collectives if c.applied)
+    runs = ", ".join(_where(w) for w in fit.logs)
+    lat = "latency kept (not determined)" if fit.latency_pinned else f"latency {fit.latency_us:.3g} us"
+    fits.entries[("link", name)] = {
+        "name": name,
+        **fields,
+        "source": (
+            f"{inputs.tag} from nccl-tests {used} ({runs}; {fit.points} rows): {lat}, "
+            f"{fit.bandwidth_gb_s:.4g} GB/s per GPU = {fit.efficiency:.3f} of {fit.nominal_gb_s:.4g}; "
+            f"fit mean |error| {fit.mean_abs_error:.1%}"
+        ),
+    }
+    if fit.latency_pinned:
+        warnings.append(
+            f"warning: link {name}: the logs do not determine a latency (it fits below 0; their smallest "
+            f"sizes are bandwidth-bound): latency_us kept at {link.latency_us:.3g}"
+        )
+    was = f" (was {link.latency_us:.3g})" if not fit.latency_pinned else ""
     fits.lines.append(
-        f"link {name}: latency {fit.latency_us:.3g} us (was {link.latency_us:.3g}), efficiency "
-        f"{fit.efficiency:.3f} (was {link.efficiency:.3f}) of {fit.nominal_gb_s:.4g} GB/s per GPU; "
-        f"{fit.points} rows, mean |error| {fit.mean_abs_error:.1%}"
+        f"link {name}: {lat}{was}, efficiency {fit.efficiency:.3f} (was {link.efficiency:.3f}) of "
+        f"{fit.nominal_gb_s:.4g} GB/s per GPU from {used}; {fit.points} rows, mean |error| {fit.mean_abs_error:.1%}"
     )
-    return new
+    fits.lines += lines + warnings
+    return res
 
 
 def _fit_gemms(fits: _Fits, inputs: _Inputs) -> set[tuple[str, str]]:

@@ -13,7 +13,7 @@ peak, ``2 m n k / (peak x seconds)``, by GEMM size, against the model's.
 from __future__ import annotations
 
 import csv
-import math
+import io
 from collections.abc import Sequence
 
 import attrs
@@ -22,9 +22,27 @@ import numpy as np
 from shardmeter.calibrate.lsq import rel_errors, scalar_relative
 from shardmeter.errors import ScenarioError
 from shardmeter.model.formulas import gemm_time
+from shardmeter.numbers import NumberError, check_number
+from shardmeter.reading import read_input
 from shardmeter.records import HardwareProfile
+from shardmeter.tables import safe_text
 
-__all__ = ["GemmRow", "GemmFit", "read_gemm_csv", "fit_gemm", "DTYPES", "model_times"]
+__all__ = [
+    "GemmRow",
+    "GemmFit",
+    "read_gemm_csv",
+    "fit_gemm",
+    "DTYPES",
+    "model_times",
+    "MAX_CSV_BYTES",
+    "MAX_GEMM_ROWS",
+]
+
+#: Largest GEMM CSV read, and most rows (a sweep of shapes is a few hundred).
+MAX_CSV_BYTES = 16 * 1024 * 1024
+MAX_GEMM_ROWS = 100_000
+#: The bounds of the efficiency search; a fit at either is refused (see :func:`fit_gemm`).
+SEARCH = (0.01, 1.0)
 
 #: ``dtype`` spellings -> (precision of the peak, bytes per input element).
 DTYPES = {
@@ -70,62 +88,60 @@ class GemmFit:
     curve: tuple[tuple[float, float, float], ...]
 
 
-def read_gemm_csv(path: str) -> list[GemmRow]:
-    """The rows of a GEMM timing CSV; a bad cell is an error naming the file, line and column."""
+def _cell(raw: str, field: str, at: str, *, integer: bool) -> float:
     try:
-        fh = open(path, newline="", encoding="utf-8-sig")  # noqa: SIM115 - closed by the with below
-    except OSError as exc:
-        raise ScenarioError(f"cannot read: {exc.strerror or exc}", file=path) from None
-    with fh:
-        reader = csv.reader(fh)
+        v = check_number(raw.strip(), field=field, file=at, integer=integer)
+    except NumberError as exc:
+        raise ScenarioError(exc.message.partition(": ")[2], path=field, file=at) from None
+    if v <= 0 or (integer and v < 1):
+        kind = "an integer >= 1" if integer else "a finite number > 0"
+        raise ScenarioError(f"expected {kind}, got {safe_text(raw.strip())!r}", path=field, file=at)
+    return v
+
+
+def read_gemm_csv(path: str) -> list[GemmRow]:
+    """The rows of a GEMM timing CSV, read through :func:`shardmeter.reading.read_input` (a
+    regular file of at most :data:`MAX_CSV_BYTES`, UTF-8) and every cell through
+    :func:`shardmeter.numbers.check_number`; a bad cell is an error naming the file, line and
+    column."""
+    text = read_input(path, what="GEMM timing CSV", max_bytes=MAX_CSV_BYTES)
+    shown = safe_text(path, limit=400)
+    reader = csv.reader(io.StringIO(text.text, newline=""))
+    try:
         header = next(reader, None)
         if header is None:
-            raise ScenarioError("empty file; expected a header m,n,k,dtype,seconds", file=path)
+            raise ScenarioError("empty file; expected a header m,n,k,dtype,seconds", file=shown)
         cols = [h.strip().lower() for h in header]
         missing = [c for c in _COLUMNS if c not in cols]
         if missing:
             raise ScenarioError(
-                f"missing column(s) {', '.join(missing)} (need m,n,k,dtype,seconds)", file=f"{path}:1"
+                f"missing column(s) {', '.join(missing)} (need m,n,k,dtype,seconds)", file=f"{shown}:1"
             )
         idx = {c: cols.index(c) for c in _COLUMNS}
-        rows = []
+        rows: list[GemmRow] = []
         for cells in reader:
             line = reader.line_num
             if not any(c.strip() for c in cells):
                 continue
+            at = f"{shown}:{line}"
             if len(cells) < len(cols):
-                raise ScenarioError(
-                    f"expected {len(cols)} cells, got {len(cells)}", path="row", file=f"{path}:{line}"
-                )
-            dims = []
-            for c in ("m", "n", "k"):
-                raw = cells[idx[c]].strip()
-                if not raw.isdigit() or int(raw) < 1:
-                    raise ScenarioError(
-                        f"expected an integer >= 1, got {raw!r}", path=c, file=f"{path}:{line}"
-                    )
-                dims.append(int(raw))
+                raise ScenarioError(f"expected {len(cols)} cells, got {len(cells)}", path="row", file=at)
+            if len(rows) >= MAX_GEMM_ROWS:
+                raise ScenarioError(f"more than {MAX_GEMM_ROWS:,} GEMM rows", file=shown)
+            m, n, k = (int(_cell(cells[idx[c]], c, at, integer=True)) for c in ("m", "n", "k"))
             dt = cells[idx["dtype"]].strip().lower()
             if dt not in DTYPES:
                 raise ScenarioError(
-                    f"unknown dtype {dt!r} (bf16, fp16, fp8 and their torch names)",
+                    f"unknown dtype {safe_text(dt)!r} (bf16, fp16, fp8 and their torch names)",
                     path="dtype",
-                    file=f"{path}:{line}",
+                    file=at,
                 )
-            raw = cells[idx["seconds"]].strip()
-            try:
-                sec = float(raw)
-            except ValueError:
-                sec = math.nan
-            if not math.isfinite(sec) or sec <= 0:
-                raise ScenarioError(
-                    f"expected a finite number > 0, got {raw!r}", path="seconds", file=f"{path}:{line}"
-                )
-            rows.append(
-                GemmRow(m=dims[0], n=dims[1], k=dims[2], precision=DTYPES[dt][0], seconds=sec, line=line)
-            )
+            sec = _cell(cells[idx["seconds"]], "seconds", at, integer=False)
+            rows.append(GemmRow(m=m, n=n, k=k, precision=DTYPES[dt][0], seconds=sec, line=line))
+    except csv.Error as exc:
+        raise ScenarioError(f"not a CSV file: {exc}", file=f"{shown}:{reader.line_num}") from None
     if not rows:
-        raise ScenarioError("no GEMM rows after the header", file=path)
+        raise ScenarioError("no GEMM rows after the header", file=shown)
     return rows
 
 
@@ -161,6 +177,23 @@ def _curve(
     return tuple(out)
 
 
+def _check_bounds(gpu: HardwareProfile, field: str, eff: float, rows: Sequence[GemmRow], file: str) -> None:
+    """Refuse a fit held at a bound of the search: at 1 the GEMMs ran faster than the model
+    allows at the GPU's peak (a wrong ``--gpu``, or sparse / fp8 rates for dense ones), at 0.01
+    no efficiency explains them (a unit error in ``seconds``)."""
+    lo, hi = SEARCH
+    if eff < hi - 1e-4 and eff > lo + 1e-4:
+        return
+    best = max(2.0 * r.m * r.n * r.k / r.seconds / 1e12 for r in rows)
+    prec = rows[0].precision
+    raise ScenarioError(
+        f"{field} of '{safe_text(gpu.name)}' fits at the search bound {eff:.3g} (of [{lo:g}, {hi:g}]): "
+        f"the fastest GEMM runs {best:.4g} TFLOP/s against the GPU's {gpu.peak(prec):.4g} {prec} peak; "
+        "not written (wrong --gpu, or seconds not in seconds)",
+        file=safe_text(file, limit=400),
+    )
+
+
 def fit_gemm(gpu: HardwareProfile, rows: Sequence[GemmRow], file: str = "") -> list[GemmFit]:
     """One fit per precision class present: 16-bit rows set ``matmul_efficiency``, fp8 rows
     ``matmul_efficiency_fp8`` (see the module docstring)."""
@@ -183,7 +216,8 @@ def fit_gemm(gpu: HardwareProfile, rows: Sequence[GemmRow], file: str = "") -> l
         def times(e: float, sel: list[GemmRow] = sel) -> np.ndarray:
             return model_times(gpu, sel, e)
 
-        eff = scalar_relative(times, meas, 0.01, 1.0)
+        eff = scalar_relative(times, meas, *SEARCH)
+        _check_bounds(gpu, field, eff, sel, file)
         old = getattr(gpu, field) or gpu.matmul_efficiency
         fits.append(
             GemmFit(

@@ -1,10 +1,11 @@
 """nccl-tests logs -> each tier's latency and achieved bandwidth, in the model's own form.
 
-Reads the stdout of ``all_reduce_perf``, ``all_gather_perf``, ``reduce_scatter_perf`` and
-``alltoall_perf`` (NVIDIA/nccl-tests, ``src/util.cu``): the ``# Collective test starting:``
-line (or the file name) says which collective; the ``#  Rank ... on HOST device ...`` lines
-give the ranks and, by distinct host, the nodes; each table row gives ``size`` (bytes, the
-whole buffer S: ``algbw = S / t``, doc/PERFORMANCE.md) and the out-of-place ``time`` (us).
+The logs are read by :mod:`.nccl_log` (one file may hold several runs, of several collectives
+and element types): each run's collective, ranks, nodes and rows of ``size`` (bytes, the whole
+buffer S: ``algbw = S / t``, nccl-tests' doc/PERFORMANCE.md) and out-of-place ``time`` (us).
+Each collective is fitted to its own rate (:func:`fit_link`); the link's applied figures are the
+joint fit of the collectives that run as rings, since the model prices every collective of a
+tier at one rate; an all-reduce faster than any ring (NVLink SHARP) is recorded, not applied.
 
 A one-node log prices the intra-node tier, a multi-node log the inter-node tier, as the model
 does (``shardmeter/model/tiers.py``; Thakur, Rabenseifner and Gropp 2005): a ring over ``n``
@@ -18,168 +19,41 @@ all-to-all sends ``(n - g) / n x S`` across the outer tier, which sets its pace.
 ``nics_per_node / g``), so each row is linear in ``alpha`` and ``1 / efficiency``:
 ``t = steps x alpha + bytes / (nominal x efficiency)``, fitted by :func:`.lsq.linear_relative`
 (relative residuals) over every row of every log of the tier; a multi-node row first has its
-inner tier's time (the one-node fit, else the catalog's link) taken off.
+inner tier's time (the one-node fit, else the catalog's link) taken off. A send/recv is one
+step of S over the slowest link it crosses, at that link's whole rate (one sender per link).
 """
 
 from __future__ import annotations
 
-import os
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 import numpy as np
 
 from shardmeter.calibrate.lsq import linear_relative, rel_errors
+from shardmeter.calibrate.nccl_log import COLLECTIVES, NcclLog, NcclRow, read_nccl_logs
 from shardmeter.errors import ScenarioError
 from shardmeter.records import Interconnect
 
-__all__ = ["NcclRow", "NcclLog", "TierFit", "read_nccl_log", "fit_tier", "COLLECTIVES"]
+__all__ = [
+    "NcclRow",
+    "NcclLog",
+    "TierFit",
+    "CollectiveFit",
+    "LinkFits",
+    "read_nccl_logs",
+    "fit_tier",
+    "fit_link",
+    "COLLECTIVES",
+    "MAX_MEAN_ERROR",
+]
 
-#: nccl-tests binary -> the model's collective.
-COLLECTIVES = {
-    "all_reduce_perf": "all_reduce",
-    "all_gather_perf": "all_gather",
-    "reduce_scatter_perf": "reduce_scatter",
-    "alltoall_perf": "all_to_all",
-}
-
-_RANK = re.compile(
-    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s*(.*)$"
-)
-_START = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
-_THREADS = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
-
-
-@attrs.frozen(kw_only=True)
-class NcclRow:
-    """One table row: ``size_bytes`` (S), out-of-place ``time_us`` and ``busbw_gb_s``, its
-    ``line`` in the file."""
-
-    size_bytes: int
-    time_us: float
-    busbw_gb_s: float
-    line: int
-
-
-@attrs.frozen(kw_only=True)
-class NcclLog:
-    """A parsed log: ``collective`` (the model's name), ``ranks``, ``nodes``, ranks per node
-    ``gpus_per_node``, the ``device`` name of rank 0 and the ``rows``."""
-
-    file: str
-    collective: str
-    ranks: int
-    nodes: int
-    gpus_per_node: int
-    device: str
-    rows: tuple[NcclRow, ...]
-
-
-def _number(tok: str, field: str, file: str, line: int) -> float:
-    try:
-        v = float(tok)
-    except ValueError:
-        raise ScenarioError(f"expected a number, got {tok!r}", path=field, file=f"{file}:{line}") from None
-    if not np.isfinite(v) or v < 0:
-        raise ScenarioError(f"expected a finite number >= 0, got {tok!r}", path=field, file=f"{file}:{line}")
-    return v
-
-
-def _collective(name: str, started: str | None, file: str) -> str:
-    if started:
-        base = os.path.basename(started)
-        for binary, coll in COLLECTIVES.items():
-            if base.startswith(binary):
-                return coll
-        raise ScenarioError(
-            f"'{base}' is not one of {', '.join(COLLECTIVES)}", path="Collective test starting", file=file
-        )
-    for binary, coll in COLLECTIVES.items():  # older nccl-tests print no starting line
-        if binary.removesuffix("_perf") in os.path.basename(name):
-            return coll
-    raise ScenarioError(
-        "cannot tell the collective: the log has no '# Collective test starting:' line; "
-        f"name the file after the binary ({', '.join(COLLECTIVES)})",
-        file=file,
-    )
-
-
-def read_nccl_log(path: str) -> NcclLog:
-    """Parse one nccl-tests log (see the module docstring); a malformed row is an error naming
-    the file, the line and the column."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            text = fh.read(64 * 1024 * 1024)
-    except OSError as exc:
-        raise ScenarioError(f"cannot read: {exc.strerror or exc}", file=path) from None
-    started = None
-    hosts: dict[int, str] = {}
-    device = ""
-    per_iter = False
-    header_seen = False
-    rows: list[NcclRow] = []
-    for i, raw in enumerate(text.splitlines(), 1):
-        ln = raw.strip()
-        if not ln:
-            continue
-        if ln.startswith("#"):
-            if m := _START.match(ln):
-                started = m.group(1)
-            elif m := _RANK.match(ln):
-                hosts[int(m.group(1))] = m.group(2)
-                device = device or m.group(4).strip()
-            elif " size " in f" {ln[1:]} " and "count" in ln and "type" in ln:
-                header_seen = True
-                per_iter = "i_min" in ln
-            continue
-        toks = ln.split()
-        if not header_seen or len(toks) < 5 or not (toks[0].isdigit() and toks[1].isdigit()):
-            continue  # launcher and NCCL INFO lines
-        body = toks[5:]
-        width = 8 if per_iter else 4
-        if len(body) < width:
-            raise ScenarioError(
-                f"expected time, algbw, busbw and #wrong after the root column, got {len(body)} fields",
-                path="time",
-                file=f"{path}:{i}",
-            )
-        size = int(toks[0])
-        t = _number(body[0], "time", path, i)
-        bus = _number(body[2], "busbw", path, i)
-        if body[3] not in ("N/A",) and _number(body[3], "#wrong", path, i) > 0:
-            raise ScenarioError(
-                "the collective returned wrong data (#wrong > 0); rerun", path="#wrong", file=f"{path}:{i}"
-            )
-        if size > 0 and t > 0:
-            rows.append(NcclRow(size_bytes=size, time_us=t, busbw_gb_s=bus, line=i))
-    if not rows:
-        raise ScenarioError(
-            "no nccl-tests result rows (size count type redop root time algbw busbw #wrong)", file=path
-        )
-    if not hosts:
-        raise ScenarioError(
-            "no '#  Rank N ... on HOST device D' lines: the ranks and nodes are unknown", file=path
-        )
-    ranks = len(hosts)
-    per_host: dict[str, int] = {}
-    for h in hosts.values():
-        per_host[h] = per_host.get(h, 0) + 1
-    if len(set(per_host.values())) != 1:
-        raise ScenarioError(
-            f"the nodes hold different numbers of ranks ({sorted(per_host.values())})", file=path
-        )
-    if ranks < 2:
-        raise ScenarioError("one rank: a collective over one GPU moves nothing", file=path)
-    return NcclLog(
-        file=path,
-        collective=_collective(path, started, path),
-        ranks=ranks,
-        nodes=len(per_host),
-        gpus_per_node=ranks // len(per_host),
-        device=device,
-        rows=tuple(rows),
-    )
+#: Largest mean absolute relative error of a fit that is written (above: refused, exit 2).
+MAX_MEAN_ERROR = 0.25
+#: Fastest a collective may run, as a fraction of its tier's wire rate in the ring's form: 1
+#: (no ring beats its links) except an all-reduce with in-network reduction (NVLink SHARP, IB
+#: SHARP), where each GPU sends S instead of 2 (n - 1) / n x S: at most 2.
+MAX_EFFICIENCY = {"all_reduce": 2.0}
 
 
 def nominal_bytes_s(link: Interconnect, gpus_per_node: int, nics_per_node: int | None, inner: bool) -> float:
@@ -207,11 +81,14 @@ def design(
     ring through every rank: ``n - N`` steps inside the nodes, ``N - 1`` across them;
     ``tiers.py``). An all-to-all's tiers run at once and the slowest sets the time: ``floor`` is
     its inner tier's time, and a row whose outer tier would be faster than that says nothing
-    about the outer tier."""
+    about the outer tier. A send/recv (each rank sends S to the next) is one step of S on the
+    slowest link it crosses, the model's point-to-point form (``pipeline.py``)."""
     S = np.array([r.size_bytes for r in log.rows], dtype=float)
     t = np.array([r.time_us for r in log.rows]) * 1e-6
     n, g, N = float(log.ranks), float(log.gpus_per_node), float(log.nodes)
     zero = np.zeros_like(S)
+    if log.collective == "sendrecv":
+        return np.ones_like(S), S, t, zero
     if log.nodes == 1:
         steps, f = _ring(log.collective, n)
         return np.full_like(S, steps), f * S, t, zero
@@ -246,7 +123,9 @@ def tree_design(log: NcclLog, inner_link: tuple[float, float]) -> tuple[np.ndarr
 class TierFit:
     """A tier's fit: ``latency_us``, ``efficiency`` (of ``nominal_gb_s``, a GPU's share of the
     wire rate), the achieved ``bandwidth_gb_s`` per GPU, and the fit's mean absolute relative
-    error ``mean_abs_error`` over ``points`` rows."""
+    error ``mean_abs_error`` over ``points`` rows; ``latency_pinned`` when the least squares
+    wanted a negative latency and was held at 0 (the logs do not determine it); ``tree_rows``:
+    the multi-node all-reduce rows priced as NCCL's tree."""
 
     link: str
     latency_us: float
@@ -256,6 +135,55 @@ class TierFit:
     mean_abs_error: float
     points: int
     logs: tuple[str, ...]
+    latency_pinned: bool = False
+    tree_rows: int = 0
+
+
+InnerLink = tuple[float, float] | Mapping[str, tuple[float, float]] | None
+
+
+def _inner_for(inner_link: InnerLink, coll: str) -> tuple[float, float] | None:
+    if isinstance(inner_link, Mapping):
+        return inner_link.get(coll, inner_link.get("*"))
+    return inner_link
+
+
+def _rows(link, logs, nics_per_node, inner_link: InnerLink):
+    """The stacked designs of ``logs``: ring, tree alternative, the tree's inner gap, floors and
+    each log's nominal bytes/s."""
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("s", "b", "t", "fl", "ts", "tb", "tt", "gap")}
+    nominal = []
+    for log in logs:
+        inner = _inner_for(inner_link, log.collective)
+        s, b, t, fl = design(log, inner)
+        one_link = log.nodes == 1 or log.collective == "sendrecv"
+        nom = nominal_bytes_s(link, log.gpus_per_node, nics_per_node, inner=one_link)
+        if log.collective == "all_reduce" and log.nodes > 1 and inner is not None:
+            ts, tb, tt = tree_design(log, inner)
+        else:  # no tree alternative: the ring's own design, never preferred
+            ts, tb, tt = s, b, t
+        keep = (t > 0) & (tt > 0)  # a row the inner tier alone would take longer than
+        for k, v in (("s", s), ("b", b / nom), ("t", t), ("fl", fl), ("ts", ts), ("tb", tb / nom)):
+            cols[k].append(v[keep])
+        cols["tt"].append(tt[keep])
+        cols["gap"].append((t - tt)[keep])  # tree's inner time less the ring's
+        nominal.append(nom)
+    return {k: np.concatenate(v) for k, v in cols.items()}, nominal
+
+
+def _too_few(link, logs, inner_link: InnerLink, have: int) -> ScenarioError:
+    names = ", ".join(lg.where for lg in logs)
+    total = sum(len(lg.rows) for lg in logs)
+    inner = _inner_for(inner_link, logs[0].collective)
+    if logs[0].nodes > 1 and inner is not None and have < total:
+        return ScenarioError(
+            f"link '{link.name}': the inner tier alone (latency {inner[0] * 1e6:.3g} us, "
+            f"{inner[1] / 1e9:.4g} GB/s per GPU) takes longer than {total - have} of {total} rows of "
+            f"{names} measured: the logs run faster than the model's sum of tiers (in-network "
+            "reduction, or a faster intra-node link: give its one-node logs)",
+            file=logs[0].where,
+        )
+    return ScenarioError(f"too few usable rows to fit link '{link.name}' from {names}", file=logs[0].where)
 
 
 def fit_tier(
@@ -263,60 +191,35 @@ def fit_tier(
     logs: Sequence[NcclLog],
     *,
     nics_per_node: int | None,
-    inner_link: tuple[float, float] | None = None,
+    inner_link: InnerLink = None,
 ) -> TierFit:
     """Fit ``latency`` and ``efficiency`` of ``link`` jointly over every row of ``logs`` (all
-    one-node, or all multi-node with ``inner_link``); see the module docstring."""
-    steps, traffic, times, floors, nominal = [], [], [], [], []
-    alt_steps, alt_traffic, alt_times, inner_gap = [], [], [], []
-    for log in logs:
-        s, b, t, fl = design(log, inner_link)
-        nom = nominal_bytes_s(link, log.gpus_per_node, nics_per_node, inner=log.nodes == 1)
-        if log.collective == "all_reduce" and log.nodes > 1 and inner_link is not None:
-            ts, tb, tt = tree_design(log, inner_link)
-        else:  # no tree alternative: the ring's own design, never preferred
-            ts, tb, tt = s, b, t
-        keep = (t > 0) & (tt > 0)  # a row the inner tier alone would take longer than
-        steps.append(s[keep])
-        traffic.append(b[keep] / nom)
-        times.append(t[keep])
-        floors.append(fl[keep])
-        alt_steps.append(ts[keep])
-        alt_traffic.append(tb[keep] / nom)
-        alt_times.append(tt[keep])
-        inner_gap.append((t - tt)[keep])  # tree's inner time less the ring's
-        nominal.append(nom)
-    s_ring, b_ring, t_ring = np.concatenate(steps), np.concatenate(traffic), np.concatenate(times)
-    s_tree, b_tree, t_tree = np.concatenate(alt_steps), np.concatenate(alt_traffic), np.concatenate(alt_times)
-    gap = np.concatenate(inner_gap)
-    floor = np.concatenate(floors)
-    names = ", ".join(os.path.basename(lg.file) for lg in logs)
-    tree = np.zeros_like(s_ring, dtype=bool)  # rows NCCL's tree is faster on (all-reduce)
-    s_all, b_all, t_all = s_ring, b_ring, t_ring
-    use = t_all > floor
+    one-node, or all multi-node with ``inner_link``: one ``(latency s, bytes/s)``, or one per
+    collective with ``"*"`` for the rest); see the module docstring."""
+    c, nominal = _rows(link, logs, nics_per_node, inner_link)
+    tree = np.zeros_like(c["s"], dtype=bool)  # rows NCCL's tree is faster on (all-reduce)
+    use = c["t"] > c["fl"]
     alpha, inv_eff = 0.0, 0.0
+    s_all, b_all, t_all = c["s"], c["b"], c["t"]
     for _ in range(10):  # rows re-assigned (a2a paced by the inner tier; ring or tree), then refit
-        s_all = np.where(tree, s_tree, s_ring)
-        b_all = np.where(tree, b_tree, b_ring)
-        t_all = np.where(tree, t_tree, t_ring)
+        s_all = np.where(tree, c["ts"], c["s"])
+        b_all = np.where(tree, c["tb"], c["b"])
+        t_all = np.where(tree, c["tt"], c["t"])
         if use.sum() < 2:
-            raise ScenarioError(
-                f"too few usable rows to fit link '{link.name}' from {names}", file=logs[0].file
-            )
+            raise _too_few(link, logs, inner_link, int(use.sum()))
         alpha, inv_eff = linear_relative(np.column_stack([s_all[use], b_all[use]]), t_all[use])
-        ring_t = s_ring * alpha + b_ring * inv_eff
-        new_tree = s_tree * alpha + b_tree * inv_eff + gap < ring_t
-        new = np.where(new_tree, s_tree * alpha + b_tree * inv_eff, ring_t) >= floor
+        ring_t = c["s"] * alpha + c["b"] * inv_eff
+        new_tree = c["ts"] * alpha + c["tb"] * inv_eff + c["gap"] < ring_t
+        new = np.where(new_tree, c["ts"] * alpha + c["tb"] * inv_eff, ring_t) >= c["fl"]
         if np.array_equal(new, use) and np.array_equal(new_tree, tree):
             break
         use, tree = new, new_tree
-    s_all, b_all, t_all = s_all[use], b_all[use], t_all[use]
     if inv_eff <= 0:
         raise ScenarioError(
             f"the times do not grow with the size: no bandwidth to fit for link '{link.name}'",
-            file=logs[0].file,
+            file=logs[0].where,
         )
-    err = rel_errors(s_all * alpha + b_all * inv_eff, t_all)
+    err = rel_errors(s_all[use] * alpha + b_all[use] * inv_eff, t_all[use])
     nom = float(np.mean(nominal))
     return TierFit(
         link=link.name,
@@ -325,19 +228,91 @@ def fit_tier(
         nominal_gb_s=nom / 1e9,
         bandwidth_gb_s=nom / float(inv_eff) / 1e9,
         mean_abs_error=float(np.mean(np.abs(err))),
-        points=len(t_all),
-        logs=tuple(lg.file for lg in logs),
+        points=int(use.sum()),
+        logs=tuple(lg.where for lg in logs),
+        latency_pinned=bool(alpha <= 0.0),
+        tree_rows=int((tree & use).sum()),
     )
 
 
-def overlay_fields(fit: TierFit, link: Interconnect) -> dict[str, float]:
-    """The link's overlay fields: ``latency_us`` and ``efficiency``; an efficiency above 1 (the
-    link beats its catalog wire rate, e.g. NVLink SHARP) becomes ``efficiency = 1`` with
-    ``bandwidth_gb_s`` raised to match."""
-    out = {"latency_us": round(fit.latency_us, 4)}
-    if fit.efficiency <= 1.0:
-        out["efficiency"] = round(fit.efficiency, 4)
-    else:
-        out["efficiency"] = 1.0
-        out["bandwidth_gb_s"] = round(link.bandwidth_gb_s * fit.efficiency, 3)
+@attrs.frozen(kw_only=True)
+class CollectiveFit:
+    """One collective's own fit on one link: its ``algorithm`` (``ring``, ``ring+tree``,
+    ``in-network`` for an all-reduce faster than any ring, ``pairwise`` all-to-all, ``p2p``
+    send/recv), the ``fit``, and whether it entered the link's applied figures (``applied``)."""
+
+    collective: str
+    algorithm: str
+    fit: TierFit
+    applied: bool
+
+
+@attrs.frozen(kw_only=True)
+class LinkFits:
+    """A link's fits: one per collective its logs hold, and ``joint`` -- the fit over the
+    applied collectives' rows that the overlay's ``[[link]]`` entry takes (None when every
+    collective ran in-network)."""
+
+    collectives: tuple[CollectiveFit, ...]
+    joint: TierFit | None
+
+
+def _algorithm(coll: str, fit: TierFit, multi: bool) -> str:
+    if coll == "all_reduce" and fit.efficiency > 1.0:
+        return "in-network"
+    if coll == "all_to_all":
+        return "pairwise"
+    if coll == "sendrecv":
+        return "p2p"
+    return "ring+tree" if coll == "all_reduce" and multi and fit.tree_rows else "ring"
+
+
+def check_plausible(fit: TierFit, what: str, bound: float = 1.0) -> None:
+    """Refuse (one-line :class:`ScenarioError`, exit 2) a fit faster than ``bound`` x the
+    link's wire rate or with a mean error above :data:`MAX_MEAN_ERROR`."""
+    if fit.efficiency > bound:
+        raise ScenarioError(
+            f"{what}: {fit.bandwidth_gb_s:.4g} GB/s per GPU is {fit.efficiency:.2f} x the link's wire rate "
+            f"{fit.nominal_gb_s:.4g} GB/s (at most {bound:g}): not written; wrong link, wrong --nics-per-node, "
+            "or a log the model's form cannot price",
+            file=fit.logs[0],
+        )
+    if fit.mean_abs_error > MAX_MEAN_ERROR:
+        raise ScenarioError(
+            f"{what}: latency {fit.latency_us:.3g} us and {fit.bandwidth_gb_s:.4g} GB/s per GPU leave a mean "
+            f"|error| of {fit.mean_abs_error:.0%} over {fit.points} rows (at most {MAX_MEAN_ERROR:.0%}): not "
+            "written; the times do not follow latency + bytes / bandwidth",
+            file=fit.logs[0],
+        )
+
+
+def fit_link(
+    link: Interconnect, logs: Sequence[NcclLog], *, nics_per_node: int | None, inner_link: InnerLink = None
+) -> LinkFits:
+    """Each collective of ``logs`` fitted to its own rate, each checked (:func:`check_plausible`),
+    then the joint fit of those that run as rings (an in-network all-reduce is recorded, not
+    applied: the model prices every collective of a tier at one rate)."""
+    out = []
+    for coll in dict.fromkeys(lg.collective for lg in logs):
+        group = [lg for lg in logs if lg.collective == coll]
+        fit = fit_tier(link, group, nics_per_node=nics_per_node, inner_link=inner_link)
+        check_plausible(fit, f"{coll} on link '{link.name}'", MAX_EFFICIENCY.get(coll, 1.0))
+        alg = _algorithm(coll, fit, group[0].nodes > 1)
+        out.append(CollectiveFit(collective=coll, algorithm=alg, fit=fit, applied=alg != "in-network"))
+    ring = [lg for lg in logs if any(c.applied and c.collective == lg.collective for c in out)]
+    joint = None
+    if ring:
+        joint = fit_tier(link, ring, nics_per_node=nics_per_node, inner_link=inner_link)
+        check_plausible(
+            joint, f"link '{link.name}' (joint fit of {', '.join(c.collective for c in out if c.applied)})"
+        )
+    return LinkFits(collectives=tuple(out), joint=joint)
+
+
+def overlay_fields(fit: TierFit) -> dict[str, float]:
+    """The link's overlay fields: ``efficiency`` (at most 1: :func:`check_plausible` refused
+    faster fits) and ``latency_us``, unless the logs left it undetermined (``latency_pinned``)."""
+    out = {"efficiency": round(fit.efficiency, 4)}
+    if not fit.latency_pinned:
+        out["latency_us"] = round(fit.latency_us, 4)
     return out

@@ -7,12 +7,42 @@ The writing half of overlays; the reading half, which resolve applies, is
 
 from __future__ import annotations
 
-import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["overlay_text", "toml_value"]
+from shardmeter.tables import safe_text
+
+__all__ = ["overlay_text", "toml_value", "toml_string", "toml_key"]
+
+#: TOML's short escapes (TOML 1.0, "Basic strings"); every other control character is ``\uXXXX``.
+_SHORT = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+\Z")
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string that reads back to the same text: quotes, backslashes and
+    every control character (U+0000-U+001F, U+007F) escaped. A lone surrogate (an undecodable
+    byte of a file name, Python's ``surrogateescape``) is no Unicode scalar value TOML can hold:
+    it is written as the text of its escape (``\\udcff``)."""
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if ch in _SHORT:
+            out.append(_SHORT[ch])
+        elif o < 0x20 or o == 0x7F:
+            out.append(f"\\u{o:04x}")
+        elif 0xD800 <= o <= 0xDFFF:
+            out.append(f"\\\\u{o:04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_key(key: str) -> str:
+    """``key`` bare when TOML allows it, else quoted."""
+    return key if _BARE_KEY.match(key) else toml_string(key)
 
 
 def toml_value(v: Any) -> str:
@@ -27,9 +57,9 @@ def toml_value(v: Any) -> str:
             raise ValueError(f"not a finite number: {v!r}")
         return repr(float(v))  # a numpy float's repr is np.float64(...)
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # a JSON string is a TOML basic string
+        return toml_string(v)
     if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
+        return "{ " + ", ".join(f"{toml_key(str(k))} = {toml_value(x)}" for k, x in v.items()) + " }"
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(toml_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
@@ -38,12 +68,14 @@ def toml_value(v: Any) -> str:
 def overlay_text(
     entries: Iterable[tuple[str, Mapping[str, Any]]], provenance: Mapping[str, Any], header: str
 ) -> str:
-    """An overlay file: ``header`` (comment lines), ``[provenance]``, then each ``(table,
-    fields)`` entry (``name`` first)."""
-    out = [f"# {ln}" if ln else "#" for ln in header.splitlines()]
+    """An overlay file: ``header`` (comment lines, control characters escaped), ``[provenance]``,
+    then each ``(table, fields)`` entry (``name`` first)."""
+    out = [f"# {safe_text(ln, limit=10_000)}" if ln else "#" for ln in header.splitlines()]
     out += ["", "[provenance]"]
-    out += [f"{k} = {toml_value(v)}" for k, v in provenance.items()]
+    out += [f"{toml_key(k)} = {toml_value(v)}" for k, v in provenance.items()]
     for table, fields in entries:
-        out += ["", f"[[{table}]]", f"name = {toml_value(fields['name'])}"]
-        out += [f"{k} = {toml_value(v)}" for k, v in fields.items() if k != "name"]
+        out += ["", f"[[{toml_key(table)}]]"]
+        if "name" in fields:
+            out.append(f"name = {toml_value(fields['name'])}")
+        out += [f"{toml_key(k)} = {toml_value(v)}" for k, v in fields.items() if k != "name"]
     return "\n".join(out) + "\n"

@@ -24,8 +24,27 @@ from shardmeter.calibrate.lsq import gauss_newton_relative
 from shardmeter.errors import ScenarioError
 from shardmeter.estimator import Estimator
 from shardmeter.report.build import STEP_FIELDS
+from shardmeter.tables import safe_text
 
-__all__ = ["STEP_FIELDS", "StepCase", "StepsFit", "fit_steps"]
+__all__ = ["STEP_FIELDS", "StepCase", "StepsFit", "fit_steps", "SEARCH"]
+
+#: The bounds of the search; a value held at either is refused (:func:`_check_bounds`).
+SEARCH = (0.05, 1.0)
+
+
+def _check_bounds(keys: Sequence[tuple[str, str]], x: np.ndarray, files: Sequence[str]) -> None:
+    """Refuse a fit with an unknown held at a search bound: at 1 the runs were faster than the
+    model allows at the GPU's peak, at 0.05 slower than any plausible efficiency explains."""
+    lo, hi = SEARCH
+    pinned = [(k, float(v)) for k, v in zip(keys, x, strict=True) if v <= lo + 1e-6 or v >= hi - 1e-6]
+    if pinned:
+        what = ", ".join(f"{g} {f} = {v:.3g}" for (g, f), v in pinned)
+        raise ScenarioError(
+            f"the measured steps fit at a search bound ({what}; bounds [{lo:g}, {hi:g}]): the runs are "
+            "faster (or slower) than the model can explain with any efficiency; not written (check the "
+            "scenarios' GPU, precision and measured fields)",
+            file=safe_text(files[0], limit=400) if files else None,
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -137,7 +156,8 @@ def fit_steps(files: Sequence[str], registry, *, fixed: Iterable[tuple[str, str]
         r = (predict(x, used) - meas) / meas
         return np.where(np.isfinite(r), r, 1.0)
 
-    x = gauss_newton_relative(residuals, x0u, 0.05, 1.0) if used else x0u
+    x = gauss_newton_relative(residuals, x0u, *SEARCH) if used else x0u
+    _check_bounds(used, x, files)
     after = predict(x, used) if used else before
     err_b = np.abs((before - meas) / meas)
     err_a = np.abs((after - meas) / meas)
