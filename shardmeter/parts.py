@@ -433,9 +433,9 @@ class FrameworkPart(Part):
     #: A profile whose stack changed this over time overrides :meth:`loss_compiled` instead.
     compiled_loss: ClassVar[bool] = False
 
-    def loss_compiled(self, version: StackVersion | None = None) -> bool:
-        """Whether, with ``training.compile = true``, the stack compiles its loss too (at
-        ``version``); the default: :attr:`compiled_loss`."""
+    def loss_compiled(self) -> bool:
+        """Whether, with ``training.compile = true``, the stack compiles its loss too; the
+        default: :attr:`compiled_loss`. A profile with :attr:`versions` adds ``version``."""
         return self.compiled_loss
 
     def op_saves_attention(self, attention: str, gpu: HardwareProfile) -> bool:
@@ -467,6 +467,8 @@ class FrameworkPart(Part):
 
 def call_framework(part: FrameworkPart, hook: str, *args: Any, version: StackVersion | None) -> Any:
     """``part.<hook>(*args)``, with ``version=`` where the profile has a :attr:`~FrameworkPart.versions`
-    table (a profile without one keeps the signature it was written with)."""
+    table and implements the hook itself (a profile without a table keeps the signature it was
+    written with; :class:`FrameworkPart`'s own hooks take no version)."""
     fn = getattr(part, hook)
-    return fn(*args, version=version) if part.versions else fn(*args)
+    own = getattr(type(part), hook, None) is not getattr(FrameworkPart, hook, None)
+    return fn(*args, version=version) if part.versions and own else fn(*args)
