@@ -202,7 +202,8 @@ def test_the_command_line_names_the_key_in_one_line(capsys, tmp_path):
     code, _, err = run(capsys, "estimate", path)
     assert code == 2
     line = one_line_error(err)
-    assert "$.training.framework_version: " in line
+    assert "$.training.framework_version: '2019-01' is before the oldest state" in line
+    assert "framework torchtitan knows its states from 2024-05-21 (aafe0e87)" in line
 
 
 def test_a_table_out_of_date_order_or_naming_a_release_twice_is_refused():
