@@ -348,7 +348,7 @@ _ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
 
-def _iso_date(inst, attribute, value):
+def _iso_date(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     try:
         ok = bool(_ISO_DATE.fullmatch(value)) and datetime.date.fromisoformat(value).isoformat() == value
     except (TypeError, ValueError):
@@ -357,12 +357,12 @@ def _iso_date(inst, attribute, value):
         raise ValueError(f"{attribute.name}: expected a date YYYY-MM-DD, got {value!r}")
 
 
-def _commit(inst, attribute, value):
+def _commit(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not (isinstance(value, str) and _COMMIT.fullmatch(value)):
         raise ValueError(f"{attribute.name}: expected a git commit (7 to 40 hex digits), got {value!r}")
 
 
-def _one_line(inst, attribute, value):
+def _one_line(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and (not isinstance(value, str) or not value.strip() or "\n" in value):
         raise ValueError(f"{attribute.name}: expected one line of text, got {value!r}")
 
