@@ -42,6 +42,9 @@ part on made-up inputs or from the names of its options: the values ``plan`` tri
 
 from __future__ import annotations
 
+import datetime
+import itertools
+import re
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -87,6 +90,8 @@ __all__ = [
     "ConvergenceInputs",
     "ConvergenceTerms",
     "FrameworkPart",
+    "StackVersion",
+    "call_framework",
     "COLLECTIVES",
     "option_defaults",
     "make_options_class",
@@ -339,6 +344,54 @@ class ConvergencePart(Part):
 #: A profile's defaults: ``{"training.KEY" | "parallelism.KEY": (value, why)}``.
 FrameworkDefaults = dict[str, tuple[Any, str]]
 
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+
+
+def _iso_date(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    try:
+        ok = bool(_ISO_DATE.fullmatch(value)) and datetime.date.fromisoformat(value).isoformat() == value
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{attribute.name}: expected a date YYYY-MM-DD, got {value!r}")
+
+
+def _commit(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not (isinstance(value, str) and _COMMIT.fullmatch(value)):
+        raise ValueError(f"{attribute.name}: expected a git commit (7 to 40 hex digits), got {value!r}")
+
+
+def _one_line(inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip() or "\n" in value):
+        raise ValueError(f"{attribute.name}: expected one line of text, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class StackVersion:
+    """One dated state of a software stack (``training.framework_version``): the stack as it is
+    from ``since`` (``YYYY-MM-DD``, the committer date of ``commit`` on the stack's main branch)
+    until the next state of the profile's :attr:`FrameworkPart.versions`. ``change`` is one line
+    saying what changed, quoting the commit; ``release`` names a tagged release whose state this
+    is (a release entry changes nothing itself); ``repo`` is the repository ``commit`` lives in
+    when it is not the profile's own (``owner/name``)."""
+
+    since: str = attrs.field(validator=_iso_date)
+    commit: str = attrs.field(validator=_commit)
+    change: str = attrs.field(validator=_one_line)
+    release: str | None = attrs.field(default=None, validator=_one_line)
+    repo: str | None = attrs.field(default=None, validator=_one_line)
+
+    @property
+    def short(self) -> str:
+        """The commit's first 8 hex digits."""
+        return self.commit[:8]
+
+    def at_least(self, other: StackVersion) -> bool:
+        """Whether this state is ``other``'s or a later one (its date is not before ``other``'s):
+        the test a profile's defaults make, ``version.at_least(CHANGE)``."""
+        return self.since >= other.since
+
 
 @attrs.frozen(kw_only=True)
 class FrameworkPart(Part):
@@ -348,14 +401,42 @@ class FrameworkPart(Part):
     carry its behaviour (a schedule that sends activations as its pipeline engine does).
 
     A profile never carries a speed multiplier: only settings, each with its source.
+
+    Stacks change their defaults over time. A profile with a :attr:`versions` table is called
+    with ``version=`` (the :class:`StackVersion` ``training.framework_version`` picks: the
+    newest state at or before a date, a named release's, the newest when unset) in
+    :meth:`defaults` and in each behaviour hook; a profile without one has a single undated state
+    and is called without it, as before tables existed (:func:`call_framework`).
     """
 
     kind: ClassVar[str] = "framework"
 
+    #: The stack's dated states, oldest first (``since`` never decreasing, release names
+    #: unique): each one a change of what the stack does by default, or a tagged release.
+    #: Empty: one undated state (``framework_version`` does not apply).
+    versions: ClassVar[tuple[StackVersion, ...]] = ()
+
+    def __attrs_post_init__(self) -> None:
+        """A table out of date order, or naming a release twice, is refused at registration."""
+        table = tuple(self.versions)
+        if any(not isinstance(s, StackVersion) for s in table):
+            raise ValueError(f"framework '{self.name}': versions must be StackVersion records")
+        if any(b.since < a.since for a, b in itertools.pairwise(table)):
+            raise ValueError(f"framework '{self.name}': versions must be oldest first (by since)")
+        releases = [s.release for s in table if s.release]
+        if len(set(releases)) != len(releases):
+            raise ValueError(f"framework '{self.name}': a release is named twice in versions")
+
     #: Behaviour no key states: with ``training.compile = true`` the stack's loss runs under
     #: torch.compile too, so the cross-entropy's fp32 upcast is fused and the backward keeps
     #: the bf16 logits (2 bytes an element, not 4; :func:`~shardmeter.model.memory.logits_bytes_per_element`).
+    #: A profile whose stack changed this over time overrides :meth:`loss_compiled` instead.
     compiled_loss: ClassVar[bool] = False
+
+    def loss_compiled(self) -> bool:
+        """Whether, with ``training.compile = true``, the stack compiles its loss too; the
+        default: :attr:`compiled_loss`. A profile with :attr:`versions` adds ``version``."""
+        return self.compiled_loss
 
     def op_saves_attention(self, attention: str, gpu: HardwareProfile) -> bool:
         """Behaviour no key states: whether the stack's per-operator selective checkpointing
@@ -363,7 +444,8 @@ class FrameworkPart(Part):
         ``training.attention = attention``. True (the kernel is on its save list); a stack whose
         save list leaves the kernel out returns False, and the model recomputes attention in
         the backward instead of keeping its output and log-sum-exp
-        (:func:`~shardmeter.model.activations.activation_bytes_per_layer`)."""
+        (:func:`~shardmeter.model.activations.activation_bytes_per_layer`). A profile with
+        :attr:`versions` adds ``version: StackVersion | None = None`` and decides by it."""
         return True
 
     def defaults(self, tables: Mapping[str, Any], gpus: Sequence[HardwareProfile]) -> FrameworkDefaults:
@@ -375,5 +457,18 @@ class FrameworkPart(Part):
             overridden: the loader fills only keys the scenario leaves out).
         :param gpus: the hardware profiles of the scenario's islands (and offers), to decide per
             GPU generation; one the registry does not know yet (a catalog overlay's) is left out.
+
+        A profile with :attr:`versions` adds a parameter ``version: StackVersion | None = None``,
+        the state the scenario picked (:func:`call_framework` gives it only to such a profile;
+        None, for a direct call, means the newest).
         """
         raise NotImplementedError
+
+
+def call_framework(part: FrameworkPart, hook: str, *args: Any, version: StackVersion | None) -> Any:
+    """``part.<hook>(*args)``, with ``version=`` where the profile has a :attr:`~FrameworkPart.versions`
+    table and implements the hook itself (a profile without a table keeps the signature it was
+    written with; :class:`FrameworkPart`'s own hooks take no version)."""
+    fn = getattr(part, hook)
+    own = getattr(type(part), hook, None) is not getattr(FrameworkPart, hook, None)
+    return fn(*args, version=version) if part.versions and own else fn(*args)

@@ -8,6 +8,10 @@
   efficient SDPA ops, not ``_scaled_dot_product_cudnn_attention`` (added in b39377f9,
   2025-12-01): under ``recompute = "op"`` SDPA's output and log-sum-exp are not kept and
   attention runs again in the backward.
+
+These are the states of that commit: the scenarios pin ``framework_version = "2025-08-30"``
+(accc7027). Later states (cuDNN first on every GPU from 6a3a9da9, the save list naming cuDNN from
+b39377f9, FlexAttention from 16954571) are tested in ``test_framework_states.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ SDPA = 2 * Q + 4 * HEADS  # bf16 output + fp32 log-sum-exp per head, per token
 EAGER_OP = 2 * H + 2 * Q + 2 * KV + 2 * FFN + 2 * H + SDPA  # layer input, wq, wv, w1, w2, SDPA
 
 
-LLAMA3_8B = llama3_8b(compile=False, framework="torchtitan")
+LLAMA3_8B = llama3_8b(compile=False, framework="torchtitan", framework_version="2025-08-30")
 
 
 def _sc(gpu: str, **training) -> dict:
@@ -99,6 +103,7 @@ def test_op_saves_attention_unless_cudnn_on_blackwell(gpu, attention, saves):
 def test_no_framework_saves_attention_on_blackwell():
     sc = _sc("b200", attention="flash")
     sc["training"].pop("framework")
+    sc["training"].pop("framework_version")
     assert _inputs(sc).training.op_saves_attention.item() == 1.0
 
 

@@ -64,14 +64,13 @@ DOCUMENTED = {
         "parallelism.dp_comm_overlap": "false",
         "training.compile": "false",
     },
-    "torchtitan": {
+    "torchtitan": {  # its newest state (test_framework_states.py has the others)
         "parallelism.sharding": '"fsdp"',
         "parallelism.sequence_parallel": "true",
-        "training.attention": '"flash2"',
+        "training.attention": '"flash2"',  # FlexAttention, approximated as FlashAttention-2
         "training.compile": "false",
-        "training.fp8_recipe": '"tensorwise"',
-        "training.recompute": '"full"',
-        "training.recompute_layers": "16",  # llama3-8b: 32 layers on one stage, every second block
+        "training.fp8_recipe": '"rowwise"',
+        "training.recompute": '"op"',
     },
     "fms-fsdp": {
         "parallelism.sharding": '"hsdp"',
@@ -114,11 +113,15 @@ def test_megatron_core_attention_follows_the_gpu_generation():
 
 
 def test_torchtitan_recomputes_every_second_block_of_the_largest_stage():
-    sc = _sc("torchtitan")
+    """torchtitan before 114151ad (2026-03-23): selective_ac_option = "2"."""
+    sc = _sc("torchtitan", framework_version="2025-08-30", micro_batch=1)
     sc["parallelism"] = {"pp": 3}  # 32 layers: stages of 11, 11, 10
     assert load_scenario(sc).training.recompute_layers == 5
+    sc = _sc("torchtitan", framework_version="2025-08-30")
+    assert (load_scenario(sc).training.recompute, load_scenario(sc).training.recompute_layers) == ("full", 16)
     # another recompute written: no layer count (it means something only with "full")
-    assert load_scenario(_sc("torchtitan", recompute="selective")).training.recompute_layers is None
+    sc = _sc("torchtitan", framework_version="2025-08-30", recompute="selective")
+    assert load_scenario(sc).training.recompute_layers is None
 
 
 def test_llm_foundry_sets_delayed_scaling_only_for_fp8():

@@ -22,6 +22,7 @@ from shardmeter.inputs.bundles import (
     Training,
 )
 from shardmeter.load.scenario import framework_failed
+from shardmeter.parts import FrameworkPart, call_framework
 from shardmeter.records import Interconnect
 from shardmeter.resolve.resolver import Resolved, ResolvedIsland
 
@@ -111,18 +112,30 @@ def _model(res: Resolved, row) -> ModelShape:
     )
 
 
-def _op_saves_attention(res: Resolved, gpu) -> bool:
-    """Whether the framework's op-recompute save list holds the attention kernel it runs on
-    ``gpu`` (``FrameworkPart.op_saves_attention``); True without a framework."""
-    saves = getattr(res.framework, "op_saves_attention", None)
-    if saves is None:
-        return True
+def _framework_says(res: Resolved, hook: str, *args, default: bool) -> bool:
+    """The framework profile's behaviour hook ``hook`` at the state the scenario picked
+    (``Resolved.framework_version``; :func:`~shardmeter.parts.call_framework`); ``default``
+    without a framework."""
+    if not isinstance(res.framework, FrameworkPart):
+        return default
     try:
-        return bool(saves(res.scenario.training.attention, gpu))
+        return bool(call_framework(res.framework, hook, *args, version=res.framework_version))
     except ScenarioError:
         raise
     except Exception as exc:  # a plugin's bug is named, not a traceback
         raise framework_failed(str(res.scenario.training.framework), exc, res.scenario.file) from exc
+
+
+def _op_saves_attention(res: Resolved, gpu) -> bool:
+    """Whether the framework's op-recompute save list holds the attention kernel it runs on
+    ``gpu`` (``FrameworkPart.op_saves_attention``); True without a framework."""
+    return _framework_says(res, "op_saves_attention", res.scenario.training.attention, gpu, default=True)
+
+
+def _compiled_loss(res: Resolved) -> bool:
+    """With ``compile``, whether the framework compiles its loss too
+    (``FrameworkPart.loss_compiled``); False without a framework or without ``compile``."""
+    return res.scenario.training.compile and _framework_says(res, "loss_compiled", default=False)
 
 
 def _training(res: Resolved, row) -> Training:
@@ -143,7 +156,7 @@ def _training(res: Resolved, row) -> Training:
         fp8_params=row(
             [t.fp8_params and t.precision == "fp8" and "fp8" in isl.gpu.peak_tflops for isl in isls]
         ),
-        compiled_loss=row([t.compile and bool(getattr(res.framework, "compiled_loss", False))] * n),
+        compiled_loss=row([_compiled_loss(res)] * n),
         op_saves_attention=row([_op_saves_attention(res, isl.gpu) for isl in isls]),
     )
 

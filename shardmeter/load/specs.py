@@ -240,6 +240,9 @@ class TrainingSpec:
     tokens: float | None = attrs.field(default=None, validator=_pos)
     #: a software-stack profile (``docs/frameworks.md``) whose defaults filled the keys not written
     framework: str | None = None
+    #: the profile's state: ``"YYYY-MM"`` (as of the month's last day), ``"YYYY-MM-DD"`` or a
+    #: release name; None: the newest state the profile knows (only with ``framework``)
+    framework_version: str | None = None
 
 
 @attrs.frozen(kw_only=True)

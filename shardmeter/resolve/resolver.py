@@ -13,8 +13,9 @@ from typing import Any
 import attrs
 
 from shardmeter.errors import ScenarioError
+from shardmeter.load.framework_defaults import framework_state
 from shardmeter.load.scenario import IslandSpec, ParallelismSpec, Scenario, TierSpec
-from shardmeter.parts import Part, option_defaults
+from shardmeter.parts import Part, StackVersion, option_defaults
 from shardmeter.records import CostSource, HardwareProfile, Interconnect
 from shardmeter.registry.convert import structure_record
 from shardmeter.registry.lookup import resolve_part
@@ -86,6 +87,9 @@ class Resolved:
     convergence: Part | None = None
     #: the ``training.framework`` profile (a FrameworkPart); None: no stack named
     framework: Part | None = None
+    #: the profile's state ``training.framework_version`` picked (a StackVersion, given to its
+    #: behaviour hooks); None: no stack named, or a profile without dated states
+    framework_version: StackVersion | None = None
 
 
 def structure_options(part: Part, given: Mapping[str, Any], where: str, file: str | None):
@@ -142,9 +146,10 @@ def resolve_scenario(
     sync_opts = structure_options(sync, sc.sync.options, "sync", file)
     convergence = _convergence(sc, reg)
     network = _network(sc, reg, levels, len(islands))
-    framework = None
+    framework, version = None, None
     if sc.training.framework is not None:
         framework = reg.get("framework", sc.training.framework, path="training.framework", file=file)
+        version = framework_state(framework, sc.training.framework_version, file)
     if overlays:
         sc = attrs.evolve(sc, notes=sc.notes + tuple(_overlay_notes(overlays, islands, network)))
     return Resolved(
@@ -155,6 +160,7 @@ def resolve_scenario(
         network=network,
         convergence=convergence,
         framework=framework,
+        framework_version=version,
     )
 
 
