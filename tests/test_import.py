@@ -462,3 +462,22 @@ def test_a_recipe_function_is_named_with_config(capsys):
     assert code == 2 and "--config NAME: which recipe function to import (pretrain_recipe" in one_line_error(
         err
     )
+
+
+@pytest.mark.parametrize(
+    ("folder", "version"),
+    [
+        ("2024-12-26_9dec370/train_configs", "2025-02"),
+        ("2025-03-31_3e75bae/torchtitan/models/llama/train_configs", "2025-06-04"),
+        ("2025-06-13_820504e/torchtitan/models/llama3/train_configs", "2025-08-19"),
+        ("2026-02-23_238fa99_last_toml/torchtitan/models/llama3/train_configs", "2026-02-23"),
+    ],
+)
+def test_a_torchtitan_job_file_imports_with_the_version_its_layout_belongs_to(folder, version):
+    """``shardmeter import`` writes the torchtitan version it read (the newest whose job-file
+    layout the file has), so the profile fills what the file leaves out as that torchtitan did."""
+    path = FIX / "torchtitan" / folder / "llama3_8b.toml"
+    text = import_config("torchtitan", str(path), gpu="h100-sxm", gpus=8)
+    sc = shardmeter.load_scenario(tomllib.loads(text))
+    assert sc.training.framework_version == version
+    assert any(n.startswith("framework torchtitan as of") for n in sc.notes)

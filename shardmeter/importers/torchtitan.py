@@ -161,8 +161,31 @@ def draft_from_config(
     _model(s, d, file, era)
     world = parallelism(s, d, file, gpus, node)
     _training(s, d, file, world, era)
+    _version(d, era, moved)
     _unread(s, d)
     return d
+
+
+def _version(d: Draft, era: str, moved: list[str]) -> None:
+    """``training.framework_version``: the newest torchtitan whose job-file layout this one is,
+    so the profile fills what the file leaves out as that torchtitan did (its fp8 recipe, its
+    attention kernel, whether it compiles the loss). The degrees moved out of ``[training]`` and
+    ``[experimental]`` into ``[parallelism]`` in 2025-03; ``[training] batch_size`` became
+    ``local_batch_size`` in 8570415c (2025-06-05); TOML job files end with 238fa99
+    (2026-02-23; 9810191b replaced them with ``config_registry.py``). A registry is read at the
+    newest state the profile knows (unset)."""
+    if era == "registry":
+        return
+    # each older layout bounds the date from above; the oldest bound wins
+    bounds = [("2026-02-23", "a TOML job file: torchtitan up to 238fa99 (2026-02-23), its last")]
+    if any("as [compile] enable" in m for m in moved):
+        bounds.append(("2025-08-19", "[training] compile: torchtitan before 08b8b244 (2025-08-20)"))
+    if any("batch_size" in m for m in moved):
+        bounds.append(("2025-06-04", "[training] batch_size: torchtitan before 8570415c (2025-06-05)"))
+    if any(m.split("] ", 1)[-1] in _LEGACY_PARALLEL for m in moved):
+        bounds.append(("2025-02", "degrees under [training] / [experimental]: torchtitan before 2025-03"))
+    version, why = min(bounds)
+    d.set("training.framework_version", version, why)
 
 
 def _model(s: Settings, d: Draft, file: str, era: str) -> None:
