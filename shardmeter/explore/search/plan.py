@@ -28,11 +28,14 @@ import numpy as np
 from shardmeter.errors import ShardMeterError
 from shardmeter.explore.execution.allocator import keep_freed_memory
 from shardmeter.explore.execution.executors import run_tasks
+from shardmeter.explore.search.island_plans import infeasible_by_key, per_island_document
 from shardmeter.explore.search.layouts import check_islands
 from shardmeter.explore.search.pareto import merge_fronts, merge_top_k, pareto_front
-from shardmeter.explore.search.space import Space, compile_space, plan_raw
-from shardmeter.explore.search.to_quality import QUALITY_OBJECTIVES, quality_factor, quality_overrides
+from shardmeter.explore.search.space import Space, compile_space, plan_base
+from shardmeter.explore.search.to_quality import QUALITY_OBJECTIVES, quality_factor, with_quality
 from shardmeter.inputs.bundles import ModelInputs
+from shardmeter.load.specs import Scenario
+from shardmeter.load.variants import with_overrides
 from shardmeter.model.evaluate import evaluate
 from shardmeter.model.feasibility import REASONS
 from shardmeter.model.outputs import Outputs
@@ -60,11 +63,6 @@ OBJECTIVES = ("time", "cost", "pareto", *QUALITY_OBJECTIVES)
 #: ``layouts``: each island its own layout and batch share (several islands), or one layout on
 #: every island split by replicas (the search before per-island layouts).
 LAYOUT_MODES = ("per-island", "shared")
-#: What ``infeasible`` counts: each candidate once, under its first failed check.
-INFEASIBLE_NOTE = (
-    "each infeasible candidate is counted once, under the first check it fails (layout, batch "
-    "split, schedule, memory); a candidate may fail several"
-)
 #: Most plans ``--top`` returns: each is a full report (~1.5 ms), and a top-K is held in memory.
 MAX_TOP = 10_000
 
@@ -264,21 +262,32 @@ def search(
     est = estimator or Estimator()
     t0 = time.perf_counter()
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
-    sc = est.load(source, overrides)
-    extra = quality_overrides(sc, objective)
-    if extra:  # the convergence model the objective needs, on every plan's report too
-        sc = est.load(source, [*overrides, *extra])
+    sc = with_quality(est.load(source, overrides), objective)
     sc, node_options = _offers(sc)
     check_islands(len(sc.islands))  # before resolving them
     obj = _objective(sc, est, objective, top, deadline_days, budget_usd)
     if layouts is None:
         layouts = "per-island" if len(sc.islands) > 1 else "shared"
     if len(sc.islands) > 1 and layouts == "per-island":
-        return _search_per_island(sc, est, obj, objective, only, max_gpus, t0, build_reports, node_options)
+        return per_island_document(sc, est, obj, objective, only, max_gpus, t0, build_reports, node_options)
     space = compile_space(sc, est, only=only, max_gpus=max_gpus, objective=obj)
     acc, interrupted = _score_space(space, obj, chunk_fn, chunk_size, workers, dask, progress)
     seconds = time.perf_counter() - t0
     plans = _plans(sc, est, space, acc["best"], obj) if build_reports else []
+    return _shared_document(sc, space, obj, objective, acc, plans, seconds, interrupted)
+
+
+def _shared_document(
+    sc: Scenario,
+    space: Space,
+    obj: dict[str, Any],
+    objective: str,
+    acc: dict[str, Any],
+    plans: list[dict[str, Any]],
+    seconds: float,
+    interrupted: bool,
+) -> dict[str, Any]:
+    """The ``plan --json`` document of a search of one layout on every island."""
     doc = {
         "evaluated": acc["evaluated"],
         "feasible": acc["feasible"],
@@ -287,7 +296,7 @@ def search(
         "objective": objective,
         "space_size": space.size,
         "candidates_per_s": acc["evaluated"] / seconds if seconds > 0 else None,
-        "infeasible": _infeasible_by_key(acc["reasons"]),
+        "infeasible": infeasible_by_key(acc["reasons"]),
         "duplicates": acc["duplicates"],
         "over_deadline": acc["over_deadline"],
         "over_budget": acc["over_budget"],
@@ -352,30 +361,15 @@ def _score_space(space: Space, obj, chunk_fn, chunk_size: int, workers, dask, pr
     return acc, interrupted
 
 
-def _infeasible_by_key(reasons: Mapping[int, int]) -> dict[str, int]:
-    """Rejections per reason bit -> per scenario key (per-island keys summed over islands)."""
-    infeasible: dict[str, int] = {}
-    for b, n in sorted(reasons.items()):
-        if n:
-            key = REASONS[b][0].replace("[{j}]", "[*]")  # per-island keys, summed over islands
-            infeasible[key] = infeasible.get(key, 0) + n
-    return infeasible
-
-
 def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
     """Full reports of the chosen candidates (each is a scenario ``estimate`` would take)."""
-    from shardmeter.load.scenario import apply_override, load_scenario
-
     ids = best[-1]
-    raw = plan_raw(sc)
+    start = plan_base(sc)
     names = [isl.name for isl in sc.islands]
     out = []
     for rank, i in enumerate(ids.tolist()):
         ov, plan = space.describe(i, names)
-        data = raw
-        for k, v in ov:
-            data = apply_override(data, k, v)
-        variant = est.resolve(load_scenario(data, registry=est.registry))
+        variant = est.resolve(with_overrides(start, ov, registry=est.registry, as_written=False))
         o = evaluate(*est.inputs(variant))
         plan["report"] = build_report(variant, o).to_dict()
         plan["rank"] = rank + 1
@@ -398,74 +392,3 @@ def _offers(sc):
     from shardmeter.load.offers import offer_islands
 
     return offer_islands(sc)
-
-
-def _search_per_island(
-    sc, est, obj, objective, only, max_gpus, t0, build_reports, node_options=None
-) -> dict[str, Any]:
-    """Several islands, each with its own layout and batch share (:mod:`.island_search`)."""
-    from shardmeter.explore.search.island_search import describe, search_islands, select
-    from shardmeter.load.scenario import load_scenario
-
-    res = search_islands(sc, est, obj, only, max_gpus, node_options)
-    chosen, counts = select(res["candidates"], obj)
-    seconds = time.perf_counter() - t0
-    raw = plan_raw(sc)
-    plans = []
-    tps = obj["tokens_per_step"]
-    for rank, c in enumerate(chosen if build_reports else []):
-        data, plan = describe(raw, sc, c, res["_describe"])
-        variant = est.resolve(load_scenario(data, registry=est.registry))
-        o = evaluate(*est.inputs(variant))
-        rep = build_report(variant, o).to_dict()
-        plan["report"] = rep
-        by_name = {i["name"]: i for i in rep.get("islands", [])}
-        for e in plan["islands"]:
-            r = by_name.get(e["name"])
-            if r is not None and not e.get("dropped"):
-                e.update({k: r.get(k) for k in ("step_time_s", "idle_s", "idle_fraction")})
-                e["batch_share"] = r.get("batch_per_step", e["batch_share"])
-        plan["rank"] = rank + 1
-        plan["predicted_step_s"] = c["step"]
-        if obj["quality"] is not None:
-            plan["tokens_factor"] = c["factor"]
-        plan["time_per_token_s"] = float(rep["step_time_s"]) / tps
-        if obj["price"] is not None:
-            plan["cost_per_token_usd"] = c["cost_step"] / tps
-        plans.append(plan)
-    seconds_all = time.perf_counter() - t0
-    unit = "usd" if obj["steps"] is not None else "usd_per_token"
-    steps = obj["steps"] or 1.0
-    doc = {
-        "evaluated": res["evaluated"],
-        "feasible": res["feasible"],
-        "seconds": seconds,
-        "plans": plans,
-        "objective": objective,
-        "layouts": "per-island",
-        "space_size": res["space_size"],
-        "candidates_per_s": res["evaluated"] / seconds if seconds > 0 else None,
-        "model_rows": res["model_rows"],
-        "memory_rows": res["memory_rows"],
-        "combined_plans": res["combined_plans"],
-        "classes": len(res["candidates"]),
-        "infeasible": _infeasible_by_key(res["reasons"]),
-        "infeasible_note": INFEASIBLE_NOTE,
-        "duplicates": res["duplicates"],
-        "equivalent": counts["equivalent"],
-        "over_deadline": counts["over_deadline"],
-        "over_budget": counts["over_budget"],
-        "interrupted": False,
-        "space": res["space"],
-        "per_token": obj["steps"] is None,
-        "report_seconds": seconds_all - seconds,
-    }
-    if obj["quality"] is not None:
-        doc["convergence"] = sc.sync.convergence
-    if objective == "pareto":
-        per = 1.0 / tps if obj["steps"] is None else steps
-        doc["front"] = {
-            "time_s" if obj["steps"] is not None else "time_per_token_s": [c["step"] * per for c in chosen],
-            f"cost_{unit}": [c["cost_step"] * per for c in chosen],
-        }
-    return doc

@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
 
 # The space is built by .knobs, .layouts, .axes and .structural; their tunables (the `X as X`
@@ -54,7 +55,7 @@ from shardmeter.explore.search.structural import (
     structural_bits,
 )
 from shardmeter.inputs.bundles import PartTable
-from shardmeter.load.scenario import Scenario, load_scenario
+from shardmeter.load.specs import Scenario
 
 __all__ = ["Axis", "Space", "compile_space", "KNOB_ALIASES", "normalise_only"]
 
@@ -234,15 +235,11 @@ class Space:
 # compilation
 
 
-def plan_raw(sc: Scenario) -> dict[str, Any]:
-    """The scenario as raw tables with island-level layouts and micro-batches removed (a plan
-    sets them)."""
-    raw = sc.to_dict()
-    for isl in raw["island"]:
-        isl.pop("parallelism", None)
-        isl.pop("micro_batch", None)
-    raw.setdefault("parallelism", {}).pop("dp", None)
-    return raw
+def plan_base(sc: Scenario) -> Scenario:
+    """The scenario a plan starts from: island-level layouts and micro-batches and the
+    top-level ``dp`` removed (a plan sets them), on the records (``attrs.evolve``)."""
+    islands = tuple(attrs.evolve(isl, parallelism=None, micro_batch=None) for isl in sc.islands)
+    return attrs.evolve(sc, islands=islands, parallelism=attrs.evolve(sc.parallelism, dp=None))
 
 
 def compile_space(
@@ -262,14 +259,13 @@ def compile_space(
     check_islands(len(sc.islands))  # before anything grows with them
     only = normalise_only(only)
     check_only(only, sc, est.registry)
-    raw = plan_raw(sc)
-    base_sc = load_scenario(raw, registry=est.registry)
+    base_sc = plan_base(sc)
     resolved = est.resolve(base_sc)
     islands = resolved.islands
     table = PartTable()
     base = est.inputs(resolved, table)[0].columns()
     layout = layout_table(sc, islands, only, max_gpus)
     layout["_bits"] = layout_reason_bits(layout, base)
-    axes = plan_axes(est, raw, sc, only, base, table, len(islands))
+    axes = plan_axes(est, base_sc, sc, only, base, table, len(islands))
     nodes_available = [int(isl.nodes) for isl in islands]
     return Space(base, layout, axes, len(islands), dict(objective or {}), nodes_available, table)

@@ -40,7 +40,8 @@ from shardmeter.explore.search.sweep_inputs import GridPlan, NotFast, grid_colum
 from shardmeter.explore.search.sweep_rows import SweepRow, row_fields
 from shardmeter.explore.search.values import format_value, gpu_count_key
 from shardmeter.inputs.bundles import ModelInputs, PartTable
-from shardmeter.load.scenario import Scenario, load_scenario, scenario_tables
+from shardmeter.load.specs import Scenario
+from shardmeter.load.variants import with_overrides
 from shardmeter.model.evaluate import evaluate
 from shardmeter.model.outputs import Outputs
 from shardmeter.report.build import build_report
@@ -127,12 +128,7 @@ def run_sweep(
         that does not resolve, naming the key and the row.
     """
     est = estimator or Estimator()
-    src_file = None
-    if isinstance(source, Scenario):  # its tables, so the rows' overrides apply as on the file
-        src, base_ov, src_file = scenario_tables(source), list(overrides), source.file
-    else:
-        src, base_ov = source, list(overrides)
-    base_sc = est.load(src, base_ov)
+    base_sc = est.load(source, list(overrides))
     rows_all = grid(vary)
     if not rows_all:
         raise ShardMeterError("--vary: the grid is empty")
@@ -141,9 +137,7 @@ def run_sweep(
 
     def loader(row: Mapping[str, Any]) -> Scenario:
         try:
-            return load_scenario(
-                src, overrides=[*base_ov, *row.items()], registry=est.registry, file=src_file
-            )
+            return with_overrides(base_sc, row.items(), registry=est.registry, file=base_sc.file)
         except ScenarioError as exc:
             vals = ", ".join(f"{k}={format_value(v)}" for k, v in row.items())
             raise ScenarioError(f"{exc} (sweep row {vals})") from None

@@ -35,7 +35,8 @@ import numpy as np
 
 from shardmeter.errors import ShardMeterError
 from shardmeter.inputs.bundles import PartTable
-from shardmeter.load.scenario import Scenario, load_scenario
+from shardmeter.load.specs import Scenario
+from shardmeter.load.variants import with_overrides
 
 __all__ = ["FastKey", "fast_keys", "GridPlan", "plan_grid", "grid_columns", "row_scenario", "NotFast"]
 
@@ -308,16 +309,13 @@ def _one(est, table, check, fast, combo: dict[str, Any]) -> Any:
 
 
 def _checker(est, sc: Scenario) -> Callable[[Mapping[str, Any]], Scenario]:
-    """``{key: value} ->`` scenario ``sc`` loaded again with those fast keys set, from its
-    tables with the model preset already merged (the bundled presets are not parsed again):
-    raises exactly when loading the row would, for a fast key, which only a field of its own
-    record reads."""
-    tables = sc.to_dict()
-    if isinstance(tables.get("model"), dict):
-        tables["model"].pop("preset", None)
+    """``{key: value} ->`` scenario ``sc`` with those fast keys set by the load stage's rules,
+    every other value as loaded (:func:`~shardmeter.load.variants.with_overrides`): raises
+    exactly when loading the row would, for a fast key, which only a field of its own record
+    reads."""
 
     def check(values: Mapping[str, Any]) -> Scenario:
-        return load_scenario(tables, overrides=list(values.items()), registry=est.registry, file=sc.file)
+        return with_overrides(sc, values.items(), registry=est.registry, as_written=False, file=sc.file)
 
     return check
 

@@ -12,13 +12,13 @@ recompute, sync option) it is a constant and the class's fastest plan stays its 
 
 from __future__ import annotations
 
-from typing import Any
-
+import attrs
 import numpy as np
 
+from shardmeter.load.specs import Scenario
 from shardmeter.model.convergence import tokens_factor
 
-__all__ = ["QUALITY_OBJECTIVES", "DEFAULT_CONVERGENCE", "quality_overrides", "quality_factor"]
+__all__ = ["QUALITY_OBJECTIVES", "DEFAULT_CONVERGENCE", "with_quality", "quality_factor"]
 
 #: Objective -> the raw figure it scales.
 QUALITY_OBJECTIVES = {"time-to-quality": "time", "cost-to-quality": "cost"}
@@ -26,12 +26,13 @@ QUALITY_OBJECTIVES = {"time-to-quality": "time", "cost-to-quality": "cost"}
 DEFAULT_CONVERGENCE = "diloco-fits"
 
 
-def quality_overrides(sc, objective: str) -> list[tuple[str, Any]]:
-    """The override that names :data:`DEFAULT_CONVERGENCE` when ``objective`` prices quality
-    and the scenario has no ``[sync] convergence``; else none."""
+def with_quality(sc: Scenario, objective: str) -> Scenario:
+    """Scenario ``sc`` with ``[sync] convergence = DEFAULT_CONVERGENCE`` (on the record,
+    ``attrs.evolve``) when ``objective`` prices quality and it names no convergence model;
+    else ``sc``."""
     if objective in QUALITY_OBJECTIVES and sc.sync.convergence in (None, "none"):
-        return [("sync.convergence", DEFAULT_CONVERGENCE)]
-    return []
+        return attrs.evolve(sc, sync=attrs.evolve(sc.sync, convergence=DEFAULT_CONVERGENCE))
+    return sc
 
 
 def quality_factor(model, table, sync_codes, params, replicas) -> np.ndarray:
