@@ -16,7 +16,7 @@ the planner's variants, whose every other key is pinned).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -27,10 +27,12 @@ from shardmeter.load.scenario import load_scenario, scenario_tables
 from shardmeter.load.specs import ModelSpec, Scenario
 from shardmeter.registry.manager import Registry
 
-__all__ = ["Override", "with_overrides", "variant_tables"]
+__all__ = ["Override", "ScenarioSource", "with_overrides", "variant_tables"]
 
 #: ``(key, value)`` or ``"KEY=VALUE"``; a value of ``None`` removes the key (TOML has no null).
 Override = tuple[str, Any] | str
+#: What a scenario is read from: a TOML file's path, a dict of raw tables, or a loaded scenario.
+ScenarioSource = str | os.PathLike[str] | Mapping[str, Any] | Scenario
 
 
 def variant_tables(

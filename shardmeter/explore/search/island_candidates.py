@@ -90,7 +90,7 @@ def island_candidates(ctx: IslandContext) -> IslandScores:
         out,
         live=spread_live,
         reasons=spread(out.reasons),
-        duplicates=out.duplicates_per_island @ np.bincount(ridx, minlength=len(reps)),
+        duplicates=int(out.duplicates_per_island @ np.bincount(ridx, minlength=len(reps))),
     )
 
 

@@ -89,7 +89,9 @@ def island_classes(space: Space) -> list[int]:
     return rep
 
 
-def codes_of(ctx: IslandContext, name: str, prefixes: np.ndarray, inner: np.ndarray | int) -> np.ndarray:
+def codes_of(
+    ctx: IslandContext, name: str, prefixes: np.ndarray | int, inner: np.ndarray | int
+) -> np.ndarray:
     """The option code on axis ``name`` of (prefix, inner option) pairs (arrays that broadcast),
     whether the axis is structural (part of the prefix) or inner; zeros where it is absent."""
     sp = ctx.space

@@ -12,7 +12,7 @@ import numpy as np
 
 from shardmeter.errors import ShardMeterError
 from shardmeter.explore.search.axes import Axis
-from shardmeter.explore.search.knobs import pick
+from shardmeter.explore.search.knobs import Only, pick
 from shardmeter.explore.search.layouts import _replica_shapes
 from shardmeter.load.specs import Scenario
 from shardmeter.resolve.resolver import ResolvedIsland
@@ -21,10 +21,6 @@ __all__ = ["MAX_CLASSES", "node_options", "island_layout", "check_classes", "red
 
 #: Most classes (node count per island x micro-batch x recompute x sync option) combined.
 MAX_CLASSES = 2_000_000
-
-#: The normalised ``--only`` (:func:`~.knobs.normalise_only`): key path -> values, or ``None``
-#: for the scenario's own value.
-Only = dict[str, list | None]
 
 
 def node_options(sc: Scenario, only: Only, given: Sequence[Sequence[int]] | None = None) -> list[list[int]]:

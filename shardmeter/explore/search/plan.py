@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from shardmeter.errors import ShardMeterError
+from shardmeter.estimator import Estimator
 from shardmeter.explore.execution.allocator import keep_freed_memory
 from shardmeter.explore.execution.executors import run_tasks
 from shardmeter.explore.search.island_plans import infeasible_by_key, per_island_document
@@ -35,7 +36,7 @@ from shardmeter.explore.search.space import Space, compile_space, plan_base
 from shardmeter.explore.search.to_quality import QUALITY_OBJECTIVES, quality_factor, with_quality
 from shardmeter.inputs.bundles import ModelInputs
 from shardmeter.load.specs import Scenario
-from shardmeter.load.variants import with_overrides
+from shardmeter.load.variants import Override, ScenarioSource, with_overrides
 from shardmeter.model.evaluate import evaluate
 from shardmeter.model.feasibility import REASONS
 from shardmeter.model.outputs import Outputs
@@ -51,6 +52,8 @@ from shardmeter.report.pricing import (
 
 __all__ = ["search", "score_chunk", "DEFAULT_CHUNK", "OBJECTIVES", "MAX_TOP"]
 
+#: A chunk's best candidates: ``(score, ids)`` for a top-K, ``(time, cost, ids)`` for a Pareto front.
+Best = tuple[np.ndarray, ...]
 #: Candidates per chunk (the unit of work of an executor task).
 DEFAULT_CHUNK = 1 << 18
 #: Candidates evaluated by the full model at once: bounds peak memory, and keeps the arrays in cache
@@ -67,7 +70,7 @@ LAYOUT_MODES = ("per-island", "shared")
 MAX_TOP = 10_000
 
 
-def _empty(obj):
+def _empty(obj: dict[str, Any]) -> Best:
     e = np.zeros(0)
     return (e, e, np.zeros(0, np.int64)) if obj["kind"] == "pareto" else (e, np.zeros(0, np.int64))
 
@@ -87,7 +90,7 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     for b in REASONS:
         reason_counts[b] += 0 if skipped is None else int(np.count_nonzero(skipped & b))
     okp = prefixes[(bits == 0) & ~dup]
-    res = {
+    res: dict[str, Any] = {
         "evaluated": len(prefixes) * R_in,
         "feasible": 0,
         "duplicates": int(np.count_nonzero(dup & (bits == 0))) * R_in,
@@ -138,7 +141,7 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     return res
 
 
-def _chunk_factor(space: Space, inp, out: Outputs, n_prefixes: int) -> np.ndarray:
+def _chunk_factor(space: Space, inp: Mapping[str, np.ndarray], out: Outputs, n_prefixes: int) -> np.ndarray:
     """Each candidate's tokens factor (``time-to-quality``, ``cost-to-quality``): from its sync
     code, its islands used and the model's parameters."""
     shape = (n_prefixes, space.R_in, space.n_islands)
@@ -159,7 +162,7 @@ def _flat(out: Outputs, rows: tuple[int, int]) -> Outputs:
     return Outputs.from_columns(flat)
 
 
-def _cost_per_step(out: Outputs, obj) -> np.ndarray:
+def _cost_per_step(out: Outputs, obj: dict[str, Any]) -> np.ndarray:
     """Dollars per step, as :func:`shardmeter.report.build.build_report` prices a run: every GPU
     of the nodes an island uses (a plan rents ``ceil(gpus / gpus_per_node)`` nodes), plus
     each island's egress at its own price."""
@@ -172,7 +175,7 @@ def _cost_per_step(out: Outputs, obj) -> np.ndarray:
         return gpu + egress_usd(egress, obj["egress_price"])
 
 
-def _merge(acc, res, obj):
+def _merge(acc: dict[str, Any], res: dict[str, Any], obj: dict[str, Any]) -> None:
     for k in ("evaluated", "feasible", "duplicates", "over_deadline", "over_budget"):
         acc[k] += res[k]
     for b, n in res["reasons"].items():
@@ -183,7 +186,14 @@ def _merge(acc, res, obj):
         acc["best"] = merge_top_k(acc["best"], res["best"], obj["k"])
 
 
-def _objective(sc, est, objective: str, k: int, deadline_days, budget_usd) -> dict[str, Any]:
+def _objective(
+    sc: Scenario,
+    est: Estimator,
+    objective: str,
+    k: int,
+    deadline_days: float | None,
+    budget_usd: float | None,
+) -> dict[str, Any]:
     res = est.resolve(sc)
     kind = QUALITY_OBJECTIVES.get(objective, objective)
     islands = res.islands
@@ -219,10 +229,10 @@ def _objective(sc, est, objective: str, k: int, deadline_days, budget_usd) -> di
 
 
 def search(
-    source,
+    source: ScenarioSource,
     *,
-    estimator=None,
-    overrides=(),
+    estimator: Estimator | None = None,
+    overrides: str | Sequence[Override] = (),
     objective: str = "time",
     top: int = 10,
     max_gpus: int | None = None,
@@ -233,7 +243,7 @@ def search(
     workers: int | None = None,
     dask: Any = None,
     progress: Callable[[int, int], None] | None = None,
-    chunk_fn: Callable = score_chunk,
+    chunk_fn: Callable[[Space, tuple[int, int]], dict[str, Any]] = score_chunk,
     build_reports: bool = True,
     layouts: str | None = None,
 ) -> dict[str, Any]:
@@ -254,7 +264,6 @@ def search(
     :data:`MAX_TOP`, more than :data:`~.layouts.MAX_PLAN_ISLANDS` islands, a space of too many
     layouts (:data:`~.layouts.MAX_LAYOUTS`), and an ``only`` the space cannot use (see
     :mod:`.knobs`)."""
-    from shardmeter.estimator import Estimator
 
     _check_search_args(objective, top, max_gpus)
     if layouts is not None and layouts not in LAYOUT_MODES:
@@ -330,13 +339,21 @@ def _check_search_args(objective: str, top: int, max_gpus: int | None) -> None:
         raise ShardMeterError("--max-gpus must be >= 1")
 
 
-def _score_space(space: Space, obj, chunk_fn, chunk_size: int, workers, dask, progress) -> tuple[dict, bool]:
+def _score_space(
+    space: Space,
+    obj: dict[str, Any],
+    chunk_fn: Callable[[Space, tuple[int, int]], dict[str, Any]],
+    chunk_size: int,
+    workers: int | None,
+    dask: Any,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[dict[str, Any], bool]:
     """Score every chunk of ``space`` (on the chosen executor) and merge the results; Ctrl-C
     stops early and keeps what was merged. Returns the merged counts and best candidates, and
     whether the search was interrupted."""
     per = max(1, chunk_size // space.R_in)  # prefixes per task
     tasks = [(s, min(s + per, space.n_prefixes)) for s in range(0, space.n_prefixes, per)]
-    acc = {
+    acc: dict[str, Any] = {
         "evaluated": 0,
         "feasible": 0,
         "duplicates": 0,
@@ -361,7 +378,9 @@ def _score_space(space: Space, obj, chunk_fn, chunk_size: int, workers, dask, pr
     return acc, interrupted
 
 
-def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
+def _plans(
+    sc: Scenario, est: Estimator, space: Space, best: Best, obj: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Full reports of the chosen candidates (each is a scenario ``estimate`` would take)."""
     ids = best[-1]
     start = plan_base(sc)
@@ -383,7 +402,7 @@ def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
     return out
 
 
-def _offers(sc):
+def _offers(sc: Scenario) -> tuple[Scenario, list[list[int]] | None]:
     """A scenario with ``[[offer]]`` entries as plain islands, and each island's node counts to
     search (:func:`shardmeter.load.offers.offer_islands`: 0 and powers of two up to an offer's
     ``max_nodes``; a fixed island its own nodes); ``(sc, None)`` without offers."""

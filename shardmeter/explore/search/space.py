@@ -39,6 +39,8 @@ from typing import Any
 import attrs
 import numpy as np
 
+from shardmeter.estimator import Estimator
+
 # The space is built by .knobs, .layouts, .axes and .structural; their tunables (the `X as X`
 # imports) stay importable from here as before.
 from shardmeter.explore.search.axes import MICRO_BATCHES as MICRO_BATCHES
@@ -64,7 +66,16 @@ class Space:
     """A compiled search space; picklable (numpy arrays and plain data), so it
     travels once to each worker process or dask worker."""
 
-    def __init__(self, base, layout, axes, n_islands, objective, nodes_available=None, table=None):
+    def __init__(
+        self,
+        base: dict[str, np.ndarray],
+        layout: dict[str, np.ndarray],
+        axes: Sequence[Axis],
+        n_islands: int,
+        objective: dict[str, Any],
+        nodes_available: Sequence[int] | None = None,
+        table: PartTable | None = None,
+    ) -> None:
         self.base: dict[str, np.ndarray] = base
         self.table: PartTable = table if table is not None else PartTable()
         self.nodes_available = list(nodes_available or np.atleast_1d(base["topology.nodes"][0]).astype(int))
@@ -95,7 +106,9 @@ class Space:
         li, r = np.divmod(ids, self.R)
         return li, [(r // s) % n for s, n in zip(self.strides, self.radix, strict=True)]
 
-    def _gather(self, li, axes, codes) -> dict[str, np.ndarray]:
+    def _gather(
+        self, li: np.ndarray, axes: Sequence[Axis], codes: Sequence[np.ndarray]
+    ) -> dict[str, np.ndarray]:
         cols: dict[str, np.ndarray] = {}
         for k, arr in self.layout.items():
             if not k.startswith("_"):
@@ -172,7 +185,9 @@ class Space:
         per = self.inner_verdict(prefixes)
         return bits if per is None else bits | per[np.arange(len(ids)), inner]
 
-    def describe(self, i: int, islands_names: Sequence[str]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    def describe(
+        self, i: int, islands_names: Sequence[str | None]
+    ) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
         """Scenario overrides of candidate ``i`` and a readable plan dict."""
         lis, codes = self.codes(np.array([i]))
         li = int(lis[0])
@@ -244,7 +259,7 @@ def plan_base(sc: Scenario) -> Scenario:
 
 def compile_space(
     sc: Scenario,
-    est,
+    est: Estimator,
     *,
     only: Mapping[str, Any] | None = None,
     max_gpus: int | None = None,

@@ -42,7 +42,7 @@ from shardmeter.explore.search.sweep_rows import SweepRow, row_fields
 from shardmeter.explore.search.values import format_value, gpu_count_key
 from shardmeter.inputs.bundles import ModelInputs, PartTable
 from shardmeter.load.specs import Scenario
-from shardmeter.load.variants import with_overrides
+from shardmeter.load.variants import Override, ScenarioSource, with_overrides
 from shardmeter.model.evaluate import evaluate
 from shardmeter.model.outputs import Outputs
 from shardmeter.report.build import build_report
@@ -72,7 +72,7 @@ def grid(vary: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
 class SweepResult:
     """Rows (``vary`` values, scenario, report dict) and the grid's analysis."""
 
-    def __init__(self, keys, rows, analysis):
+    def __init__(self, keys: list[str], rows: list[dict[str, Any]], analysis: dict[str, Any]) -> None:
         self.keys: list[str] = keys
         self.rows: list[dict[str, Any]] = rows  # {"vary", "report", optionally "resumed"}
         self.analysis: dict[str, Any] = analysis
@@ -92,12 +92,12 @@ def _eval_rows(payload: tuple[Mapping[str, np.ndarray], PartTable], bounds: tupl
         return evaluate(ModelInputs.from_columns({k: v[a:b] for k, v in inputs.items()}), table)
 
 
-def _lazy_report(est, plan: GridPlan, out: Outputs, r: int, row: int) -> dict[str, Any]:
+def _lazy_report(est: Estimator, plan: GridPlan, out: Outputs, r: int, row: int) -> dict[str, Any]:
     """Grid row ``r``'s full report (row ``row`` of chunk output ``out``)."""
     return build_report(est.resolve(plan.scenario(r)), out, row=row).to_dict()
 
 
-def _per_row_inputs(est, row_scs: Sequence[Scenario], table: PartTable) -> dict[str, np.ndarray]:
+def _per_row_inputs(est: Estimator, row_scs: Sequence[Scenario], table: PartTable) -> dict[str, np.ndarray]:
     """The reference path's input columns: each row resolved and built on its own."""
     per = [est.inputs(sc, table)[0].columns() for sc in row_scs]
     return {k: np.concatenate([np.asarray(p[k], dtype=float) for p in per], axis=0) for k in per[0]}
@@ -175,11 +175,11 @@ def _chunk_rows(est: Estimator, g: _GridInputs, out: Outputs, a: int, b: int, re
 
 
 def run_sweep(
-    source,
+    source: ScenarioSource,
     vary: Sequence[tuple[str, Sequence[Any]]],
     *,
-    estimator=None,
-    overrides=(),
+    estimator: Estimator | None = None,
+    overrides: str | Sequence[Override] = (),
     skip: Mapping[tuple, dict[str, Any]] | None = None,
     workers: int | None = None,
     dask: Any = None,
@@ -200,7 +200,7 @@ def run_sweep(
         that does not resolve, naming the key and the row.
     """
     est = estimator or Estimator()
-    base_sc = est.load(source, list(overrides))
+    base_sc = est.load(source, overrides)
     rows_all = grid(vary)
     if not rows_all:
         raise ShardMeterError("--vary: the grid is empty")

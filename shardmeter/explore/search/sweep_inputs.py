@@ -304,7 +304,14 @@ def _column_arrays(
     return col_arrays
 
 
-def _check_values(est, table, check, fast, values, used) -> dict[str, dict[int, Any]]:
+def _check_values(
+    est: Estimator,
+    table: PartTable,
+    check: Callable[[Mapping[str, Any]], Scenario],
+    fast: Mapping[str, FastKey],
+    values: Mapping[str, Sequence[Any]],
+    used: Mapping[str, set[int]],
+) -> dict[str, dict[int, Any]]:
     """Each fast key's used values checked on one group: ``{key: {index: (value as loaded,
     input column) | None (does not load) | () (does not resolve)}}``. The keys' ``d``-th
     values are loaded together (one load per ``d``, not per value); only a combination that
@@ -325,7 +332,13 @@ def _check_values(est, table, check, fast, values, used) -> dict[str, dict[int, 
     return got
 
 
-def _one(est, table, check, fast, combo: dict[str, Any]) -> Any:
+def _one(
+    est: Estimator,
+    table: PartTable,
+    check: Callable[[Mapping[str, Any]], Scenario],
+    fast: Mapping[str, FastKey],
+    combo: dict[str, Any],
+) -> Any:
     """The fast keys of ``combo`` set together: ``{key: (value as loaded, column)}``, ``None``
     if that does not load, ``()`` if it does not resolve."""
     try:
@@ -344,7 +357,7 @@ def _one(est, table, check, fast, combo: dict[str, Any]) -> Any:
     return out
 
 
-def _checker(est, sc: Scenario) -> Callable[[Mapping[str, Any]], Scenario]:
+def _checker(est: Estimator, sc: Scenario) -> Callable[[Mapping[str, Any]], Scenario]:
     """``{key: value} ->`` scenario ``sc`` with those fast keys set by the load stage's rules,
     every other value as loaded (:func:`~shardmeter.load.variants.with_overrides`): raises
     exactly when loading the row would, for a fast key, which only a field of its own record

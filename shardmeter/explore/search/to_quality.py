@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
+from numpy.typing import ArrayLike
 
+from shardmeter.inputs.bundles import PartTable
 from shardmeter.load.specs import Scenario
 from shardmeter.model.convergence import tokens_factor
+from shardmeter.parts import ConvergencePart
 
 __all__ = ["QUALITY_OBJECTIVES", "DEFAULT_CONVERGENCE", "with_quality", "quality_factor"]
 
@@ -35,7 +38,13 @@ def with_quality(sc: Scenario, objective: str) -> Scenario:
     return sc
 
 
-def quality_factor(model, table, sync_codes, params, replicas) -> np.ndarray:
+def quality_factor(
+    model: ConvergencePart | None,
+    table: PartTable,
+    sync_codes: ArrayLike,
+    params: ArrayLike,
+    replicas: ArrayLike,
+) -> np.ndarray:
     """Each plan's tokens factor (arrays that broadcast); 1 where ``model`` is ``None``."""
     codes = np.asarray(sync_codes, dtype=np.int64)
     shape = np.broadcast_shapes(codes.shape, np.shape(params), np.shape(replicas))
