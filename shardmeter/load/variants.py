@@ -54,12 +54,14 @@ def with_overrides(
     *,
     registry: Registry | None = None,
     as_written: bool = True,
-    file: str | None = None,
 ) -> Scenario:
     """Scenario ``sc`` with ``overrides`` applied by the load stage's rules: its
-    :func:`variant_tables` loaded (:func:`~shardmeter.load.scenario.load_scenario`), so a bad key
-    is the one-line :class:`~shardmeter.errors.ScenarioError` naming it and ``file``."""
-    return load_scenario(variant_tables(sc, overrides, as_written=as_written), registry=registry, file=file)
+    :func:`variant_tables` loaded (:func:`~shardmeter.load.scenario.load_scenario`) as from
+    ``sc``'s file, so a bad key is the one-line :class:`~shardmeter.errors.ScenarioError` naming
+    it and the file, and paths in the tables (``catalog``, ``model.hf_config``) are read from
+    where the file is."""
+    tables = variant_tables(sc, overrides, as_written=as_written)
+    return load_scenario(tables, registry=registry, file=sc.file)
 
 
 def _remove(data: dict[str, Any], key: str) -> dict[str, Any]:

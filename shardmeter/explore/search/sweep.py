@@ -122,7 +122,7 @@ def _row_loader(est: Estimator, base_sc: Scenario) -> Callable[[Mapping[str, Any
 
     def loader(row: Mapping[str, Any]) -> Scenario:
         try:
-            return with_overrides(base_sc, row.items(), registry=est.registry, file=base_sc.file)
+            return with_overrides(base_sc, row.items(), registry=est.registry)
         except ScenarioError as exc:
             vals = ", ".join(f"{k}={format_value(v)}" for k, v in row.items())
             raise ScenarioError(f"{exc} (sweep row {vals})") from None

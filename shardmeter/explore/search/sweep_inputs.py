@@ -364,7 +364,7 @@ def _checker(est: Estimator, sc: Scenario) -> Callable[[Mapping[str, Any]], Scen
     reads."""
 
     def check(values: Mapping[str, Any]) -> Scenario:
-        return with_overrides(sc, values.items(), registry=est.registry, as_written=False, file=sc.file)
+        return with_overrides(sc, values.items(), registry=est.registry, as_written=False)
 
     return check
 
