@@ -6,8 +6,6 @@ micro-batches), kept only at the points evaluated where the third point is off t
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 import numpy as np
 
@@ -69,22 +67,26 @@ def island_candidates(ctx: IslandContext) -> IslandScores:
     out = _rep_candidates(ctx.only(reps))
     ridx = [reps.index(k) for k in ctx.rep]
 
-    def spread(v: Any) -> Any:
-        if v is None:
-            return None
+    def spread(v: np.ndarray) -> np.ndarray:
         # one class for all islands: a read-only view of its column (nothing writes these arrays)
         if len(reps) == 1:
             return np.broadcast_to(v[..., :1], (*v.shape[:-1], n))
         return v[..., ridx]
 
-    live = out.live
+    def spread_or_none(v: np.ndarray | None) -> np.ndarray | None:
+        return None if v is None else spread(v)
+
+    live = out.live  # every per-island array spread; the prefixes and parameters are the model's
     spread_live = attrs.evolve(
         live,
-        **{
-            f.name: spread(getattr(live, f.name))
-            for f in attrs.fields(Candidates)
-            if f.name not in ("prefix", "params")
-        },
+        k_max=spread(live.k_max),
+        d=spread(live.d),
+        step_s=spread_or_none(live.step_s),
+        slope_s=spread_or_none(live.slope_s),
+        k_mem=spread_or_none(live.k_mem),
+        window_s=spread_or_none(live.window_s),
+        grad_bytes=spread_or_none(live.grad_bytes),
+        reasons=spread_or_none(live.reasons),
     )
     return attrs.evolve(
         out,

@@ -65,7 +65,10 @@ class ClassPlan:
 
 
 #: A class's key in the folds' cache: (sync option, islands used, ring pace, (island, class key) ...).
-FoldKey = tuple[Any, ...]
+FoldKey = tuple[int, int, Net | None, tuple[tuple[int, int], ...]]
+#: An island's curves' key: (representative island, sync group, sync code or -1, islands used,
+#: ring pace).
+CurveKey = tuple[int, int, int, int, Net]
 
 
 @attrs.define
@@ -81,20 +84,20 @@ class _Book:
     up: np.ndarray
     lat: np.ndarray
     lines: dict[tuple[int, int], Lines | None] = attrs.Factory(dict)
-    curves: dict[tuple[Any, ...], Curves] = attrs.Factory(dict)
+    curves: dict[CurveKey, Curves] = attrs.Factory(dict)
     counts: dict[tuple[int, int], dict[int, np.ndarray]] = attrs.Factory(dict)
 
     def net(self, used: list[int]) -> Net:
         return ring_pace(self.up[used], self.lat[used]) if len(used) > 1 else (1.0, 0.0)
 
-    def key(self, j: int, o: int, used: list[int], net: Net) -> tuple[Any, ...]:
+    def key(self, j: int, o: int, used: list[int], net: Net) -> CurveKey:
         n_used = len(used)
         return (self.ctx.rep[j], self.sync_group[o], self.sync_codes[o] if n_used > 1 else -1, n_used, net)
 
     def prepare(self, choices: list[list[int]]) -> None:
         """Every class's curves, computed before the combination reads them: each is its own
         numpy work on the class's lines, so they run side by side (:func:`.island_stack.run_chunks`)."""
-        jobs: dict[tuple[Any, ...], tuple[int, int, int, Net]] = {}
+        jobs: dict[CurveKey, tuple[int, int, int, Net]] = {}
         for o in range(len(self.sync_codes)):
             for combo in itertools.product(*choices):
                 used = [j for j in range(len(combo)) if combo[j] >= 0]

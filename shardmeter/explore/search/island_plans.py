@@ -44,7 +44,7 @@ def per_island_document(
     est: Estimator,
     obj: dict[str, Any],
     objective: str,
-    only: Any,
+    only: Mapping[str, Any] | None,
     max_gpus: int | None,
     t0: float,
     build_reports: bool,

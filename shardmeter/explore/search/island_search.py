@@ -5,38 +5,42 @@ size (the nodes it uses, ``0`` = dropped), schedule, sharding and micro-batch si
 (``[[island]] micro_batch``), and its own share of the global batch; recompute and the sync
 strategy are common to all islands (the scenario has no per-island ``recompute``).
 
-1. **Per island** (:func:`.island_candidates.island_candidates`): every island layout x option is scored by the
+1. **Per island** (:mod:`.island_candidates`): every island layout x option is scored by the
    full model in one batch whose rows hold one candidate for *every* island (row ``k`` gives
    island ``j`` its ``k``-th node count), so the cost is that of scoring each island alone. A
    layout's step is affine in its micro-batches per replica ``m`` for the bundled schedules
    (Narayanan et al. 2021: ``m (t_f + t_b) + bubble + dp + optimizer``) and its memory does not
    fall with ``m``: it is evaluated at ``m = d, 2d`` and at the largest ``m`` the batch allows
    (``d`` is 1, or ``pp`` where the schedule needs multiples of ``pp``) in one stacked call
-   (:func:`.island_stack.evaluate_stack`: the ``m``-independent terms computed once), the largest feasible
-   ``m`` is bracketed by regula falsi on the memory figures, then bisection
-   (:func:`.island_candidates.largest_feasible`, whose probes run the model's memory path only), and a layout
-   whose third point is off the line is kept only at the points evaluated (a bound, never a
-   wrong claim). Islands whose model inputs are all the
-   same (:func:`.island_context.island_classes`: same GPU, nodes, links; prices may differ) are scored once,
-   their cells packed into the batch's island slots, and share their lines and curves.
-2. **Curves**: for each island, node count, micro-batch, recompute, sync option and number of
-   islands used, the shortest finish time (:func:`~shardmeter.model.islands.island_finish`) at
-   every share ``b`` of the global batch; and the *free* curve (:data:`.island_context.FREE_MBS`; :mod:`.island_curves`), the
-   shortest of those over the island's micro-batches at each share (each island's micro-batch
-   is its own, so its best one is taken there, and no product of micro-batches is formed).
-3. **Combination**: for every *class* (node count per island, micro-batch common to the
-   islands or free, recompute, sync option) the shares are split by an exact min-max
-   (:func:`~shardmeter.model.islands.min_max_shares`; :mod:`.island_combine`). The free classes alone are exact (and
-   count the plans); the common ones are the alternatives a top-K lists next to them.
-   Within a class the cost is ``step x sum of the rented GPUs' prices + egress``, increasing in
-   the step, so the class's fastest plan is also its cheapest: the fastest plan, the cheapest
-   and the Pareto front over all classes are exact over this space. No product of layouts is
-   ever formed; the classes are the product of node counts only.
+   (:func:`.island_stack.evaluate_stack`: the ``m``-independent terms computed once), the
+   largest feasible ``m`` is bracketed by regula falsi on the memory figures, then bisection
+   (:func:`.island_candidates.largest_feasible`, whose probes run the model's memory path
+   only), and a layout whose third point is off the line is kept only at the points evaluated
+   (a bound, never a wrong claim). Islands whose model inputs are all the same
+   (:func:`.island_context.island_classes`: same GPU, nodes, links; prices may differ) are
+   scored once, their cells packed into the batch's island slots, and share their lines and
+   curves. The layout rows and node counts are :mod:`.island_layouts`'.
+2. **Curves** (:mod:`.island_curves`): for each island, node count, micro-batch, recompute,
+   sync option and number of islands used, the shortest finish time
+   (:func:`~shardmeter.model.islands.island_finish`) at every share ``b`` of the global batch;
+   and the *free* curve (:data:`.island_context.FREE_MBS`), the shortest of those over the
+   island's micro-batches at each share (each island's micro-batch is its own, so its best one
+   is taken there, and no product of micro-batches is formed).
+3. **Combination** (:mod:`.island_combine`): for every *class* (node count per island,
+   micro-batch common to the islands or free, recompute, sync option) the shares are split by
+   an exact min-max (:func:`~shardmeter.model.islands.min_max_shares`). The free classes alone
+   are exact (and count the plans); the common ones are the alternatives a top-K lists next to
+   them. Within a class the cost is ``step x sum of the rented GPUs' prices + egress``,
+   increasing in the step, so the class's fastest plan is also its cheapest: the fastest plan,
+   the cheapest and the Pareto front over all classes are exact over this space. No product of
+   layouts is ever formed; the classes are the product of node counts only.
+
+A chosen plan is described by :mod:`.island_describe` and reported by :mod:`.island_plans`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -83,7 +87,7 @@ def search_islands(
     sc: Scenario,
     est: Estimator,
     obj: dict[str, Any],
-    only: Any,
+    only: Mapping[str, Any] | None,
     max_gpus: int | None,
     node_options: Sequence[Sequence[int]] | None = None,
 ) -> IslandSearch:
