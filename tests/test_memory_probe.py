@@ -7,7 +7,7 @@ import pathlib
 
 import numpy as np
 
-import shardmeter.explore.search.island_search as isx
+import shardmeter.explore.search.island_stack as isx
 from shardmeter.explore.search.plan import search
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -15,7 +15,7 @@ THREE = ROOT / "examples" / "multi-island" / "three-islands.toml"
 
 
 def test_every_memory_probe_of_a_plan_is_the_full_models_reasons_and_memory(monkeypatch):
-    real = isx._evaluate_stack
+    real = isx.evaluate_stack
     probes = {"cells": 0, "memory": 0, "other": 0}
 
     def checked(ctx, prefixes, ms, memory=False):
@@ -30,7 +30,7 @@ def test_every_memory_probe_of_a_plan_is_the_full_models_reasons_and_memory(monk
                 probes["other"] += int(np.sum((g["bits"] != 0) & (g["bits"] != 32)))
         return got
 
-    monkeypatch.setattr(isx, "_evaluate_stack", checked)
+    monkeypatch.setattr(isx, "evaluate_stack", checked)
     doc = search(str(THREE), top=1, build_reports=False)
     # the probes ran, and both sides of the memory boundary were probed
     assert probes["cells"] > 10_000 and probes["memory"] > 1_000

@@ -8,14 +8,21 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
 
 from shardmeter.explore.commands import cmd_plan, cmd_sensitivity, cmd_sweep
 from shardmeter.explore.formats.sweep_csv import CSV_FIELDS
 
 __all__ = ["add_sweep_parser", "add_plan_parser", "add_sensitivity_parser", "CSV_FIELDS"]
 
+#: A sub-command: parsed arguments -> exit code.
+Command = Callable[[argparse.Namespace], int]
+if TYPE_CHECKING:  # what ``add_subparsers`` returns, that each ``add_*_parser`` adds its sub-command to
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
-def _common(p, *, workers: bool = True) -> None:
+
+def _common(p: argparse.ArgumentParser, *, workers: bool = True) -> None:
     p.add_argument("file", help="scenario TOML file")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario key (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
@@ -56,12 +63,12 @@ def _positive_float(text: str) -> float:
     return v
 
 
-def _with_dask_timeout(cmd):
+def _with_dask_timeout(cmd: Command) -> Command:
     """``cmd`` run with ``--dask-timeout`` as the executors' timeout for reaching a scheduler
     (restored afterwards, so one command line's value does not leak into the next ``main``)."""
 
     @functools.wraps(cmd)
-    def run(args):
+    def run(args: argparse.Namespace) -> int:
         from shardmeter.explore.execution.executors import (
             dask_timeout_override,  # deferred, as the commands defer theirs
         )
@@ -72,7 +79,7 @@ def _with_dask_timeout(cmd):
     return run
 
 
-def add_sweep_parser(sub) -> None:
+def add_sweep_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "sweep",
         help="evaluate a grid of scenario variants (--vary), with scaling analysis",
@@ -100,7 +107,7 @@ def add_sweep_parser(sub) -> None:
     p.set_defaults(func=_with_dask_timeout(cmd_sweep))
 
 
-def add_sensitivity_parser(sub) -> None:
+def add_sensitivity_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "sensitivity",
         help="rank inputs (GPU, memory, links, price) by the throughput a small change of each buys",
@@ -134,7 +141,7 @@ def _fraction(text: str) -> float:
 PLAN_OBJECTIVES = ("time", "cost", "pareto", "time-to-quality", "cost-to-quality")
 
 
-def add_plan_parser(sub) -> None:
+def add_plan_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "plan",
         help="search every layout for the fastest, cheapest or Pareto-best plans",

@@ -4,6 +4,7 @@ document with ``--json``."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
@@ -24,12 +25,12 @@ from shardmeter.tables import fmt_time, render_table
 __all__ = ["cmd_sweep", "cmd_plan", "cmd_sensitivity", "sensitivity_table", "check_outputs", "OUTPUT_OPTIONS"]
 
 
-def _check_workers(args) -> None:
+def _check_workers(args: argparse.Namespace) -> None:
     if getattr(args, "workers", None) is not None and args.workers < 1:
         raise ShardMeterError("--workers must be >= 1")
 
 
-def _dump(obj) -> None:
+def _dump(obj: Any) -> None:
     print(dump_json(obj))
 
 
@@ -37,7 +38,7 @@ def _dump(obj) -> None:
 OUTPUT_OPTIONS = (("--csv", "csv"), ("--plot", "plot"))
 
 
-def check_outputs(args) -> None:
+def check_outputs(args: argparse.Namespace) -> None:
     """Before any work: every output path of ``args`` can be written (not a device, a FIFO, a
     socket or a folder; its folder exists and takes a file; see :func:`shardmeter.io.check_output`),
     is not the scenario file (through a symlink or a hard link too) and is not another
@@ -68,7 +69,7 @@ def _interrupted(csv: str, saved: int | None, existed: bool, resumed: int) -> st
     return f"shardmeter: interrupted before the first rows were saved; {csv} is unchanged"
 
 
-def cmd_sweep(args) -> int:
+def cmd_sweep(args: argparse.Namespace) -> int:
     """``shardmeter sweep``: evaluate the ``--vary`` grid, with ``--csv``, ``--resume``, ``--plot``."""
     # deferred: the sweep loads the model, reports and executors (~40 ms), and every command
     # line imports this module to build its parser
@@ -87,7 +88,7 @@ def cmd_sweep(args) -> int:
     saved: list[int] = []  # rows in args.csv written by this run, after each save
     total = math.prod(max(1, len(v)) for _, v in vary)
 
-    def save(rows):
+    def save(rows: list[Any]) -> None:
         if len(rows) < total:  # the last chunk's rows are written once, after the sweep
             write_csv(args.csv, keys, rows, analyse(keys, rows), label="--csv")
             saved.append(len(rows))
@@ -125,7 +126,7 @@ def cmd_sweep(args) -> int:
     return 0
 
 
-def cmd_sensitivity(args) -> int:
+def cmd_sensitivity(args: argparse.Namespace) -> int:
     """``shardmeter sensitivity``: rank the inputs by the throughput ``--step`` more of each buys."""
     # deferred: it loads the model and reports (~20 ms), and every command line imports this
     # module to build its parser
@@ -143,7 +144,7 @@ def cmd_sensitivity(args) -> int:
     return 0
 
 
-def _signed(x, digits: int, unit: str = "") -> str:
+def _signed(x: float | None, digits: int, unit: str = "") -> str:
     return f"{x:+.{digits}f}{unit}" if x is not None else "-"
 
 
@@ -176,7 +177,7 @@ def sensitivity_table(doc: dict[str, Any]) -> str:
     return "\n".join([*head, render_table(headers, rows, title=title)])
 
 
-def _parse_only(items) -> dict[str, Any]:
+def _parse_only(items: list[str] | None) -> dict[str, Any]:
     """``--only KEY=V1,V2`` (or ``--only KEY``: the scenario's value) items; a key given twice
     is an error rather than one of them silently winning."""
     out: dict[str, Any] = {}
@@ -196,7 +197,7 @@ def _parse_only(items) -> dict[str, Any]:
     return out
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     """``shardmeter plan``: search the scenario's layouts; exit code 130 when interrupted."""
     # deferred: the planner loads the model, the space compiler and executors (~50 ms), and
     # every command line imports this module to build its parser
@@ -241,7 +242,7 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _write_plan_outputs(args, doc) -> None:
+def _write_plan_outputs(args: argparse.Namespace, doc: dict[str, Any]) -> None:
     """``plan --csv`` and ``--plot``: the returned plans (the best so far when interrupted)."""
     if getattr(args, "csv", None):
         from shardmeter.explore.formats.plan_csv import write_plan_csv

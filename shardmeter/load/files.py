@@ -5,6 +5,7 @@ file), and the bundled model presets."""
 from __future__ import annotations
 
 import copy
+import functools
 import os
 import sys
 from collections.abc import Mapping
@@ -118,6 +119,12 @@ def check_depth(data: Any, file: str | None) -> None:
 
 
 def model_presets() -> dict[str, dict[str, Any]]:
-    """Bundled model presets (``shardmeter/presets/models.toml``)."""
+    """Bundled model presets (``shardmeter/presets/models.toml``): a copy of the file read once
+    (a scenario's variants each merge a preset again), so a caller may change it."""
+    return copy.deepcopy(_bundled_presets())
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled_presets() -> dict[str, dict[str, Any]]:
     text = resources.files("shardmeter").joinpath("presets/models.toml").read_text(encoding="utf-8")
     return tomllib.loads(text)

@@ -40,7 +40,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from shardmeter.errors import ShardMeterError
 from shardmeter.explore.execution.dask_probe import DASK_TIMEOUT_ENV, parse_dask_address, probe_scheduler
@@ -58,6 +58,10 @@ __all__ = [
 ]
 
 #: Attempts after the first for a task that raised or whose worker died.
+#: A task function's payload, task and result (an executor runs any picklable ones).
+P = TypeVar("P")
+T = TypeVar("T")
+R = TypeVar("R")
 DEFAULT_RETRIES = 3
 
 #: Seconds to reach a dask scheduler at an address (TCP connection, handshake, ``Client``).
@@ -77,25 +81,25 @@ class TaskFailed(ShardMeterError):
     """A task failed on every attempt."""
 
 
-def _init_worker(payload) -> None:
+def _init_worker(payload: Any) -> None:
     global _PAYLOAD
     _PAYLOAD = payload
 
 
-def _call_with_global(fn, task):
+def _call_with_global(fn: Callable[[Any, T], R], task: T) -> R:
     return fn(_PAYLOAD, task)
 
 
 def run_tasks(
-    fn: Callable[[Any, Any], Any],
-    payload: Any,
-    tasks: Iterable[Any],
+    fn: Callable[[P, T], R],
+    payload: P,
+    tasks: Iterable[T],
     *,
     workers: int | None = None,
     dask: Any = None,
     retries: int = DEFAULT_RETRIES,
     dask_timeout: float | None = None,
-) -> Iterator[tuple[Any, Any]]:
+) -> Iterator[tuple[T, R]]:
     """Yield ``(task, fn(payload, task))`` for every task, in completion order.
 
     :param fn: a module-level (picklable) function of ``(payload, task)``.
@@ -129,11 +133,13 @@ def run_tasks(
             yield task, result
 
 
-def _run_processes(fn, payload, tasks, workers, retries):
+def _run_processes(
+    fn: Callable[[P, T], R], payload: P, tasks: list[T], workers: int, retries: int
+) -> Iterator[tuple[T, R]]:
     pending = dict(enumerate(tasks))  # task id -> task, not yet done
     failures = {i: 0 for i in pending}
 
-    def new_pool():
+    def new_pool() -> cf.ProcessPoolExecutor:
         return cf.ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(payload,))
 
     pool = new_pool()
@@ -216,7 +222,7 @@ def dask_timeout_override(seconds: float | None) -> Iterator[None]:
         DASK_TIMEOUT = previous
 
 
-def _import_distributed():
+def _import_distributed() -> tuple[Any, Any, Any]:
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -226,7 +232,7 @@ def _import_distributed():
     return Client, LocalCluster, as_completed
 
 
-def _dask_client(dask, workers, timeout):
+def _dask_client(dask: Any, workers: int | None, timeout: float | None) -> tuple[Any, list[Any]]:
     """``(client, to_close)``: the client to use, and what this call started (closed after).
     A bad address is reported before a missing dask (it needs no dask to be found wrong)."""
     if not isinstance(dask, str):
@@ -250,7 +256,15 @@ def _dask_client(dask, workers, timeout):
     return client, [client]
 
 
-def _run_dask(fn, payload, tasks, dask, workers, retries, timeout):
+def _run_dask(
+    fn: Callable[[P, T], R],
+    payload: P,
+    tasks: list[T],
+    dask: Any,
+    workers: int | None,
+    retries: int,
+    timeout: float | None,
+) -> Iterator[tuple[T, R]]:
     client, to_close = _dask_client(dask, workers, timeout)
     _, _, as_completed = _import_distributed()
     futs = []
@@ -289,10 +303,12 @@ class FailOnce:
     first attempt creates ``marker`` (exclusively); later ones find it.
     """
 
-    def __init__(self, fn, task, marker: str, mode: str = "raise"):
+    def __init__(
+        self, fn: Callable[[Any, Any], Any], task: Any, marker: str | os.PathLike[str], mode: str = "raise"
+    ) -> None:
         self.fn, self.task, self.marker, self.mode = fn, task, os.fspath(marker), mode
 
-    def __call__(self, payload, task):
+    def __call__(self, payload: Any, task: Any) -> Any:
         if task == self.task:
             try:
                 fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 __all__ = ["Progress", "SweepProgress", "sweep_progress"]
 
@@ -18,10 +18,10 @@ class Progress:
         label: str = "",
         *,
         enabled: bool | None = None,
-        stream=None,
+        stream: TextIO | None = None,
         delay: float = 1.0,
         hz: float = 8.0,
-    ):
+    ) -> None:
         self.stream = stream or sys.stderr
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self.label, self.delay, self.period = label, delay, 1.0 / hz

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shardmeter.io import atomic_write
 from shardmeter.render.plots import check_plot_path
+
+if TYPE_CHECKING:  # an optional dependency (shardmeter[plot])
+    from matplotlib.figure import Figure
 
 __all__ = ["plan_figure", "plot_plan", "check_plan_plot", "plan_points", "front_points", "axis_labels"]
 
@@ -99,7 +102,7 @@ def front_points(doc: dict[str, Any]) -> list[tuple[float, float]]:
     return sorted(pts)
 
 
-def plan_figure(doc: dict[str, Any], *, title: str | None = None):
+def plan_figure(doc: dict[str, Any], *, title: str | None = None) -> Figure:
     """The matplotlib ``Figure`` of ``doc``: the front as a grey step line with its points, each
     returned plan a marker labelled ``#rank``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -163,4 +166,5 @@ def plot_plan(
     fmt = os.path.splitext(user)[1].lower()[1:]
     fig = plan_figure(doc, title=title)
     with atomic_write(user, "wb", label=label) as fh:
-        fig.savefig(fh, format=fmt, **({"metadata": {"Date": None}} if fmt == "svg" else {}))
+        extra: dict[str, Any] = {"metadata": {"Date": None}} if fmt == "svg" else {}
+        fig.savefig(fh, format=fmt, **extra)

@@ -5,11 +5,15 @@ ranks where it does); plans of equal time and cost share one row (:func:`equival
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardmeter.tables import fmt_num, fmt_time, render_table
 
 __all__ = ["plan_table", "equivalence_groups", "front_unit", "TITLES"]
+
+#: A ``plan --json`` document, or one of its plans or reports (JSON objects).
+Doc = Mapping[str, Any]
 
 #: The table's title per objective (the Pareto front's is built with its unit).
 TITLES = {
@@ -20,18 +24,18 @@ TITLES = {
 }
 
 
-def _same(a, b) -> bool:
+def _same(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return a is None and b is None
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=0.0)
 
 
-def _time_cost(plan) -> tuple[Any, Any]:
+def _time_cost(plan: Doc) -> tuple[Any, Any]:
     rep = plan["report"]
     return rep.get("step_time_s"), rep.get("cost_usd", plan.get("cost_per_token_usd"))
 
 
-def equivalence_groups(plans) -> list[list[int]]:
+def equivalence_groups(plans: Sequence[Doc]) -> list[list[int]]:
     """Indices of ``plans`` grouped by equal step time and equal cost (relative 1e-9; an unknown
     cost equals only an unknown cost), each group in rank order, groups by their first plan: such
     plans differ in layout but not in anything the objective ranks."""
@@ -49,14 +53,14 @@ def equivalence_groups(plans) -> list[list[int]]:
     return groups
 
 
-def front_unit(doc) -> str:
+def front_unit(doc: Doc) -> str:
     """What the Pareto front trades, with its units."""
     if doc.get("per_token"):
         return "time per token (s) vs cost per million tokens (USD)"
     return "wall-clock (days) vs cost (USD)"
 
 
-def plan_table(doc) -> str:
+def plan_table(doc: Doc) -> str:
     """The text of ``plan --json`` document ``doc`` (see :func:`~shardmeter.explore.search.plan.search`)."""
     per_tok = doc.get("per_token")
     lines = _summary_lines(doc)
@@ -115,7 +119,7 @@ def plan_table(doc) -> str:
     return "\n".join(lines)
 
 
-def _outside(plans) -> list[str]:
+def _outside(plans: Sequence[Doc]) -> list[str]:
     """Why the first of ``plans`` outside the validated envelope is (``[]``: all inside, or no
     ``confidence`` in their reports)."""
     for p in plans:
@@ -125,7 +129,7 @@ def _outside(plans) -> list[str]:
     return []
 
 
-def _envelope_notes(plans, groups: list[list[int]]) -> list[str]:
+def _envelope_notes(plans: Sequence[Doc], groups: list[list[int]]) -> list[str]:
     """The footnotes of the rows marked ``!``: each row's reasons for lying outside the validated
     envelope (``docs/scenario.md``, "Confidence")."""
     notes = []
@@ -150,7 +154,7 @@ def _ranks(ranks: list[int]) -> str:
     return ",".join(map(str, ranks))
 
 
-def _summary_lines(doc) -> list[str]:
+def _summary_lines(doc: Doc) -> list[str]:
     """Candidates scored and how fast, how many were feasible, and why the others were not."""
     head = (
         f"ShardMeter plan: {doc['evaluated']:,} candidates scored in {doc['seconds']:.2f} s "
@@ -183,12 +187,12 @@ def _summary_lines(doc) -> list[str]:
     return lines
 
 
-def _has_quality(plans) -> bool:
+def _has_quality(plans: Sequence[Doc]) -> bool:
     """Whether any plan's report prices convergence (``quality`` with the figures to quality)."""
     return any((p["report"].get("quality") or {}).get("tokens_factor") is not None for p in plans)
 
 
-def _quality_cells(rep) -> list[str]:
+def _quality_cells(rep: Doc) -> list[str]:
     """Tokens factor, wall-clock and cost to data-parallel quality (``-`` when unknown)."""
     q = rep.get("quality") or {}
     f, t, c = q.get("tokens_factor"), q.get("wall_clock_to_quality_s"), q.get("cost_to_quality_usd")
@@ -199,7 +203,9 @@ def _quality_cells(rep) -> list[str]:
     ]
 
 
-def _plan_cells(p, best, objective: str, multi: bool, per_tok, quality: bool = False) -> list[Any]:
+def _plan_cells(
+    p: Doc, best: Doc, objective: str, multi: bool, per_tok: Any, quality: bool = False
+) -> list[Any]:
     """One plan's row."""
     par, tr, rep = p["parallelism"], p["training"], p["report"]
     kept = [not e.get("dropped") and e.get("nodes") != 0 for e in p["islands"]]
@@ -256,7 +262,7 @@ def _plan_cells(p, best, objective: str, multi: bool, per_tok, quality: bool = F
     return cells
 
 
-def _spread(value, kept: list[bool]) -> Any:
+def _spread(value: Any, kept: list[bool]) -> Any:
     """A per-island list of the islands kept, with ``-`` in the place of each dropped island
     (``[1, 2]`` with the first of three dropped: ``["-", 1, 2]``); anything else as it is."""
     if not isinstance(value, list) or all(kept) or len(value) != sum(kept):
@@ -265,12 +271,12 @@ def _spread(value, kept: list[bool]) -> Any:
     return [next(it) if k else "-" for k in kept]
 
 
-def _per_island(value) -> Any:
+def _per_island(value: Any) -> Any:
     """A knob's cell: its value, or each island's joined by ``/`` (per-island layouts)."""
     return "/".join(str(v) for v in value) if isinstance(value, list) else value
 
 
-def _why(plan, best, objective) -> str:
+def _why(plan: Doc, best: Doc, objective: str) -> str:
     """The plan's bottleneck and its share of the step, the memory left free, and (ranked by
     time or cost) how far it is from the best plan."""
     rep = plan["report"]
@@ -288,7 +294,7 @@ def _why(plan, best, objective) -> str:
     return "; ".join(bits)
 
 
-def _score(plan, objective: str) -> float | None:
+def _score(plan: Doc, objective: str) -> float | None:
     """The figure ``objective`` ranks ``plan`` by (``None`` when unknown)."""
     rep = plan["report"]
     q = rep.get("quality") or {}

@@ -5,10 +5,21 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from shardmeter.errors import ShardMeterError
 from shardmeter.explore.search.values import fields_of, format_value
 from shardmeter.io import atomic_write
+
+if TYPE_CHECKING:  # an optional dependency (shardmeter[plot])
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from shardmeter.explore.search.sweep import SweepResult
+
+#: A sweep row (a dict, or a :class:`~shardmeter.explore.search.sweep_rows.SweepRow`).
+Row = Mapping[str, Any]
 
 __all__ = ["plot_sweep", "sweep_figure", "require_matplotlib", "REGIME_COLOURS", "MAX_SHADED"]
 
@@ -23,7 +34,7 @@ REGIME_COLOURS = {
 }
 
 
-def _matplotlib():
+def _matplotlib() -> Any:
     try:
         import matplotlib
 
@@ -40,11 +51,11 @@ def require_matplotlib() -> None:
     _matplotlib()
 
 
-def _num(v) -> bool:
+def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def sweep_figure(result, *, title: str | None = None):
+def sweep_figure(result: SweepResult, *, title: str | None = None) -> Figure:
     """The matplotlib figure of ``result``: throughput (left axis) and scaling efficiency or MFU
     (right) per series, each series' regimes shaded in its own strip (up to
     :data:`MAX_SHADED` series), the knee marked, the legend below the axes."""
@@ -103,7 +114,9 @@ def sweep_figure(result, *, title: str | None = None):
     return fig
 
 
-def plot_sweep(result, path: str | os.PathLike, *, title: str | None = None, label: str = "") -> None:
+def plot_sweep(
+    result: SweepResult, path: str | os.PathLike, *, title: str | None = None, label: str = ""
+) -> None:
     """Write a PNG of ``result`` (a :class:`~shardmeter.explore.search.sweep.SweepResult`) to ``path``,
     atomically (:func:`~shardmeter.io.atomic_write`: a special file is refused, a symlink
     followed); ``label`` (``"--plot"``) goes before ``path`` in error messages."""
@@ -120,7 +133,7 @@ class _XAxis:
     """Where each grid point sits on the x axis: its value of ``x_key`` when every value is a
     number, else the index of its formatted value among ``cats`` (in order of appearance)."""
 
-    def __init__(self, rows, x_key: str):
+    def __init__(self, rows: Sequence[Row], x_key: str) -> None:
         self.x_key = x_key
         self.numeric = all(_num(r["vary"][x_key]) for r in rows)
         self.cats: list[str] = []
@@ -130,12 +143,12 @@ class _XAxis:
                 if s not in self.cats:
                     self.cats.append(s)
 
-    def pos(self, r) -> float:
+    def pos(self, r: Row) -> float:
         v = r["vary"][self.x_key]
         return float(v) if self.numeric else float(self.cats.index(format_value(v)))
 
 
-def _series(rows, others) -> dict[str, list[int]]:
+def _series(rows: Sequence[Row], others: Sequence[str]) -> dict[str, list[int]]:
     """Row indices by series: one series per combination of the other varied keys."""
     series: dict[str, list[int]] = {}
     for i, r in enumerate(rows):
@@ -144,7 +157,9 @@ def _series(rows, others) -> dict[str, list[int]]:
     return series
 
 
-def _shade_regimes(ax, pts, logx: bool, strip: tuple[float, float] = (0.0, 1.0)) -> set[str]:
+def _shade_regimes(
+    ax: Axes, pts: Sequence[tuple[float, str]], logx: bool, strip: tuple[float, float] = (0.0, 1.0)
+) -> set[str]:
     """Shade a band around each ``(x, regime)`` point (halfway to its neighbours, geometrically on
     a log axis) over the ``strip`` of the axes' height; returns the regimes shaded."""
     seen = set()
@@ -166,7 +181,14 @@ def _shade_regimes(ax, pts, logx: bool, strip: tuple[float, float] = (0.0, 1.0))
     return seen
 
 
-def _plot_series(ax, ax2, rows, series, xaxis: _XAxis, eff) -> None:
+def _plot_series(
+    ax: Axes,
+    ax2: Axes,
+    rows: Sequence[Row],
+    series: Mapping[str, list[int]],
+    xaxis: _XAxis,
+    eff: Sequence[float | None] | None,
+) -> None:
     """Per series: tokens/s (left axis, feasible points), scaling efficiency or MFU (right axis)
     and a red cross at 0 for each infeasible point."""
     for n, (label, idx) in enumerate(series.items()):
@@ -175,7 +197,7 @@ def _plot_series(ax, ax2, rows, series, xaxis: _XAxis, eff) -> None:
         ty = [fields_of(rows[i])["tokens_per_s"] for p, i in pts if fields_of(rows[i]).get("feasible")]
         colour = f"C{n % 10}"
         ax.plot(fx, ty, "o-", color=colour, lw=2, label=f"tokens/s {label}".strip())
-        ey = [
+        ey: list[Any] = [  # None: a gap (matplotlib draws none)
             (eff[i] if eff else fields_of(rows[i]).get("mfu"))
             for p, i in pts
             if fields_of(rows[i]).get("feasible")
@@ -196,7 +218,7 @@ def _plot_series(ax, ax2, rows, series, xaxis: _XAxis, eff) -> None:
             )
 
 
-def _mark_knee(ax, k) -> None:
+def _mark_knee(ax: Axes, k: Any) -> None:
     """A dotted vertical line at the knee, labelled."""
     ax.axvline(float(k), color="black", ls=":", lw=1.5)
     ax.annotate(
@@ -210,7 +232,7 @@ def _mark_knee(ax, k) -> None:
     )
 
 
-def _set_x_scale(ax, xaxis: _XAxis, xs_all, logx: bool) -> None:
+def _set_x_scale(ax: Axes, xaxis: _XAxis, xs_all: Sequence[float], logx: bool) -> None:
     """A log x axis (base 2 for integers) over a wide numeric range; category or value ticks."""
     if logx:
         ax.set_xscale("log", base=2 if all(float(v).is_integer() for v in xs_all) else 10)

@@ -56,7 +56,7 @@ class SweepResult:
     analysis: Mapping[str, Any] = attrs.field(factory=dict)
 
     @classmethod
-    def from_dict(cls, keys, doc: Mapping[str, Any]) -> SweepResult:
+    def from_dict(cls, keys: Iterable[str], doc: Mapping[str, Any]) -> SweepResult:
         """From the ``sweep --json`` document of a sweep over ``keys``."""
         rows = [SweepRow(dict(r["vary"]), _report(r["report"])) for r in doc["rows"]]
         return cls(keys, rows, dict(doc["analysis"]))
@@ -66,7 +66,7 @@ class SweepResult:
         rows = [{"vary": dict(r.vary), "report": r.report.to_dict()} for r in self.rows]
         return json_safe({"rows": rows, "analysis": dict(self.analysis)})
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> Any:  # a pandas.DataFrame (an optional dependency, without stubs)
         """One row per grid point: the varied keys, the report's scalar fields
         (``breakdown_s.<term>`` too) and the analysis's per-row lists (``scaling_efficiency``);
         the whole analysis is in ``df.attrs["analysis"]``."""
@@ -194,7 +194,7 @@ class PlanResult:
         head = {"evaluated": self.evaluated, "feasible": self.feasible, "seconds": self.seconds}
         return json_safe({**head, "plans": [p.to_dict() for p in self.plans], **dict(self.details)})
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> Any:  # a pandas.DataFrame (an optional dependency, without stubs)
         """One row per plan, best first (see :meth:`Plan.flat`)."""
         pd = require_pandas()
         return pd.DataFrame.from_records([p.flat() for p in self.plans])
@@ -296,7 +296,7 @@ class SensitivityResult:
             }
         )
 
-    def to_dataframe(self):
+    def to_dataframe(self) -> Any:  # a pandas.DataFrame (an optional dependency, without stubs)
         """One row per input, ranked (``inputs`` joined by ``", "``)."""
         pd = require_pandas()
         recs = [attrs.asdict(e) | {"inputs": ", ".join(e.inputs)} for e in self.entries]

@@ -11,7 +11,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from shardmeter.errors import ShardMeterError
@@ -60,11 +60,11 @@ def _flat(report: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _csv_header(keys):
+def _csv_header(keys: Sequence[str]) -> list[str]:
     return [*keys, *CSV_FIELDS, *(f"breakdown_{t}" for t in BREAKDOWN_TERMS), "scaling_efficiency"]
 
 
-def _cell(v) -> str:
+def _cell(v: Any) -> str:
     if v is None:
         return ""
     if isinstance(v, float):
@@ -72,7 +72,14 @@ def _cell(v) -> str:
     return format_value(v)
 
 
-def write_csv(path, keys, rows, analysis, *, label: str = "") -> None:
+def write_csv(
+    path: str | os.PathLike[str],
+    keys: Sequence[str],
+    rows: Sequence[Mapping[str, Any]],
+    analysis: Mapping[str, Any] | None,
+    *,
+    label: str = "",
+) -> None:
     """Write sweep ``rows`` over ``keys`` to ``path`` (a resumed row keeps its cells as read),
     atomically (:func:`~shardmeter.io.atomic_write`: a special file is refused, a symlink
     followed); ``label`` (``"--csv"``) goes before ``path`` in error messages."""
@@ -94,7 +101,7 @@ def write_csv(path, keys, rows, analysis, *, label: str = "") -> None:
             w.writerow(cells)
 
 
-def read_resume(path, keys) -> dict[tuple, dict[str, Any]]:
+def read_resume(path: str | os.PathLike[str], keys: Sequence[str]) -> dict[tuple, dict[str, Any]]:
     """Rows of an earlier ``--csv`` file, by their formatted vary values.
 
     A damaged file is an error, never guessed at: a cell that is not UTF-8 text, text in a

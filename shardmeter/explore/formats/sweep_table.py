@@ -4,13 +4,17 @@ below the table."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shardmeter.explore.search.sweep import SweepResult
 from shardmeter.explore.search.values import fields_of, format_value
 from shardmeter.tables import fmt_num, fmt_time, fmt_usd, render_table
 
 __all__ = ["sweep_table", "TABLE_ROWS", "TABLE_LINES"]
+
+#: An entry of a sweep's analysis (a knee or a regime transition: a JSON object).
+Doc = Mapping[str, Any]
 
 #: Rows the table prints (a larger grid prints its first rows and says how many more there
 #: are: ``--csv`` and ``--json`` have every row).
@@ -19,7 +23,7 @@ TABLE_ROWS = 50
 TABLE_LINES = 20
 
 
-def sweep_table(res) -> str:
+def sweep_table(res: SweepResult) -> str:
     """The table of sweep result ``res`` (a :class:`~shardmeter.explore.search.sweep.SweepResult`)."""
     an = res.analysis
     eff = an.get("scaling_efficiency")
@@ -69,7 +73,9 @@ def _first(lines: list[str], what: str) -> list[str]:
     return [*lines[:TABLE_LINES], f"... {len(lines) - TABLE_LINES} more {what} (--json lists every one)"]
 
 
-def _marks(rows, x, transitions, knees) -> dict[int, list[str]]:
+def _marks(
+    rows: Sequence[Mapping[str, Any]], x: str | None, transitions: Sequence[Doc], knees: Sequence[Doc]
+) -> dict[int, list[str]]:
     """Row index -> the transitions (``<- a -> b``) and knees (``<- knee``) at that row."""
     at: dict[tuple, list[int]] = {}
     for i, r in enumerate(rows):
@@ -88,7 +94,7 @@ def _marks(rows, x, transitions, knees) -> dict[int, list[str]]:
     return marks
 
 
-def _point(x, value, series) -> tuple:
+def _point(x: str | None, value: Any, series: Mapping[str, Any]) -> tuple:
     """A grid point as a lookup key: its ``x`` value and the other keys' values, formatted."""
     return (format_value(value), tuple(sorted((k, format_value(v)) for k, v in series.items())))
 
@@ -130,7 +136,7 @@ def _report_cells(rep: Mapping[str, Any], priced: bool, util: bool = True) -> li
     return cells
 
 
-def _knee_lines(knees, x) -> list[str]:
+def _knee_lines(knees: Sequence[Doc], x: str | None) -> list[str]:
     """One line per series: where its knee is, or that it has none."""
     out = []
     for kn in knees:
@@ -148,7 +154,7 @@ def _knee_lines(knees, x) -> list[str]:
     return out
 
 
-def _transition_lines(transitions, x) -> list[str]:
+def _transition_lines(transitions: Sequence[Doc], x: str | None) -> list[str]:
     """One line per regime transition: between which values of ``x`` it happens."""
     out = []
     for t in transitions:

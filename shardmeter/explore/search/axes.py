@@ -16,20 +16,25 @@ never per candidate), so the planner scores exactly what ``estimate`` would.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from shardmeter.errors import ScenarioError, ShardMeterError
-from shardmeter.explore.search.knobs import KNOBS, only_label, pick
+from shardmeter.estimator import Estimator
+from shardmeter.explore.search.knobs import KNOBS, Only, only_label, pick
 from shardmeter.inputs.bundles import PartTable
-from shardmeter.load.scenario import Scenario, apply_override, load_scenario
+from shardmeter.load.specs import Scenario
+from shardmeter.load.variants import with_overrides
 from shardmeter.parts import VIRTUAL_STAGES, Part
+from shardmeter.registry.manager import Registry
 from shardmeter.resolve.resolver import structure_options
 
 __all__ = ["Axis", "plan_axes", "VIRTUAL_STAGES", "MICRO_BATCHES"]
 
+#: Model input columns by name (:meth:`~shardmeter.inputs.bundles.ModelInputs.columns`).
+Columns = Mapping[str, np.ndarray]
 #: Micro-batch sizes tried (powers of two).
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 
@@ -52,26 +57,32 @@ class Axis:
 
 
 def plan_axes(
-    est, raw: dict[str, Any], sc: Scenario, only: dict[str, Any], base, table: PartTable, n_islands: int
+    est: Estimator,
+    start: Scenario,
+    sc: Scenario,
+    only: Only,
+    base: Columns,
+    table: PartTable,
+    n_islands: int,
 ) -> list[Axis]:
-    """The non-empty axes of scenario ``sc`` (``raw``: its tables as :func:`.space.plan_raw`
-    gives them; ``base``: the input columns of that scenario; ``only``: the normalised
+    """The non-empty axes of scenario ``sc`` (``start``: the scenario a plan starts from,
+    :func:`.space.plan_base`; ``base``: its input columns; ``only``: the normalised
     ``--only``). Every option's strategies are coded in ``table``."""
     reg, file = est.registry, sc.file
     t, par = sc.training, sc.parallelism
     axes = [_micro_batch_axis(only, t.global_batch, t.micro_batch)]
-    axes.append(_schedule_axis(est, raw, sc, only, base, table))
+    axes.append(_schedule_axis(est, start, sc, only, base, table))
     recs = pick(only, "training.recompute", ["none", "selective", "full"], t.recompute)
-    axes.append(_axis(est, raw, "recompute", [{"training.recompute": r} for r in recs], base, file, table))
+    axes.append(_axis(est, start, "recompute", [{"training.recompute": r} for r in recs], base, file, table))
     shard = pick(only, "parallelism.sharding", reg.names("sharding"), par.sharding)
     s_ov: list[dict[str, Any]] = []
     for s in shard:
         part = reg.get("sharding", s, path="--only parallelism.sharding", file=file)
         opts, values = _declared(part, par.options, "parallelism", sc)
         s_ov.extend({"parallelism.sharding": s, **c} for c in _combos(values, opts, "parallelism", only))
-    axes.append(_axis(est, raw, "sharding", s_ov, base, file, table))
+    axes.append(_axis(est, start, "sharding", s_ov, base, file, table))
     if n_islands > 1:
-        axes.append(_sync_axis(est, raw, sc, only, base, file, table))
+        axes.append(_sync_axis(est, start, sc, only, base, file, table))
     return [a for a in axes if len(a)]
 
 
@@ -97,7 +108,7 @@ def _combos(
 
 
 def _diff_cols(
-    base: Mapping[str, np.ndarray], variants: list[Mapping[str, np.ndarray]]
+    base: Mapping[str, np.ndarray], variants: Sequence[Mapping[str, np.ndarray]]
 ) -> dict[str, np.ndarray]:
     """Input columns that differ between the variants (or from the base): (options, 1 or I)."""
     changed = [k for k in base if any(not np.array_equal(v[k], base[k]) for v in variants)]
@@ -110,16 +121,24 @@ def _diff_cols(
     return cols
 
 
-def _axis(est, raw, name, overrides: list[dict[str, Any]], base_inputs, file, table: PartTable) -> Axis:
-    """An axis whose options are scenario ``overrides``: each variant is loaded and its input
+def _axis(
+    est: Estimator,
+    start: Scenario,
+    name: str,
+    overrides: list[dict[str, Any]],
+    base_inputs: Columns,
+    file: str | None,
+    table: PartTable,
+) -> Axis:
+    """An axis whose options are scenario ``overrides``: each variant is the plan's base
+    scenario ``start`` with them, by the load stage's rules (an option sets a strategy and its
+    options, which the loader splits and checks, or a key a framework profile reads:
+    :func:`~shardmeter.load.variants.with_overrides`, every other value pinned), and its input
     columns read (a variant that does not load is an error naming the option)."""
     variants = []
     for ov in overrides:
-        data = raw
-        for k, v in ov.items():
-            data = apply_override(data, k, v)
         try:
-            sc = load_scenario(data, registry=est.registry)
+            sc = with_overrides(start, ov.items(), registry=est.registry, as_written=False)
         except ScenarioError as exc:
             raise ShardMeterError(f"plan: option {ov} of '{name}' does not load: {exc}") from None
         variants.append(est.inputs(sc, table)[0].columns())
@@ -136,7 +155,7 @@ def _micro_batch_axis(only: dict[str, Any], global_batch: int, micro_batch: int)
     )
 
 
-def _schedule_options(reg, only: dict[str, Any], sc: Scenario) -> list[dict[str, Any]]:
+def _schedule_options(reg: Registry, only: Only, sc: Scenario) -> list[dict[str, Any]]:
     """Every schedule x its virtual stages x its other searched options, as each declares them
     (:meth:`~shardmeter.parts.SchedulePart.search_values`: the bundled interleaved schedule's
     ``virtual_stages`` are 2, 3, 4, 6 and 8, at most the layers; a schedule that does not search
@@ -176,11 +195,13 @@ def _schedule_options(reg, only: dict[str, Any], sc: Scenario) -> list[dict[str,
     return s_ov
 
 
-def _schedule_axis(est, raw, sc: Scenario, only: dict[str, Any], base, table: PartTable) -> Axis:
+def _schedule_axis(
+    est: Estimator, start: Scenario, sc: Scenario, only: Only, base: Columns, table: PartTable
+) -> Axis:
     """The schedule axis; ``aux["dup_if_pp1"]`` marks options that are exact copies of an
     earlier one when ``pp = 1``."""
     s_ov = _schedule_options(est.registry, only, sc)
-    sched = _axis(est, raw, "schedule", s_ov, base, sc.file, table)
+    sched = _axis(est, start, "schedule", s_ov, base, sc.file, table)
     # with pp = 1 the model ignores virtual stages (v -> 1): an option whose schedule then runs as
     # an earlier option's does (one_stage_order) is an exact copy of it
     codes = [
@@ -203,7 +224,15 @@ def _one_stage_signature(table: PartTable, code: int) -> tuple:
     return ("own", code) if order is None else ("order", order)
 
 
-def _sync_axis(est, raw, sc, only, base, file, table) -> Axis:
+def _sync_axis(
+    est: Estimator,
+    start: Scenario,
+    sc: Scenario,
+    only: Only,
+    base: Columns,
+    file: str | None,
+    table: PartTable,
+) -> Axis:
     """Sync strategy x its searched options (DiLoCo's inner steps up to the scenario's, its
     compression bits), for several islands."""
     reg = est.registry
@@ -216,9 +245,10 @@ def _sync_axis(est, raw, sc, only, base, file, table) -> Axis:
         takes |= set(values)
         ovs.extend({"sync.strategy": name, **c} for c in _combos(values, opts, "sync", only))
     for key in ("sync.inner_steps", "sync.compression_bits"):
-        if only.get(key) and key[5:] not in takes:
+        vals = only.get(key)
+        if vals and key[5:] not in takes:
             raise ShardMeterError(
-                f"{only_label(key, only[key][0])}: none of the sync strategies tried "
+                f"{only_label(key, vals[0])}: none of the sync strategies tried "
                 f"({', '.join(strategies)}) takes {key[5:]}"
             )
-    return _axis(est, raw, "sync", ovs, base, file, table)
+    return _axis(est, start, "sync", ovs, base, file, table)

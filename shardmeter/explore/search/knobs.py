@@ -10,12 +10,18 @@ one island); see :func:`normalise_only` and :func:`check_only`."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardmeter.errors import ShardMeterError
+from shardmeter.load.specs import Scenario
+from shardmeter.registry.manager import Registry
 
 __all__ = ["KNOB_ALIASES", "KNOBS", "normalise_only", "check_only", "only_label", "pick"]
+
+#: The normalised ``--only`` (:func:`normalise_only`): key path -> values, or ``None`` for the
+#: scenario's own value.
+Only = dict[str, list | None]
 
 #: Short names accepted by ``--only`` for the knobs of the space.
 KNOB_ALIASES = {
@@ -122,7 +128,7 @@ def normalise_only(only: Mapping[str, Any] | None) -> dict[str, list | None]:
     return out
 
 
-def check_only(only: Mapping[str, list | None], sc, registry) -> None:
+def check_only(only: Mapping[str, list | None], sc: Scenario, registry: Registry) -> None:
     """Every value of the normalised ``--only`` is one scenario ``sc`` can be planned with;
     else a :class:`ShardMeterError` naming the knob and the value (see the module docstring)."""
     n_islands = len(sc.islands)
@@ -146,7 +152,7 @@ def check_only(only: Mapping[str, list | None], sc, registry) -> None:
                 raise ShardMeterError(f"{only_label(key, v)}: {why}")
 
 
-def _check_island_nodes(key: str, j: int, vals: list | None, sc) -> None:
+def _check_island_nodes(key: str, j: int, vals: list | None, sc: Scenario) -> None:
     n_islands = len(sc.islands)
     if n_islands == 1:
         raise ShardMeterError(
@@ -166,7 +172,7 @@ def _check_island_nodes(key: str, j: int, vals: list | None, sc) -> None:
             raise ShardMeterError(f"{only_label(key, v)}: island {name}has {isl.nodes} nodes")
 
 
-def _unusable(key: str, v: Any, sc, reg) -> str:
+def _unusable(key: str, v: Any, sc: Scenario, reg: Registry) -> str:
     """Why value ``v`` of knob ``key`` cannot be planned with (``""``: it can)."""
     m = sc.model
     if key in _COUNTS:
@@ -216,7 +222,7 @@ def _suggest(v: Any, names: list[str]) -> str:
     return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
 
 
-def pick(only, key, default, current):
+def pick(only: Mapping[str, list | None], key: str, default: Sequence[Any], current: Any) -> list[Any]:
     """The values knob ``key`` is tried at: ``default``, unless the normalised ``--only``
     restricts it (to its values, or to ``current``, the scenario's value, when given none)."""
     if key not in only:

@@ -174,8 +174,8 @@ def _one_island(
         dps = pick(only, "parallelism.dp", [], current_dp)
         if len(rep) * len(dps) > MAX_LAYOUTS:
             raise _too_many("layouts", len(rep) * len(dps), MAX_LAYOUTS, "fewer --only dp=... values")
-        dps = np.array(dps, dtype=np.int64)
-        idx, dpv = (a.ravel() for a in np.meshgrid(np.arange(len(rep)), dps, indexing="ij"))
+        dp_arr = np.array(dps, dtype=np.int64)
+        idx, dpv = (a.ravel() for a in np.meshgrid(np.arange(len(rep)), dp_arr, indexing="ij"))
         ok = dpv * rep[idx] <= g_total
         idx, dpv = idx[ok], dpv[ok]
     else:

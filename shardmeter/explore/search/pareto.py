@@ -27,7 +27,9 @@ def top_k(score: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.nd
     return score[order], ids[order]
 
 
-def merge_top_k(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], k: int):
+def merge_top_k(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], k: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Merge two ``(score, ids)`` top-k results."""
     return top_k(np.concatenate([a[0], b[0]]), np.concatenate([a[1], b[1]]), k)
 
@@ -51,7 +53,9 @@ def pareto_front(x: np.ndarray, y: np.ndarray, ids: np.ndarray) -> tuple[np.ndar
     return xs[keep], ys[keep], i[keep]
 
 
-def merge_fronts(a, b):
+def merge_fronts(
+    a: tuple[np.ndarray, np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Merge two fronts ``(x, y, ids)`` into the front of their union."""
     return pareto_front(*(np.concatenate([p, q]) for p, q in zip(a, b, strict=True)))
 

@@ -20,19 +20,23 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from shardmeter.errors import ShardMeterError
+from shardmeter.estimator import Estimator
 from shardmeter.explore.execution.allocator import keep_freed_memory
 from shardmeter.explore.execution.executors import run_tasks
+from shardmeter.explore.search.island_plans import infeasible_by_key, per_island_document
 from shardmeter.explore.search.layouts import check_islands
 from shardmeter.explore.search.pareto import merge_fronts, merge_top_k, pareto_front
-from shardmeter.explore.search.space import Space, compile_space, plan_raw
-from shardmeter.explore.search.to_quality import QUALITY_OBJECTIVES, quality_factor, quality_overrides
+from shardmeter.explore.search.space import Space, compile_space, plan_base
+from shardmeter.explore.search.to_quality import QUALITY_OBJECTIVES, quality_factor, with_quality
 from shardmeter.inputs.bundles import ModelInputs
+from shardmeter.load.specs import Scenario
+from shardmeter.load.variants import Override, ScenarioSource, with_overrides
 from shardmeter.model.evaluate import evaluate
 from shardmeter.model.feasibility import REASONS
 from shardmeter.model.outputs import Outputs
@@ -48,6 +52,8 @@ from shardmeter.report.pricing import (
 
 __all__ = ["search", "score_chunk", "DEFAULT_CHUNK", "OBJECTIVES", "MAX_TOP"]
 
+#: A chunk's best candidates: ``(score, ids)`` for a top-K, ``(time, cost, ids)`` for a Pareto front.
+Best = tuple[np.ndarray, ...]
 #: Candidates per chunk (the unit of work of an executor task).
 DEFAULT_CHUNK = 1 << 18
 #: Candidates evaluated by the full model at once: bounds peak memory, and keeps the arrays in cache
@@ -60,16 +66,11 @@ OBJECTIVES = ("time", "cost", "pareto", *QUALITY_OBJECTIVES)
 #: ``layouts``: each island its own layout and batch share (several islands), or one layout on
 #: every island split by replicas (the search before per-island layouts).
 LAYOUT_MODES = ("per-island", "shared")
-#: What ``infeasible`` counts: each candidate once, under its first failed check.
-INFEASIBLE_NOTE = (
-    "each infeasible candidate is counted once, under the first check it fails (layout, batch "
-    "split, schedule, memory); a candidate may fail several"
-)
 #: Most plans ``--top`` returns: each is a full report (~1.5 ms), and a top-K is held in memory.
 MAX_TOP = 10_000
 
 
-def _empty(obj):
+def _empty(obj: dict[str, Any]) -> Best:
     e = np.zeros(0)
     return (e, e, np.zeros(0, np.int64)) if obj["kind"] == "pareto" else (e, np.zeros(0, np.int64))
 
@@ -89,7 +90,7 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     for b in REASONS:
         reason_counts[b] += 0 if skipped is None else int(np.count_nonzero(skipped & b))
     okp = prefixes[(bits == 0) & ~dup]
-    res = {
+    res: dict[str, Any] = {
         "evaluated": len(prefixes) * R_in,
         "feasible": 0,
         "duplicates": int(np.count_nonzero(dup & (bits == 0))) * R_in,
@@ -140,7 +141,7 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
     return res
 
 
-def _chunk_factor(space: Space, inp, out: Outputs, n_prefixes: int) -> np.ndarray:
+def _chunk_factor(space: Space, inp: Mapping[str, np.ndarray], out: Outputs, n_prefixes: int) -> np.ndarray:
     """Each candidate's tokens factor (``time-to-quality``, ``cost-to-quality``): from its sync
     code, its islands used and the model's parameters."""
     shape = (n_prefixes, space.R_in, space.n_islands)
@@ -161,7 +162,7 @@ def _flat(out: Outputs, rows: tuple[int, int]) -> Outputs:
     return Outputs.from_columns(flat)
 
 
-def _cost_per_step(out: Outputs, obj) -> np.ndarray:
+def _cost_per_step(out: Outputs, obj: dict[str, Any]) -> np.ndarray:
     """Dollars per step, as :func:`shardmeter.report.build.build_report` prices a run: every GPU
     of the nodes an island uses (a plan rents ``ceil(gpus / gpus_per_node)`` nodes), plus
     each island's egress at its own price."""
@@ -174,7 +175,7 @@ def _cost_per_step(out: Outputs, obj) -> np.ndarray:
         return gpu + egress_usd(egress, obj["egress_price"])
 
 
-def _merge(acc, res, obj):
+def _merge(acc: dict[str, Any], res: dict[str, Any], obj: dict[str, Any]) -> None:
     for k in ("evaluated", "feasible", "duplicates", "over_deadline", "over_budget"):
         acc[k] += res[k]
     for b, n in res["reasons"].items():
@@ -185,7 +186,14 @@ def _merge(acc, res, obj):
         acc["best"] = merge_top_k(acc["best"], res["best"], obj["k"])
 
 
-def _objective(sc, est, objective: str, k: int, deadline_days, budget_usd) -> dict[str, Any]:
+def _objective(
+    sc: Scenario,
+    est: Estimator,
+    objective: str,
+    k: int,
+    deadline_days: float | None,
+    budget_usd: float | None,
+) -> dict[str, Any]:
     res = est.resolve(sc)
     kind = QUALITY_OBJECTIVES.get(objective, objective)
     islands = res.islands
@@ -221,10 +229,10 @@ def _objective(sc, est, objective: str, k: int, deadline_days, budget_usd) -> di
 
 
 def search(
-    source,
+    source: ScenarioSource,
     *,
-    estimator=None,
-    overrides=(),
+    estimator: Estimator | None = None,
+    overrides: str | Sequence[Override] = (),
     objective: str = "time",
     top: int = 10,
     max_gpus: int | None = None,
@@ -235,7 +243,7 @@ def search(
     workers: int | None = None,
     dask: Any = None,
     progress: Callable[[int, int], None] | None = None,
-    chunk_fn: Callable = score_chunk,
+    chunk_fn: Callable[[Space, tuple[int, int]], dict[str, Any]] = score_chunk,
     build_reports: bool = True,
     layouts: str | None = None,
 ) -> dict[str, Any]:
@@ -256,7 +264,6 @@ def search(
     :data:`MAX_TOP`, more than :data:`~.layouts.MAX_PLAN_ISLANDS` islands, a space of too many
     layouts (:data:`~.layouts.MAX_LAYOUTS`), and an ``only`` the space cannot use (see
     :mod:`.knobs`)."""
-    from shardmeter.estimator import Estimator
 
     _check_search_args(objective, top, max_gpus)
     if layouts is not None and layouts not in LAYOUT_MODES:
@@ -264,21 +271,32 @@ def search(
     est = estimator or Estimator()
     t0 = time.perf_counter()
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
-    sc = est.load(source, overrides)
-    extra = quality_overrides(sc, objective)
-    if extra:  # the convergence model the objective needs, on every plan's report too
-        sc = est.load(source, [*overrides, *extra])
+    sc = with_quality(est.load(source, overrides), objective)
     sc, node_options = _offers(sc)
     check_islands(len(sc.islands))  # before resolving them
     obj = _objective(sc, est, objective, top, deadline_days, budget_usd)
     if layouts is None:
         layouts = "per-island" if len(sc.islands) > 1 else "shared"
     if len(sc.islands) > 1 and layouts == "per-island":
-        return _search_per_island(sc, est, obj, objective, only, max_gpus, t0, build_reports, node_options)
+        return per_island_document(sc, est, obj, objective, only, max_gpus, t0, build_reports, node_options)
     space = compile_space(sc, est, only=only, max_gpus=max_gpus, objective=obj)
     acc, interrupted = _score_space(space, obj, chunk_fn, chunk_size, workers, dask, progress)
     seconds = time.perf_counter() - t0
     plans = _plans(sc, est, space, acc["best"], obj) if build_reports else []
+    return _shared_document(sc, space, obj, objective, acc, plans, seconds, interrupted)
+
+
+def _shared_document(
+    sc: Scenario,
+    space: Space,
+    obj: dict[str, Any],
+    objective: str,
+    acc: dict[str, Any],
+    plans: list[dict[str, Any]],
+    seconds: float,
+    interrupted: bool,
+) -> dict[str, Any]:
+    """The ``plan --json`` document of a search of one layout on every island."""
     doc = {
         "evaluated": acc["evaluated"],
         "feasible": acc["feasible"],
@@ -287,7 +305,7 @@ def search(
         "objective": objective,
         "space_size": space.size,
         "candidates_per_s": acc["evaluated"] / seconds if seconds > 0 else None,
-        "infeasible": _infeasible_by_key(acc["reasons"]),
+        "infeasible": infeasible_by_key(acc["reasons"]),
         "duplicates": acc["duplicates"],
         "over_deadline": acc["over_deadline"],
         "over_budget": acc["over_budget"],
@@ -321,13 +339,21 @@ def _check_search_args(objective: str, top: int, max_gpus: int | None) -> None:
         raise ShardMeterError("--max-gpus must be >= 1")
 
 
-def _score_space(space: Space, obj, chunk_fn, chunk_size: int, workers, dask, progress) -> tuple[dict, bool]:
+def _score_space(
+    space: Space,
+    obj: dict[str, Any],
+    chunk_fn: Callable[[Space, tuple[int, int]], dict[str, Any]],
+    chunk_size: int,
+    workers: int | None,
+    dask: Any,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[dict[str, Any], bool]:
     """Score every chunk of ``space`` (on the chosen executor) and merge the results; Ctrl-C
     stops early and keeps what was merged. Returns the merged counts and best candidates, and
     whether the search was interrupted."""
     per = max(1, chunk_size // space.R_in)  # prefixes per task
     tasks = [(s, min(s + per, space.n_prefixes)) for s in range(0, space.n_prefixes, per)]
-    acc = {
+    acc: dict[str, Any] = {
         "evaluated": 0,
         "feasible": 0,
         "duplicates": 0,
@@ -352,30 +378,17 @@ def _score_space(space: Space, obj, chunk_fn, chunk_size: int, workers, dask, pr
     return acc, interrupted
 
 
-def _infeasible_by_key(reasons: Mapping[int, int]) -> dict[str, int]:
-    """Rejections per reason bit -> per scenario key (per-island keys summed over islands)."""
-    infeasible: dict[str, int] = {}
-    for b, n in sorted(reasons.items()):
-        if n:
-            key = REASONS[b][0].replace("[{j}]", "[*]")  # per-island keys, summed over islands
-            infeasible[key] = infeasible.get(key, 0) + n
-    return infeasible
-
-
-def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
+def _plans(
+    sc: Scenario, est: Estimator, space: Space, best: Best, obj: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Full reports of the chosen candidates (each is a scenario ``estimate`` would take)."""
-    from shardmeter.load.scenario import apply_override, load_scenario
-
     ids = best[-1]
-    raw = plan_raw(sc)
+    start = plan_base(sc)
     names = [isl.name for isl in sc.islands]
     out = []
     for rank, i in enumerate(ids.tolist()):
         ov, plan = space.describe(i, names)
-        data = raw
-        for k, v in ov:
-            data = apply_override(data, k, v)
-        variant = est.resolve(load_scenario(data, registry=est.registry))
+        variant = est.resolve(with_overrides(start, ov, registry=est.registry, as_written=False))
         o = evaluate(*est.inputs(variant))
         plan["report"] = build_report(variant, o).to_dict()
         plan["rank"] = rank + 1
@@ -389,7 +402,7 @@ def _plans(sc, est, space: Space, best, obj) -> list[dict[str, Any]]:
     return out
 
 
-def _offers(sc):
+def _offers(sc: Scenario) -> tuple[Scenario, list[list[int]] | None]:
     """A scenario with ``[[offer]]`` entries as plain islands, and each island's node counts to
     search (:func:`shardmeter.load.offers.offer_islands`: 0 and powers of two up to an offer's
     ``max_nodes``; a fixed island its own nodes); ``(sc, None)`` without offers."""
@@ -398,74 +411,3 @@ def _offers(sc):
     from shardmeter.load.offers import offer_islands
 
     return offer_islands(sc)
-
-
-def _search_per_island(
-    sc, est, obj, objective, only, max_gpus, t0, build_reports, node_options=None
-) -> dict[str, Any]:
-    """Several islands, each with its own layout and batch share (:mod:`.island_search`)."""
-    from shardmeter.explore.search.island_search import describe, search_islands, select
-    from shardmeter.load.scenario import load_scenario
-
-    res = search_islands(sc, est, obj, only, max_gpus, node_options)
-    chosen, counts = select(res["candidates"], obj)
-    seconds = time.perf_counter() - t0
-    raw = plan_raw(sc)
-    plans = []
-    tps = obj["tokens_per_step"]
-    for rank, c in enumerate(chosen if build_reports else []):
-        data, plan = describe(raw, sc, c, res["_describe"])
-        variant = est.resolve(load_scenario(data, registry=est.registry))
-        o = evaluate(*est.inputs(variant))
-        rep = build_report(variant, o).to_dict()
-        plan["report"] = rep
-        by_name = {i["name"]: i for i in rep.get("islands", [])}
-        for e in plan["islands"]:
-            r = by_name.get(e["name"])
-            if r is not None and not e.get("dropped"):
-                e.update({k: r.get(k) for k in ("step_time_s", "idle_s", "idle_fraction")})
-                e["batch_share"] = r.get("batch_per_step", e["batch_share"])
-        plan["rank"] = rank + 1
-        plan["predicted_step_s"] = c["step"]
-        if obj["quality"] is not None:
-            plan["tokens_factor"] = c["factor"]
-        plan["time_per_token_s"] = float(rep["step_time_s"]) / tps
-        if obj["price"] is not None:
-            plan["cost_per_token_usd"] = c["cost_step"] / tps
-        plans.append(plan)
-    seconds_all = time.perf_counter() - t0
-    unit = "usd" if obj["steps"] is not None else "usd_per_token"
-    steps = obj["steps"] or 1.0
-    doc = {
-        "evaluated": res["evaluated"],
-        "feasible": res["feasible"],
-        "seconds": seconds,
-        "plans": plans,
-        "objective": objective,
-        "layouts": "per-island",
-        "space_size": res["space_size"],
-        "candidates_per_s": res["evaluated"] / seconds if seconds > 0 else None,
-        "model_rows": res["model_rows"],
-        "memory_rows": res["memory_rows"],
-        "combined_plans": res["combined_plans"],
-        "classes": len(res["candidates"]),
-        "infeasible": _infeasible_by_key(res["reasons"]),
-        "infeasible_note": INFEASIBLE_NOTE,
-        "duplicates": res["duplicates"],
-        "equivalent": counts["equivalent"],
-        "over_deadline": counts["over_deadline"],
-        "over_budget": counts["over_budget"],
-        "interrupted": False,
-        "space": res["space"],
-        "per_token": obj["steps"] is None,
-        "report_seconds": seconds_all - seconds,
-    }
-    if obj["quality"] is not None:
-        doc["convergence"] = sc.sync.convergence
-    if objective == "pareto":
-        per = 1.0 / tps if obj["steps"] is None else steps
-        doc["front"] = {
-            "time_s" if obj["steps"] is not None else "time_per_token_s": [c["step"] * per for c in chosen],
-            f"cost_{unit}": [c["cost_step"] * per for c in chosen],
-        }
-    return doc

@@ -30,7 +30,7 @@ from the report; infeasible rows are skipped):
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardmeter.explore.search.values import fields_of, format_value, gpu_count_key
@@ -54,7 +54,7 @@ def knee(xs: Sequence[Any], tps: Sequence[float], gpus: Sequence[float]) -> Any:
     return None
 
 
-def _is_num(v) -> bool:
+def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -72,7 +72,7 @@ def analyse(keys: Sequence[str], rows: Sequence[dict[str, Any]]) -> dict[str, An
 
     reps = [fields_of(r) for r in rows]
 
-    def rep(i):
+    def rep(i: int) -> Mapping[str, Any]:
         return reps[i]
 
     regime = [rep(i).get("regime") if rep(i).get("feasible") else None for i in range(len(rows))]

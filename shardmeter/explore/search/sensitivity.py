@@ -29,7 +29,9 @@ import attrs
 import numpy as np
 
 from shardmeter.errors import ShardMeterError
+from shardmeter.estimator import Estimator
 from shardmeter.inputs.bundles import ModelInputs
+from shardmeter.load.variants import Override, ScenarioSource
 from shardmeter.model.evaluate import evaluate
 from shardmeter.model.outputs import Outputs
 from shardmeter.report.build import build_report
@@ -151,7 +153,7 @@ def _pct(new: float | None, old: float | None) -> float | None:
     return (new / old - 1.0) * 100.0 if new is not None and old else None
 
 
-def _summary(inp: SensitivityInput, e: dict[str, Any], step: float, base_ok: bool, h0) -> str:
+def _summary(inp: SensitivityInput, e: dict[str, Any], step: float, base_ok: bool, h0: float | None) -> str:
     more = f"{step * 100:g} % {'more' if inp.sign > 0 else 'less'} {inp.label}"
     if not base_ok:
         return (
@@ -169,11 +171,15 @@ def _summary(inp: SensitivityInput, e: dict[str, Any], step: float, base_ok: boo
     return text
 
 
-def sensitivity(source, *, estimator=None, overrides=(), step: float = STEP) -> dict[str, Any]:
+def sensitivity(
+    source: ScenarioSource,
+    *,
+    estimator: Estimator | None = None,
+    overrides: str | Sequence[Override] = (),
+    step: float = STEP,
+) -> dict[str, Any]:
     """The ``sensitivity --json`` document: throughput and cost elasticities to each input,
     ranked (see the module docstring); ``step`` is the relative change (0 < step < 1)."""
-    from shardmeter.estimator import Estimator
-
     step = check_step(step)
     est = estimator or Estimator()
     resolved = est.resolve(est.load(source, overrides))

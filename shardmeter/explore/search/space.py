@@ -36,7 +36,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import attrs
 import numpy as np
+
+from shardmeter.estimator import Estimator
 
 # The space is built by .knobs, .layouts, .axes and .structural; their tunables (the `X as X`
 # imports) stay importable from here as before.
@@ -54,7 +57,7 @@ from shardmeter.explore.search.structural import (
     structural_bits,
 )
 from shardmeter.inputs.bundles import PartTable
-from shardmeter.load.scenario import Scenario, load_scenario
+from shardmeter.load.specs import Scenario
 
 __all__ = ["Axis", "Space", "compile_space", "KNOB_ALIASES", "normalise_only"]
 
@@ -63,7 +66,16 @@ class Space:
     """A compiled search space; picklable (numpy arrays and plain data), so it
     travels once to each worker process or dask worker."""
 
-    def __init__(self, base, layout, axes, n_islands, objective, nodes_available=None, table=None):
+    def __init__(
+        self,
+        base: dict[str, np.ndarray],
+        layout: dict[str, np.ndarray],
+        axes: Sequence[Axis],
+        n_islands: int,
+        objective: dict[str, Any],
+        nodes_available: Sequence[int] | None = None,
+        table: PartTable | None = None,
+    ) -> None:
         self.base: dict[str, np.ndarray] = base
         self.table: PartTable = table if table is not None else PartTable()
         self.nodes_available = list(nodes_available or np.atleast_1d(base["topology.nodes"][0]).astype(int))
@@ -94,7 +106,9 @@ class Space:
         li, r = np.divmod(ids, self.R)
         return li, [(r // s) % n for s, n in zip(self.strides, self.radix, strict=True)]
 
-    def _gather(self, li, axes, codes) -> dict[str, np.ndarray]:
+    def _gather(
+        self, li: np.ndarray, axes: Sequence[Axis], codes: Sequence[np.ndarray]
+    ) -> dict[str, np.ndarray]:
         cols: dict[str, np.ndarray] = {}
         for k, arr in self.layout.items():
             if not k.startswith("_"):
@@ -171,7 +185,9 @@ class Space:
         per = self.inner_verdict(prefixes)
         return bits if per is None else bits | per[np.arange(len(ids)), inner]
 
-    def describe(self, i: int, islands_names: Sequence[str]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    def describe(
+        self, i: int, islands_names: Sequence[str | None]
+    ) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
         """Scenario overrides of candidate ``i`` and a readable plan dict."""
         lis, codes = self.codes(np.array([i]))
         li = int(lis[0])
@@ -234,20 +250,16 @@ class Space:
 # compilation
 
 
-def plan_raw(sc: Scenario) -> dict[str, Any]:
-    """The scenario as raw tables with island-level layouts and micro-batches removed (a plan
-    sets them)."""
-    raw = sc.to_dict()
-    for isl in raw["island"]:
-        isl.pop("parallelism", None)
-        isl.pop("micro_batch", None)
-    raw.setdefault("parallelism", {}).pop("dp", None)
-    return raw
+def plan_base(sc: Scenario) -> Scenario:
+    """The scenario a plan starts from: island-level layouts and micro-batches and the
+    top-level ``dp`` removed (a plan sets them), on the records (``attrs.evolve``)."""
+    islands = tuple(attrs.evolve(isl, parallelism=None, micro_batch=None) for isl in sc.islands)
+    return attrs.evolve(sc, islands=islands, parallelism=attrs.evolve(sc.parallelism, dp=None))
 
 
 def compile_space(
     sc: Scenario,
-    est,
+    est: Estimator,
     *,
     only: Mapping[str, Any] | None = None,
     max_gpus: int | None = None,
@@ -262,14 +274,13 @@ def compile_space(
     check_islands(len(sc.islands))  # before anything grows with them
     only = normalise_only(only)
     check_only(only, sc, est.registry)
-    raw = plan_raw(sc)
-    base_sc = load_scenario(raw, registry=est.registry)
+    base_sc = plan_base(sc)
     resolved = est.resolve(base_sc)
     islands = resolved.islands
     table = PartTable()
     base = est.inputs(resolved, table)[0].columns()
     layout = layout_table(sc, islands, only, max_gpus)
     layout["_bits"] = layout_reason_bits(layout, base)
-    axes = plan_axes(est, raw, sc, only, base, table, len(islands))
+    axes = plan_axes(est, base_sc, sc, only, base, table, len(islands))
     nodes_available = [int(isl.nodes) for isl in islands]
     return Space(base, layout, axes, len(islands), dict(objective or {}), nodes_available, table)

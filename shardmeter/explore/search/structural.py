@@ -8,7 +8,7 @@ reason before and after the full model."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,10 +51,10 @@ STRUCTURAL_INPUTS = frozenset(
 )
 
 
-def layout_reason_bits(layout, base) -> np.ndarray:
+def layout_reason_bits(layout: Mapping[str, np.ndarray], base: Mapping[str, np.ndarray]) -> np.ndarray:
     """Reasons that depend on the layout alone, as ``evaluate`` sets them."""
 
-    def f(k):
+    def f(k: str) -> np.ndarray:
         return np.asarray(base[k], dtype=float)
 
     tp, pp, cp, ep = (layout[k].astype(float)[:, None] for k in ("tp", "pp", "cp", "ep"))
@@ -82,7 +82,7 @@ def _tiers(cols: Mapping[str, np.ndarray], space: Space) -> dict[str, np.ndarray
     }
 
 
-def _fixed_sharding(space: Space, g) -> np.ndarray | None:
+def _fixed_sharding(space: Space, g: Callable[[str], np.ndarray]) -> np.ndarray | None:
     """The sharding codes of a prefix batch when its prefixes fix them (no inner axis varies the
     strategy: an inner axis of one value sets it for all), else None."""
     inner = [a.cols["layout.sharding"] for a in space.axes[space.n_struct :] if "layout.sharding" in a.cols]
@@ -91,7 +91,9 @@ def _fixed_sharding(space: Space, g) -> np.ndarray | None:
     return np.asarray(inner[0][:1], dtype=float) if inner else g("layout.sharding")
 
 
-def _sharding_bits(space: Space, cols: Mapping[str, np.ndarray], g, codes) -> np.ndarray:
+def _sharding_bits(
+    space: Space, cols: Mapping[str, np.ndarray], g: Callable[[str], np.ndarray], codes: np.ndarray
+) -> np.ndarray:
     """:func:`~shardmeter.model.feasibility.sharding_reasons` of the degrees and tiers ``g``
     reads, with sharding ``codes``."""
     topo = Topology(
@@ -106,7 +108,7 @@ def inner_structural_bits(space: Space, cols: Mapping[str, np.ndarray]) -> np.nd
     strategy's own verdict where an inner axis varies the strategy; None where none does (then
     :func:`structural_bits` has it)."""
 
-    def g0(k):
+    def g0(k: str) -> np.ndarray:
         return np.asarray(cols[k] if k in cols else space.base[k], dtype=float)
 
     if _fixed_sharding(space, g0) is not None:
@@ -114,7 +116,7 @@ def inner_structural_bits(space: Space, cols: Mapping[str, np.ndarray]) -> np.nd
     inner = space.inner_columns()  # (1, R_in, ...)
     wide = {k: np.asarray(v)[:, None] for k, v in cols.items()}  # (prefixes, 1, ...)
 
-    def g(k):
+    def g(k: str) -> np.ndarray:
         return np.asarray(inner[k] if k in inner else wide[k] if k in wide else space.base[k], dtype=float)
 
     bits = _sharding_bits(space, {**wide, **inner}, g, g("layout.sharding"))
@@ -130,7 +132,7 @@ def structural_bits(space: Space, cols: Mapping[str, np.ndarray], layout_bits: n
     :meth:`~shardmeter.ShardingPart.infeasible` where the prefix fixes the strategy; a sharding
     axis of several options is inner: :func:`inner_structural_bits` has its verdicts)."""
 
-    def g(k):
+    def g(k: str) -> np.ndarray:
         return np.asarray(cols[k] if k in cols else space.base[k], dtype=float)
 
     dp, pp = g("layout.dp"), g("layout.pp")

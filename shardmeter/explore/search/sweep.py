@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+import attrs
 import numpy as np
 
 from shardmeter.errors import ScenarioError, ShardMeterError
@@ -40,7 +41,8 @@ from shardmeter.explore.search.sweep_inputs import GridPlan, NotFast, grid_colum
 from shardmeter.explore.search.sweep_rows import SweepRow, row_fields
 from shardmeter.explore.search.values import format_value, gpu_count_key
 from shardmeter.inputs.bundles import ModelInputs, PartTable
-from shardmeter.load.scenario import Scenario, load_scenario, scenario_tables
+from shardmeter.load.specs import Scenario
+from shardmeter.load.variants import Override, ScenarioSource, with_overrides
 from shardmeter.model.evaluate import evaluate
 from shardmeter.model.outputs import Outputs
 from shardmeter.report.build import build_report
@@ -70,7 +72,7 @@ def grid(vary: Sequence[tuple[str, Sequence[Any]]]) -> list[dict[str, Any]]:
 class SweepResult:
     """Rows (``vary`` values, scenario, report dict) and the grid's analysis."""
 
-    def __init__(self, keys, rows, analysis):
+    def __init__(self, keys: list[str], rows: list[dict[str, Any]], analysis: dict[str, Any]) -> None:
         self.keys: list[str] = keys
         self.rows: list[dict[str, Any]] = rows  # {"vary", "report", optionally "resumed"}
         self.analysis: dict[str, Any] = analysis
@@ -90,23 +92,94 @@ def _eval_rows(payload: tuple[Mapping[str, np.ndarray], PartTable], bounds: tupl
         return evaluate(ModelInputs.from_columns({k: v[a:b] for k, v in inputs.items()}), table)
 
 
-def _lazy_report(est, plan: GridPlan, out: Outputs, r: int, row: int) -> dict[str, Any]:
+def _lazy_report(est: Estimator, plan: GridPlan, out: Outputs, r: int, row: int) -> dict[str, Any]:
     """Grid row ``r``'s full report (row ``row`` of chunk output ``out``)."""
     return build_report(est.resolve(plan.scenario(r)), out, row=row).to_dict()
 
 
-def _per_row_inputs(est, row_scs: Sequence[Scenario], table: PartTable) -> dict[str, np.ndarray]:
+def _per_row_inputs(est: Estimator, row_scs: Sequence[Scenario], table: PartTable) -> dict[str, np.ndarray]:
     """The reference path's input columns: each row resolved and built on its own."""
     per = [est.inputs(sc, table)[0].columns() for sc in row_scs]
     return {k: np.concatenate([np.asarray(p[k], dtype=float) for p in per], axis=0) for k in per[0]}
 
 
+@attrs.frozen
+class _GridInputs:
+    """The rows to compute (``todo``, grid indices) and their input columns: from the fast path's
+    ``plan``, or (``plan`` None) from each row's own scenario (``row_scs``)."""
+
+    rows_all: list[dict[str, Any]]
+    todo: list[int]
+    table: PartTable
+    inputs: dict[str, np.ndarray]
+    plan: GridPlan | None
+    row_scs: list[Scenario]
+
+
+def _row_loader(est: Estimator, base_sc: Scenario) -> Callable[[Mapping[str, Any]], Scenario]:
+    """A grid row's scenario: ``base_sc`` with the row's values, by the load stage's rules
+    (:func:`~shardmeter.load.variants.with_overrides`); an error names the row."""
+
+    def loader(row: Mapping[str, Any]) -> Scenario:
+        try:
+            return with_overrides(base_sc, row.items(), registry=est.registry)
+        except ScenarioError as exc:
+            vals = ", ".join(f"{k}={format_value(v)}" for k, v in row.items())
+            raise ScenarioError(f"{exc} (sweep row {vals})") from None
+
+    return loader
+
+
+def _grid_inputs(
+    est: Estimator,
+    vary: Sequence[tuple[str, Sequence[Any]]],
+    rows_all: list[dict[str, Any]],
+    todo: list[int],
+    base_sc: Scenario,
+    vectorised: bool,
+) -> _GridInputs:
+    """The input columns of rows ``todo``: the fast path (:mod:`.sweep_inputs`) where its
+    premise holds, else every row loaded, resolved and built on its own."""
+    loader = _row_loader(est, base_sc)
+    table = PartTable()
+    plan: GridPlan | None = None
+    inputs: dict[str, np.ndarray] = {}
+    row_scs: list[Scenario] = []
+    if todo and vectorised:
+        try:
+            plan = plan_grid(est, vary, np.asarray(todo, dtype=np.int64), base_sc, loader, table)
+            inputs = grid_columns(plan, base_sc)
+        except NotFast:
+            plan = None
+    if todo and plan is None:
+        row_scs = [loader(rows_all[i]) for i in todo]
+        inputs = _per_row_inputs(est, row_scs, table)
+    return _GridInputs(rows_all, todo, table, inputs, plan, row_scs)
+
+
+def _chunk_rows(est: Estimator, g: _GridInputs, out: Outputs, a: int, b: int, results: list[Any]) -> None:
+    """Rows ``a .. b - 1`` of ``todo`` from their chunk's outputs ``out``, into ``results``: a
+    :class:`~.sweep_rows.SweepRow` whose report is built when read, or (per-row path) a dict
+    with its report."""
+    plan, rows_all, todo = g.plan, g.rows_all, g.todo
+    if plan is not None:
+        chunk = {k: v[a:b] for k, v in g.inputs.items()}
+        flds = row_fields(out, chunk, plan.group[a:b], plan.resolved)
+        for r in range(a, b):
+            build = partial(_lazy_report, est, plan, out, r, r - a)
+            results[todo[r]] = SweepRow(rows_all[todo[r]], flds[r - a], build)
+        return
+    for r in range(a, b):
+        rep = build_report(est.resolve(g.row_scs[r]), out, row=r - a)
+        results[todo[r]] = {"vary": rows_all[todo[r]], "report": rep.to_dict()}
+
+
 def run_sweep(
-    source,
+    source: ScenarioSource,
     vary: Sequence[tuple[str, Sequence[Any]]],
     *,
-    estimator=None,
-    overrides=(),
+    estimator: Estimator | None = None,
+    overrides: str | Sequence[Override] = (),
     skip: Mapping[tuple, dict[str, Any]] | None = None,
     workers: int | None = None,
     dask: Any = None,
@@ -127,62 +200,27 @@ def run_sweep(
         that does not resolve, naming the key and the row.
     """
     est = estimator or Estimator()
-    src_file = None
-    if isinstance(source, Scenario):  # its tables, so the rows' overrides apply as on the file
-        src, base_ov, src_file = scenario_tables(source), list(overrides), source.file
-    else:
-        src, base_ov = source, list(overrides)
-    base_sc = est.load(src, base_ov)
+    base_sc = est.load(source, overrides)
     rows_all = grid(vary)
     if not rows_all:
         raise ShardMeterError("--vary: the grid is empty")
     keys = [k for k, _ in vary]
     skip = dict(skip or {})
-
-    def loader(row: Mapping[str, Any]) -> Scenario:
-        try:
-            return load_scenario(
-                src, overrides=[*base_ov, *row.items()], registry=est.registry, file=src_file
-            )
-        except ScenarioError as exc:
-            vals = ", ".join(f"{k}={format_value(v)}" for k, v in row.items())
-            raise ScenarioError(f"{exc} (sweep row {vals})") from None
-
     sigs = [tuple(format_value(r[k]) for k in keys) for r in rows_all] if skip else None
     todo = [i for i, s in enumerate(sigs) if s not in skip] if sigs else list(range(len(rows_all)))
-    table = PartTable()
-    plan: GridPlan | None = None
-    inputs: dict[str, np.ndarray] = {}
-    row_scs: list[Scenario] = []
-    if todo and vectorised:
-        try:
-            plan = plan_grid(est, vary, np.asarray(todo, dtype=np.int64), base_sc, loader, table)
-            inputs = grid_columns(plan, base_sc)
-        except NotFast:
-            plan = None
-    if todo and plan is None:
-        row_scs = [loader(rows_all[i]) for i in todo]
-        inputs = _per_row_inputs(est, row_scs, table)
+    grid_in = _grid_inputs(est, vary, rows_all, todo, base_sc, vectorised)
     results: list[Any] = [None] * len(rows_all)
     if sigs:
         for i, s in enumerate(sigs):
             if s in skip:
                 results[i] = skip[s]
     tasks = [(a, min(a + chunk_rows, len(todo))) for a in range(0, len(todo), chunk_rows)]
-    gen = run_tasks(_eval_rows, (inputs, table), tasks, workers=workers, dask=dask) if todo else iter(())
+    payload = (grid_in.inputs, grid_in.table)
+    gen = run_tasks(_eval_rows, payload, tasks, workers=workers, dask=dask) if todo else iter(())
     done = 0
     try:
         for (a, b), out in gen:
-            if plan is not None:
-                chunk = {k: v[a:b] for k, v in inputs.items()}
-                flds = row_fields(out, chunk, plan.group[a:b], plan.resolved)
-                for r in range(a, b):
-                    build = partial(_lazy_report, est, plan, out, r, r - a)
-                    results[todo[r]] = SweepRow(rows_all[todo[r]], flds[r - a], build)
-            else:
-                for r in range(a, b):
-                    rep = build_report(est.resolve(row_scs[r]), out, row=r - a)
-                    results[todo[r]] = {"vary": rows_all[todo[r]], "report": rep.to_dict()}
+            _chunk_rows(est, grid_in, out, a, b, results)
             done += b - a
             if progress is not None:
                 progress(done, len(todo))

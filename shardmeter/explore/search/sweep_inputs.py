@@ -34,8 +34,11 @@ import attrs
 import numpy as np
 
 from shardmeter.errors import ShardMeterError
+from shardmeter.estimator import Estimator
 from shardmeter.inputs.bundles import PartTable
-from shardmeter.load.scenario import Scenario, load_scenario
+from shardmeter.load.specs import Scenario
+from shardmeter.load.variants import with_overrides
+from shardmeter.resolve.resolver import Resolved
 
 __all__ = ["FastKey", "fast_keys", "GridPlan", "plan_grid", "grid_columns", "row_scenario", "NotFast"]
 
@@ -163,7 +166,7 @@ class GridPlan:
     fast: dict[str, FastKey]
     group: np.ndarray
     scenarios: list[Scenario]
-    resolved: list[Any]
+    resolved: list[Resolved]
     columns: list[dict[str, np.ndarray]]
     index: dict[str, np.ndarray]
     loaded: dict[str, list[list[Any]]]
@@ -177,7 +180,7 @@ class GridPlan:
 
 
 def plan_grid(
-    est,
+    est: Estimator,
     vary: Sequence[tuple[str, Sequence[Any]]],
     todo: np.ndarray,
     base_sc: Scenario,
@@ -197,47 +200,11 @@ def plan_grid(
     fast = fast_keys(keys, base_sc)
     struct = [k for k in keys if k not in fast]
     values = dict(vary)
-    if struct:
-        codes = np.stack([index[k] for k in struct], axis=1)
-        _, first, group = np.unique(codes, axis=0, return_index=True, return_inverse=True)
-        order = np.argsort(first)  # groups numbered in grid order
-        group = np.argsort(order)[group.reshape(-1)]
-        first = first[order]
-    else:
-        group, first = np.zeros(len(todo), dtype=np.int64), np.zeros(1, dtype=np.int64)
-    G = len(first)
-    struct_rows = [{k: values[k][int(index[k][f])] for k in struct} for f in first]
-    loaded: dict[str, list[list[Any]]] = {k: [] for k in fast}
-    column: dict[str, list[list[Any]]] = {k: [] for k in fast}
-    bad_load = np.zeros(len(todo), dtype=bool)
-    bad_res = np.zeros(len(todo), dtype=bool)
-    for g in range(G):
-        in_g = group == g
-        try:
-            sc_g = loader(struct_rows[g])
-        except ShardMeterError:
-            bad_load[in_g] = True
-            sc_g = None
-        if sc_g is not None:
-            try:
-                est.resolve(sc_g)
-            except ShardMeterError:
-                bad_res[in_g] = True
-        if sc_g is None:
-            for k in fast:
-                loaded[k].append([None] * len(values[k]))
-                column[k].append([None] * len(values[k]))
-            continue
-        used = {k: set(np.unique(index[k][in_g]).tolist()) for k in fast}
-        got = _check_values(est, table, _checker(est, sc_g), fast, values, used)
-        for k in fast:
-            loaded[k].append([got[k][i][0] if got[k].get(i) else None for i in range(len(values[k]))])
-            column[k].append([got[k][i][1] if got[k].get(i) else None for i in range(len(values[k]))])
-            for i in used[k]:
-                if not got[k][i]:
-                    bad = bad_load if got[k][i] is None else bad_res
-                    bad[in_g & (index[k] == i)] = True
-    for bad, stage in ((bad_load, "load"), (bad_res, "resolve")):
+    group, first = _groups(index, struct, len(todo))
+    check = _GroupCheck(est, table, fast, values, index, group)
+    for g, f in enumerate(first):
+        check.group(g, loader, {k: values[k][int(index[k][f])] for k in struct})
+    for bad, stage in ((check.bad_load, "load"), (check.bad_res, "resolve")):
         if bad.any():
             r = int(np.argmax(bad))
             row = {k: values[k][int(index[k][r])] for k in keys}
@@ -246,28 +213,105 @@ def plan_grid(
                 est.inputs(sc, table)  # raises the row's own resolve error
             raise NotFast(f"sweep row {row}: its values pass one by one but not together")
     scenarios, resolved, columns = [], [], []
-    for g in range(G):
-        f = int(first[g])
-        sc = loader({k: values[k][int(index[k][f])] for k in keys})
+    for f in first:
+        sc = loader({k: values[k][int(index[k][int(f)])] for k in keys})
         res = est.resolve(sc)
         scenarios.append(sc)
         resolved.append(res)
         columns.append(est.inputs(res, table)[0].columns())
+    col_arrays = _column_arrays(fast, values, check.column, len(first))
+    return GridPlan(fast, group, scenarios, resolved, columns, index, check.loaded, col_arrays)
+
+
+def _groups(index: Mapping[str, np.ndarray], struct: list[str], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's group (its structural values; groups numbered in grid order) and each
+    group's first row."""
+    if not struct:
+        return np.zeros(n, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    codes = np.stack([index[k] for k in struct], axis=1)
+    _, first, group = np.unique(codes, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # groups numbered in grid order
+    return np.argsort(order)[group.reshape(-1)], first[order]
+
+
+@attrs.define
+class _GroupCheck:
+    """:func:`plan_grid`'s validation, group by group: per fast key and group the values as
+    loaded and their input columns (``None``: does not load or resolve), and the rows whose
+    group or values do not load (``bad_load``) or resolve (``bad_res``)."""
+
+    est: Estimator
+    table: PartTable
+    fast: dict[str, FastKey]
+    values: dict[str, Sequence[Any]]
+    index: dict[str, np.ndarray]
+    grp: np.ndarray
+    loaded: dict[str, list[list[Any]]] = attrs.field(init=False)
+    column: dict[str, list[list[Any]]] = attrs.field(init=False)
+    bad_load: np.ndarray = attrs.field(init=False)
+    bad_res: np.ndarray = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.loaded = {k: [] for k in self.fast}
+        self.column = {k: [] for k in self.fast}
+        self.bad_load = np.zeros(len(self.grp), dtype=bool)
+        self.bad_res = np.zeros(len(self.grp), dtype=bool)
+
+    def group(
+        self, g: int, loader: Callable[[Mapping[str, Any]], Scenario], struct_row: Mapping[str, Any]
+    ) -> None:
+        """Check group ``g`` (its structural values ``struct_row``) and each fast key's values in it."""
+        est, fast, values, index = self.est, self.fast, self.values, self.index
+        in_g = self.grp == g
+        try:
+            sc_g = loader(struct_row)
+        except ShardMeterError:
+            self.bad_load[in_g] = True
+            for k in fast:
+                self.loaded[k].append([None] * len(values[k]))
+                self.column[k].append([None] * len(values[k]))
+            return
+        try:
+            est.resolve(sc_g)
+        except ShardMeterError:
+            self.bad_res[in_g] = True
+        used = {k: set(np.unique(index[k][in_g]).tolist()) for k in fast}
+        got = _check_values(est, self.table, _checker(est, sc_g), fast, values, used)
+        for k in fast:
+            self.loaded[k].append([got[k][i][0] if got[k].get(i) else None for i in range(len(values[k]))])
+            self.column[k].append([got[k][i][1] if got[k].get(i) else None for i in range(len(values[k]))])
+            for i in used[k]:
+                if not got[k][i]:
+                    bad = self.bad_load if got[k][i] is None else self.bad_res
+                    bad[in_g & (index[k] == i)] = True
+
+
+def _column_arrays(
+    fast: dict[str, FastKey], values: Mapping[str, Sequence[Any]], column: dict[str, list[list[Any]]], G: int
+) -> dict[str, np.ndarray]:
+    """Per fast key with a column, its input column per group and value, ``(G, n, islands)``
+    (NaN where the value does not load)."""
     col_arrays = {}
     for k, fk in fast.items():
         if fk.column is None:
             continue
-        n = len(values[k])
-        arr = np.full((G, n, len(fk.islands)), np.nan)
+        arr = np.full((G, len(values[k]), len(fk.islands)), np.nan)
         for g in range(G):
             for i, c in enumerate(column[k][g]):
                 if c is not None:
                     arr[g, i] = c
         col_arrays[k] = arr
-    return GridPlan(fast, group, scenarios, resolved, columns, index, loaded, col_arrays)
+    return col_arrays
 
 
-def _check_values(est, table, check, fast, values, used) -> dict[str, dict[int, Any]]:
+def _check_values(
+    est: Estimator,
+    table: PartTable,
+    check: Callable[[Mapping[str, Any]], Scenario],
+    fast: Mapping[str, FastKey],
+    values: Mapping[str, Sequence[Any]],
+    used: Mapping[str, set[int]],
+) -> dict[str, dict[int, Any]]:
     """Each fast key's used values checked on one group: ``{key: {index: (value as loaded,
     input column) | None (does not load) | () (does not resolve)}}``. The keys' ``d``-th
     values are loaded together (one load per ``d``, not per value); only a combination that
@@ -288,7 +332,13 @@ def _check_values(est, table, check, fast, values, used) -> dict[str, dict[int, 
     return got
 
 
-def _one(est, table, check, fast, combo: dict[str, Any]) -> Any:
+def _one(
+    est: Estimator,
+    table: PartTable,
+    check: Callable[[Mapping[str, Any]], Scenario],
+    fast: Mapping[str, FastKey],
+    combo: dict[str, Any],
+) -> Any:
     """The fast keys of ``combo`` set together: ``{key: (value as loaded, column)}``, ``None``
     if that does not load, ``()`` if it does not resolve."""
     try:
@@ -307,17 +357,14 @@ def _one(est, table, check, fast, combo: dict[str, Any]) -> Any:
     return out
 
 
-def _checker(est, sc: Scenario) -> Callable[[Mapping[str, Any]], Scenario]:
-    """``{key: value} ->`` scenario ``sc`` loaded again with those fast keys set, from its
-    tables with the model preset already merged (the bundled presets are not parsed again):
-    raises exactly when loading the row would, for a fast key, which only a field of its own
-    record reads."""
-    tables = sc.to_dict()
-    if isinstance(tables.get("model"), dict):
-        tables["model"].pop("preset", None)
+def _checker(est: Estimator, sc: Scenario) -> Callable[[Mapping[str, Any]], Scenario]:
+    """``{key: value} ->`` scenario ``sc`` with those fast keys set by the load stage's rules,
+    every other value as loaded (:func:`~shardmeter.load.variants.with_overrides`): raises
+    exactly when loading the row would, for a fast key, which only a field of its own record
+    reads."""
 
     def check(values: Mapping[str, Any]) -> Scenario:
-        return load_scenario(tables, overrides=list(values.items()), registry=est.registry, file=sc.file)
+        return with_overrides(sc, values.items(), registry=est.registry, as_written=False)
 
     return check
 

@@ -13,7 +13,7 @@ holds them to the reports, field by field.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from shardmeter.model.outputs import BREAKDOWN_TERMS, Outputs
 from shardmeter.report.build import _Figure, _fmt_int, batch_split_key
 from shardmeter.report.pricing import egress_usd, egress_usd_per_gb, gpu_hour_usd, gpu_time_usd
 from shardmeter.report.words import regime_of
+from shardmeter.resolve.resolver import Resolved
 
 __all__ = ["SweepRow", "row_fields", "RATE_FIELDS"]
 
@@ -71,7 +72,9 @@ def _col(cols: Mapping[str, np.ndarray], name: str) -> np.ndarray:
     return np.asarray(cols[name], dtype=float)
 
 
-def row_fields(out: Outputs, cols: Mapping[str, np.ndarray], group: np.ndarray, resolved) -> list[dict]:
+def row_fields(
+    out: Outputs, cols: Mapping[str, np.ndarray], group: np.ndarray, resolved: Sequence[Resolved]
+) -> list[dict]:
     """The scalar report fields of each row of output ``out`` (see the module docstring).
 
     :param cols: the rows' input columns ``(N, I)``.
@@ -137,7 +140,13 @@ def _rates(out: Outputs) -> dict[str, Any]:
     return rates
 
 
-def _wall_and_cost(out: Outputs, cols, group, resolved, billed) -> tuple[list[Any], list[Any]]:
+def _wall_and_cost(
+    out: Outputs,
+    cols: Mapping[str, np.ndarray],
+    group: np.ndarray,
+    resolved: Sequence[Resolved],
+    billed: np.ndarray,
+) -> tuple[list[Any], list[Any]]:
     """``wall_clock_s`` (``training.tokens / tokens_per_s``) and ``cost_usd`` (every island's
     GPU time and egress, :mod:`shardmeter.report.pricing`) of each row; ``None`` without a budget or
     with an unknown price."""
@@ -166,10 +175,12 @@ class _ReasonRows:
     values and labels of :func:`shardmeter.report.build._reasons`, read from the input columns
     instead of a resolved scenario per row (``tests/test_sweep_fast.py`` compares the two)."""
 
-    def __init__(self, out: Outputs, cols, group, resolved):
+    def __init__(
+        self, out: Outputs, cols: Mapping[str, np.ndarray], group: np.ndarray, resolved: Sequence[Resolved]
+    ) -> None:
         self.group, self.resolved = group, resolved
 
-        def per_island(a, dtype=float) -> list[list[Any]]:
+        def per_island(a: Any, dtype: type = float) -> list[list[Any]]:
             a = np.asarray(a, dtype=float).reshape(len(group), -1)
             return [a[:, j].astype(dtype).tolist() for j in range(a.shape[1])]
 

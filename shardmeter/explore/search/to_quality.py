@@ -12,13 +12,16 @@ recompute, sync option) it is a constant and the class's fastest plan stays its 
 
 from __future__ import annotations
 
-from typing import Any
-
+import attrs
 import numpy as np
+from numpy.typing import ArrayLike
 
+from shardmeter.inputs.bundles import PartTable
+from shardmeter.load.specs import Scenario
 from shardmeter.model.convergence import tokens_factor
+from shardmeter.parts import ConvergencePart
 
-__all__ = ["QUALITY_OBJECTIVES", "DEFAULT_CONVERGENCE", "quality_overrides", "quality_factor"]
+__all__ = ["QUALITY_OBJECTIVES", "DEFAULT_CONVERGENCE", "with_quality", "quality_factor"]
 
 #: Objective -> the raw figure it scales.
 QUALITY_OBJECTIVES = {"time-to-quality": "time", "cost-to-quality": "cost"}
@@ -26,15 +29,22 @@ QUALITY_OBJECTIVES = {"time-to-quality": "time", "cost-to-quality": "cost"}
 DEFAULT_CONVERGENCE = "diloco-fits"
 
 
-def quality_overrides(sc, objective: str) -> list[tuple[str, Any]]:
-    """The override that names :data:`DEFAULT_CONVERGENCE` when ``objective`` prices quality
-    and the scenario has no ``[sync] convergence``; else none."""
+def with_quality(sc: Scenario, objective: str) -> Scenario:
+    """Scenario ``sc`` with ``[sync] convergence = DEFAULT_CONVERGENCE`` (on the record,
+    ``attrs.evolve``) when ``objective`` prices quality and it names no convergence model;
+    else ``sc``."""
     if objective in QUALITY_OBJECTIVES and sc.sync.convergence in (None, "none"):
-        return [("sync.convergence", DEFAULT_CONVERGENCE)]
-    return []
+        return attrs.evolve(sc, sync=attrs.evolve(sc.sync, convergence=DEFAULT_CONVERGENCE))
+    return sc
 
 
-def quality_factor(model, table, sync_codes, params, replicas) -> np.ndarray:
+def quality_factor(
+    model: ConvergencePart | None,
+    table: PartTable,
+    sync_codes: ArrayLike,
+    params: ArrayLike,
+    replicas: ArrayLike,
+) -> np.ndarray:
     """Each plan's tokens factor (arrays that broadcast); 1 where ``model`` is ``None``."""
     codes = np.asarray(sync_codes, dtype=np.int64)
     shape = np.broadcast_shapes(codes.shape, np.shape(params), np.shape(replicas))

@@ -30,7 +30,7 @@ _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
 _RANGE = re.compile(rf"^\s*({_NUM})\s*\.\.\s*({_NUM})\s*(?:([x*+])\s*({_NUM}))?\s*$")
 
 
-def _num(text: str):
+def _num(text: str) -> int | float:
     v = float(text)
     if re.fullmatch(r"[-+]?\d+", text.strip()):
         return int(text)
