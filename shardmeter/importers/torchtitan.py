@@ -29,13 +29,13 @@ from typing import Any
 from shardmeter.importers.draft import Draft
 from shardmeter.importers.files import ConfigError, read_toml
 from shardmeter.importers.settings import Settings, shown
+from shardmeter.importers.torchtitan_hf_backend import hf_backend_keys
 from shardmeter.importers.torchtitan_layout import parallelism, setting_int, stage_layers
 from shardmeter.importers.torchtitan_models import (
     LLAMA3,
     NOT_LANGUAGE_MODELS,
     base_flavour,
     ffn_hidden,
-    hf_backend_keys,
     known_flavours,
     model_keys,
 )

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["FAMILIES", "model_keys", "hf_backend_keys", "ffn_hidden", "known_flavours"]
+__all__ = ["FAMILIES", "model_keys", "Flavours", "ffn_hidden", "known_flavours"]
 
 #: A family's flavour table: flavour -> its arguments, in torchtitan's own names.
 Flavours = dict[str, dict[str, Any]]
@@ -403,50 +403,6 @@ VLM: Flavours = {"debugmodel": {**LLAMA3["debugmodel"], "vision": True}}
 def _vlm(a: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     notes.append("not modelled: the Siglip2 image encoder (the Llama 3 decoder only is priced)")
     return _llama3({k: v for k, v in a.items() if k != "vision"}, notes)
-
-
-#: The Hugging Face models a ``transformers_modeling_backend`` job names (``[hf_transformers]
-#: model``) whose shape torchtitan itself ships: Qwen3-4B is torchtitan's qwen3 "4B" flavour.
-HF_BACKEND_MODELS = {
-    f"Qwen/Qwen3-{size}{suffix}": ("qwen3", size)
-    for size in ("0.6B", "1.7B", "4B", "8B", "14B", "32B")
-    for suffix in ("", "-Base", "-Instruct-2507")
-}
-#: The flavours of torchtitan/experiments/transformers_modeling_backend/__init__.py @ 238fa99:
-#: ``TitanDenseModelArgs`` fields that override the Hugging Face config (``None`` keeps it).
-HF_BACKEND_FLAVOURS: Flavours = {
-    "debugmodel": {"dim": 256, "n_layers": 2, "n_heads": 16, "n_kv_heads": 16},
-    "full": {"dim": 4096, "n_layers": 32, "n_heads": 32, "n_kv_heads": None},
-}
-#: b5bcd76 adds the same shapes with a block-causal mask for SFT (``sft_debugmodel``, ``sft_full``).
-HF_BACKEND_FLAVOURS["sft_debugmodel"] = HF_BACKEND_FLAVOURS["debugmodel"]
-HF_BACKEND_FLAVOURS["sft_full"] = HF_BACKEND_FLAVOURS["full"]
-
-
-def hf_backend_keys(hf_model: str, flavor: str) -> tuple[dict[str, Any], list[str], str] | None:
-    """A ``transformers_modeling_backend`` job's model: the Hugging Face model's config with the
-    flavour's ``TitanDenseModelArgs`` written over it, then (``update_from_config``,
-    model/args.py @ 238fa99) ``intermediate_size`` re-derived from ``dim`` by Llama's rounding
-    (``multiple_of = 256``) and ``head_dim = dim // n_heads``."""
-    base = HF_BACKEND_MODELS.get(hf_model)
-    over = HF_BACKEND_FLAVOURS.get(flavor)
-    if base is None or over is None:
-        return None
-    got = model_keys(*base)
-    if got is None:  # pragma: no cover - the table names shipped flavours
-        return None
-    table = dict(got[0])
-    table.update(layers=over["n_layers"], hidden=over["dim"], heads=over["n_heads"])
-    if over["n_kv_heads"] is not None:
-        table["kv_heads"] = over["n_kv_heads"]
-    table["ffn_hidden"] = ffn_hidden(over["dim"], 256, None)
-    table.pop("head_dim", None)
-    notes = [
-        f"transformers_modeling_backend: {hf_model} (torchtitan's {base[0]} {base[1]} shape) with the "
-        f"{flavor!r} flavour's dim/n_layers/n_heads written over it; intermediate_size from dim"
-    ]
-    src = "torchtitan/experiments/transformers_modeling_backend @ 238fa99"
-    return table, notes, src
 
 
 #: family -> (flavour table, the function making [model] keys, where the table comes from).
