@@ -150,6 +150,23 @@ LARGER = {
 }
 
 
+def _close(a: object, b: object) -> bool:
+    """Equal documents, numbers within 1e-12 relative."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float):
+        return a == pytest.approx(b, rel=1e-12, abs=1e-300)
+    return type(a) is type(b) and a == b
+
+
+def test_close_tells_a_changed_figure():
+    assert _close({"a": [1.0, {"b": 2}]}, {"a": [1.0 + 1e-15, {"b": 2}]})
+    assert not _close({"a": [1.0]}, {"a": [1.001]})
+    assert not _close({"a": 1}, {"a": 1.0})
+
+
 def test_estimate_of_a_plans_scenario_reproduces_its_per_island_micro_batches():
     only = {"mbs": [1, 2], "tp": [1, 2], "pp": [1, 2], "cp": [1], "sp": [False], "recompute": ["none"]}
     only |= {"schedule": ["1f1b"], "sharding": ["none", "fsdp"], "strategy": ["diloco"]}
@@ -159,7 +176,10 @@ def test_estimate_of_a_plans_scenario_reproduces_its_per_island_micro_batches():
     for p in doc["plans"]:
         r = shardmeter.estimate(p["scenario"])
         assert r.step_time_s == pytest.approx(p["predicted_step_s"], rel=1e-9)
-        assert r.to_dict() == p["report"]
+        # the same report, up to the last bits of the float sums (the planner's report comes
+        # from its batched array path, estimate's from the scalar path; numpy versions differ
+        # in summation order)
+        assert _close(r.to_dict(), p["report"])
         mbs = p["training"]["micro_batch"]
         kept = [e for e in p["islands"] if not e.get("dropped")]
         got = [i["micro_batch"] for i in r.layout.get("islands", [r.layout] * len(kept))]
