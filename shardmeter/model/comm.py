@@ -169,38 +169,53 @@ def tp_comm(
     use_async = (
         ops.as_bool(async_tp) & ops.logical_not(ops.as_bool(tp_overlap)) & (tp > 1) & (tp <= topo.domain_gpus)
     )
-    # async TP: n_tp / 2 passes (forward, backward, the recompute's forward) of the layer's pairs
     hidden = where_needed(
         use_async,
-        lambda: total - ops.minimum(total, Ls * (n_tp / 2.0) * async_tp_layer_s(sh, ct, topo, act_msg, tp)),
+        lambda: total - ops.minimum(total, Ls * async_tp_layer_s(sh, ct, topo, act_msg, tp, recompute, share)),
         lambda: hidden,
     )
     return ParallelComm(exposed_s=total - hidden, hidden_s=hidden)
 
 
-def async_tp_layer_s(sh: Shapes, ct: ComputeTerms, topo: Topology, act_msg: Array, tp: Array) -> Array:
-    """Exposed seconds of one layer's four sequence-parallel collectives per pass under async
-    TP: PyTorch's micro-pipelined TP (``torch._inductor.fx_passes.micro_pipeline_tp``,
-    pytorch/pytorch@00122fb1: ``fuse_all_gather_matmul``, ``fuse_matmul_reduce_scatter``)
-    rewrites each ``all_gather_into_tensor`` feeding matmuls and each ``reduce_scatter_tensor``
-    of a matmul. With sequence parallelism a layer has four such pairs per pass: all-gather +
-    QKV, output projection + reduce-scatter, all-gather + MLP up (gate and up), MLP down +
-    reduce-scatter; backward, the same collectives sit beside the data-gradient GEMMs (the
-    all-gathered output gradient feeds the dgrad GEMM, the dgrad GEMM's partial input gradient
-    is reduce-scattered), which take a forward GEMM's time; full recompute repeats the forward.
-    Each pair exposes :func:`async_tp_exposed`, a collective half an all-reduce. Not
-    rewritten: a TP group outside one NVLink domain (symmetric memory needs peer access:
-    ``is_cuda_p2p_group``), a MoE layer's experts (their pair stays exposed), and everything
-    under ``tp_comm_overlap`` (Transformer Engine issues its own userbuffers collectives, which
-    the pass does not match)."""
+def async_tp_layer_s(
+    sh: Shapes, ct: ComputeTerms, topo: Topology, act_msg: Array, tp: Array, recompute: Array, share: Array
+) -> Array:
+    """Exposed seconds of one layer's sequence-parallel collectives per micro-batch under async
+    TP. PyTorch's micro-pipelined TP (``torch/_inductor/fx_passes/micro_pipeline_tp.py``,
+    pytorch/pytorch@5f65158a) fuses an ``all_gather_into_tensor`` with the matmuls that take its
+    result as their left operand (``_find_consumer_matmuls``: ``fused_all_gather_matmul``) and a
+    ``reduce_scatter_tensor`` only where its input is produced by one matmul
+    (``_find_producer_matmul`` returns ``None`` for anything else: "no producer matmul found for
+    reduce scatter, skipping fuse_matmul_reduce_scatter fusion"). With torchtitan's separate
+    linears (``wq``, ``wk``, ``wv``; ``w1``, ``w3``) a layer has, per pass:
+
+    * forward: all-gather + Q/K/V, output projection + reduce-scatter, all-gather + MLP up,
+      MLP down + reduce-scatter -- four fused pairs;
+    * backward: the all-gathered output gradients of the output projection and of the MLP down
+      feed their data-gradient GEMMs (``mm(dY, W)``, left operand; the weight-gradient
+      ``mm(dY^T, X)`` takes a transpose), two fused pairs beside GEMMs of the forward GEMM's time;
+      the input gradients of the attention block and of the MLP are sums of several projections'
+      data gradients (``dX = dQ Wq + dK Wk + dV Wv``, ``dX = dH1 W1 + dH3 W3``), an ``add``, not a
+      matmul, so those two reduce-scatters stay plain collectives, exposed whole;
+    * recompute: full recompute reruns the forward on its share of the layers; op recompute
+      (sequence parallel) reruns the two all-gathers, fused with Q/K/V and MLP up again.
+
+    Each fused pair exposes :func:`async_tp_exposed`, a collective half an all-reduce. Not
+    rewritten: a TP group outside one NVLink domain (symmetric memory needs peer access), a MoE
+    layer's experts (their pairs stay exposed), and everything under ``tp_comm_overlap``
+    (Transformer Engine issues its own userbuffers collectives, which the pass does not match)."""
     t_half = collective_time("all_gather", act_msg, tp, 1.0, topo)
     mlp_ok = ops.logical_not(ops.as_bool(sh.moe))
-    return (
-        async_tp_exposed(t_half, ct.qkv_forward, tp)
-        + async_tp_exposed(t_half, ct.proj_forward, tp)
-        + async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_up_forward, 0.0), tp)
-        + async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_down_forward, 0.0), tp)
+    qkv = async_tp_exposed(t_half, ct.qkv_forward, tp)
+    up = async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_up_forward, 0.0), tp)
+    proj = async_tp_exposed(t_half, ct.proj_forward, tp)
+    down = async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_down_forward, 0.0), tp)
+    forward = qkv + up + proj + down
+    backward = proj + down + 2.0 * t_half
+    rerun = ops.where(
+        recompute == Recompute.FULL, share * forward, ops.where(recompute == Recompute.OP, qkv + up, 0.0)
     )
+    return forward + backward + rerun
 
 
 def cp_comm(
