@@ -21,6 +21,10 @@ class _Sh:
     moe = False
 
 
+class _MoE:
+    moe = True
+
+
 def _ct(gemm: float) -> ComputeTerms:
     z = 0.0
     return ComputeTerms(
@@ -40,12 +44,13 @@ def _ct(gemm: float) -> ComputeTerms:
     )
 
 
-def _layer(gemm: float, recompute: Recompute, monkeypatch, share: float = 1.0) -> float:
+def _layer(gemm: float, recompute: Recompute, monkeypatch, share: float = 1.0, sh=None) -> float:
     import shardmeter.model.comm as comm
 
     monkeypatch.setattr(comm, "collective_time", lambda *a, **k: _T_HALF)
     # an infinite HBM rate: no fixed copies, only the collectives' own exposure
-    return float(async_tp_layer_s(_Sh(), _ct(gemm), None, 1.0, 8.0, float(recompute), share, float("inf")))
+    sh = sh or _Sh()
+    return float(async_tp_layer_s(sh, _ct(gemm), None, 1.0, 8.0, float(recompute), share, float("inf")))
 
 
 def test_only_the_two_input_gradient_reduce_scatters_stay_exposed_under_long_gemms(monkeypatch):
@@ -57,6 +62,13 @@ def test_only_the_two_input_gradient_reduce_scatters_stay_exposed_under_long_gem
     # recompute reruns only fusable all-gathers (op) or the fused forward (full): still 2
     assert _layer(100.0, Recompute.OP, monkeypatch) == pytest.approx(2.0 * _T_HALF)
     assert _layer(100.0, Recompute.FULL, monkeypatch) == pytest.approx(2.0 * _T_HALF)
+
+
+def test_a_moe_layers_expert_pairs_stay_plain(monkeypatch):
+    # experts are not rewritten: forward the MLP's all-gather and reduce-scatter (2), backward
+    # the MLP's output-gradient all-gather (1) beside the two plain input-gradient
+    # reduce-scatters (2): 5 collectives exposed even under long GEMMs
+    assert _layer(100.0, Recompute.NONE, monkeypatch, sh=_MoE()) == pytest.approx(5.0 * _T_HALF)
 
 
 def test_without_gemms_every_collective_of_every_pass_is_exposed(monkeypatch):

@@ -222,12 +222,13 @@ def async_tp_layer_s(
     t_half = collective_time("all_gather", act_msg, tp, 1.0, topo)
     mlp_ok = ops.logical_not(ops.as_bool(sh.moe))
     ag_fixed, rs_fixed = async_tp_fixed_s(act_msg, tp, hbm_bytes_s)
-    qkv = async_tp_exposed(t_half, ct.qkv_forward, tp) + ag_fixed
-    up = async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_up_forward, 0.0), tp) + ag_fixed
     proj = async_tp_exposed(t_half, ct.proj_forward, tp)
-    down = async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_down_forward, 0.0), tp)
-    forward = qkv + up + proj + down + 2.0 * rs_fixed
-    backward = proj + down + 2.0 * ag_fixed + 2.0 * t_half
+    down = ops.where(mlp_ok, async_tp_exposed(t_half, ct.mlp_down_forward, tp), t_half)
+    fused_mlp = ops.where(mlp_ok, 1.0, 0.0)  # a MoE layer's expert pairs stay plain collectives
+    qkv = async_tp_exposed(t_half, ct.qkv_forward, tp) + ag_fixed
+    up = ops.where(mlp_ok, async_tp_exposed(t_half, ct.mlp_up_forward, tp) + ag_fixed, t_half)
+    forward = qkv + up + proj + down + (1.0 + fused_mlp) * rs_fixed
+    backward = proj + down + (1.0 + fused_mlp) * ag_fixed + 2.0 * t_half
     rerun = ops.where(
         recompute == Recompute.FULL, share * forward, ops.where(recompute == Recompute.OP, qkv + up, 0.0)
     )
