@@ -204,6 +204,9 @@ class ScheduleNeeds:
     * ``interleaved_multiple_of_pp``: with ``virtual_stages > 1`` the micro-batches per step must
       be a multiple of ``pp`` (Megatron-LM's interleaved schedule, Narayanan et al. 2021,
       Sec. 2.2.2).
+    * ``interleaved_rounds``: with ``virtual_stages > 1`` the micro-batches must be a multiple of
+      the schedule's rounds, ``max(1, m // pp)`` (PyTorch's ``ScheduleInterleaved1F1B``, which
+      torchtitan runs: any ``m < 2 pp``, and e.g. ``m = 10`` on ``pp = 4``).
     """
 
     virtual_stages: str = attrs.field(
@@ -211,6 +214,7 @@ class ScheduleNeeds:
     )
     min_micro_batches: int = attrs.field(default=1, validator=attrs.validators.ge(1))
     interleaved_multiple_of_pp: bool = False
+    interleaved_rounds: bool = False
 
 
 # ---------------------------------------------------------------------------------------------

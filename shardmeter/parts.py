@@ -64,7 +64,7 @@ from shardmeter.exchange import (
     SyncTerms,
     WanInputs,
 )
-from shardmeter.numeric.ops import Array, mod, where
+from shardmeter.numeric.ops import Array, floor, maximum, mod, where
 
 if TYPE_CHECKING:  # named in a signature only
     from shardmeter.records import HardwareProfile
@@ -216,6 +216,9 @@ def unmet_needs(needs: ScheduleNeeds, pipe: PipeInputs) -> Array:
         bad = bad | ((pp > 1) & (v > 1))
     if needs.interleaved_multiple_of_pp:
         bad = bad | ((v > 1) & ((pp < 2) | (mod(m, pp) != 0)))
+    if needs.interleaved_rounds:
+        rounds = maximum(floor(m / maximum(pp, 1.0)), 1.0)
+        bad = bad | ((v > 1) & ((pp < 2) | (mod(m, rounds) != 0)))
     return bad
 
 
@@ -273,10 +276,17 @@ class SchedulePart(Part):
             said.append(f"at least {n.min_micro_batches} micro-batches per step (got {{m}})")
         if n.virtual_stages == "refused":
             said.append("one model chunk per GPU (pp x virtual_stages is {pv}, pp {pp})")
+        if not said and n.interleaved_rounds:
+            return (
+                f"the schedule '{self.name}' needs, with virtual stages, the micro-batches ({{m}}) "
+                "to be a multiple of its rounds, max(1, micro-batches // pp ({pp}))"
+            )
         if not said:
             return None
         if n.interleaved_multiple_of_pp:
             said.append("with virtual stages, micro-batches ({m}) a multiple of pp ({pp})")
+        if n.interleaved_rounds:
+            said.append("with virtual stages, micro-batches ({m}) a multiple of max(1, m // pp ({pp}))")
         return f"the schedule '{self.name}' needs " + " and ".join(said)
 
     def in_flight_at(self, pipe: PipeInputs, opts: Any, rank: Array) -> Array:

@@ -117,9 +117,13 @@ def test_split_points_optional():
 
     def v(version):
         sc = _sc("torchtitan", version, parallelism={"pp": 4, "schedule": "interleaved"}, nodes=4)
-        return load_scenario(sc).parallelism.virtual_stages
+        loaded = load_scenario(sc)
+        by_stack = any("framework torchtitan set parallelism.virtual_stages" in n for n in loaded.notes)
+        return loaded.parallelism.virtual_stages, by_stack
 
-    assert _before_after(torchtitan.SPLIT_OPTIONAL, v) == (1, 2)
+    # before it the split points had to be given: no stack default, so the scenario's own
+    # default for an interleaved schedule (2 chunks, docs/scenario.md) applies, not torchtitan's
+    assert _before_after(torchtitan.SPLIT_OPTIONAL, v) == ((2, False), (2, True))
     written = _sc("torchtitan", None, parallelism={"pp": 4, "schedule": "interleaved", "virtual_stages": 4})
     assert load_scenario(written).parallelism.virtual_stages == 4
 

@@ -133,6 +133,7 @@ def _price(model, tr, hw, topo, tp, cp, ep, sp, pp):
         sp,
         full_recompute_share(tr, sh),
         async_tp=sp,
+        hbm_bytes_s=hw.hbm_bytes_s * hw.hbm_efficiency,
     )
     return {"ct": ct, "lc": lc, "act": layer_activations(model, tr, sh, tp, sp)}
 

@@ -40,6 +40,7 @@ VALUES: dict[str, tuple] = {
     "parallelism.tp_comm_overlap": (True, False),
     "parallelism.virtual_stages": (1, 2, 4),
     "parallelism.grad_partitioned": (True, False),
+    "parallelism.microbatch_rule": ("megatron", "pytorch"),
 }
 
 #: What a written value needs beside it to be valid (recompute_layers only with full recompute).
@@ -50,6 +51,7 @@ NEEDS = {
     "parallelism.virtual_stages": {"parallelism.pp": 2, "parallelism.schedule": "interleaved"},
     "training.micro_batch": {"parallelism.pp": 2},
     "parallelism.grad_partitioned": {"parallelism.pp": 2},
+    "parallelism.microbatch_rule": {"parallelism.pp": 2, "parallelism.schedule": "interleaved"},
 }
 
 #: Each profile's states: every dated one (None for a profile without a table, its one state).

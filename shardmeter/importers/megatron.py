@@ -385,7 +385,7 @@ def _pipeline(a: Args, d: Draft, pp: int) -> None:
         ("account-for-loss-in-pipeline-split", "loss_in_split"),
     ):
         if a.on(flag):
-            d.planned(f"parallelism.{key}", "true", f"--{flag}")
+            d.set(f"parallelism.{key}", True, f"--{flag}")
 
 
 def _training(a: Args, d: Draft) -> None:

@@ -217,6 +217,8 @@ def _layout(res: Resolved, row, table: PartTable) -> Layout:
         async_tp=row([isl.parallelism.async_tp for isl in isls]),
         first_stage_layers=row([isl.parallelism.first_stage_layers or 0 for isl in isls]),
         last_stage_layers=row([isl.parallelism.last_stage_layers or 0 for isl in isls]),
+        embedding_in_split=row([isl.parallelism.embedding_in_split for isl in isls]),
+        loss_in_split=row([isl.parallelism.loss_in_split for isl in isls]),
     )
 
 

@@ -172,7 +172,8 @@ class Layout:
     """Parallel degrees ``tp``, ``pp``, ``dp``, ``cp``, ``ep``; ``sequence_parallel``,
     ``virtual_stages``, ``tp_comm_overlap``, ``dp_comm_overlap``, ``async_tp`` (bools);
     ``first_stage_layers`` / ``last_stage_layers`` (0 = as even a split as the layers allow);
-    ``sharding`` and ``schedule``: codes into the :class:`PartTable`."""
+    ``embedding_in_split`` / ``loss_in_split`` (bools: the embedding, the output layer and loss
+    count as a layer of the split); ``sharding`` and ``schedule``: codes into the :class:`PartTable`."""
 
     tp: Array
     pp: Array
@@ -188,6 +189,8 @@ class Layout:
     async_tp: Array = 0.0
     first_stage_layers: Array = 0.0
     last_stage_layers: Array = 0.0
+    embedding_in_split: Array = 0.0
+    loss_in_split: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)

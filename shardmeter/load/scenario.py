@@ -310,6 +310,7 @@ def _parallelism_parser(reg, file: str | None, notes: list[str]) -> Callable[[An
             c for c in (table.get("sharding", "none"), table.get("schedule", "1f1b")) if isinstance(c, str)
         )
         base, opts = split_options(table, _PAR_FIELDS, known, chosen, where, file, notes)
+        base = _default_virtual_stages(base, reg, where, notes)
         rec = structure_record(base, ParallelismSpec, path=where, file=file)
         for kind, name in (("sharding", rec.sharding), ("schedule", rec.schedule)):
             if name in reg.names(kind):
@@ -319,6 +320,33 @@ def _parallelism_parser(reg, file: str | None, notes: list[str]) -> Callable[[An
         return attrs.evolve(rec, options=opts)
 
     return parse
+
+
+#: Model chunks per stage of a schedule that uses them when neither the scenario nor its
+#: software-stack profile gives a count (docs/scenario.md).
+DEFAULT_VIRTUAL_STAGES = 2
+
+
+def _default_virtual_stages(base: dict[str, Any], reg, where: str, notes: list[str]) -> dict[str, Any]:
+    """``virtual_stages`` unset under a schedule that uses model chunks (``interleaved``): the
+    stack's default when its profile filled one, else :data:`DEFAULT_VIRTUAL_STAGES`, with a
+    note, in place of one chunk (which would run plain 1F1B)."""
+    name = base.get("schedule")
+    pp = base.get("pp", 1)
+    if "virtual_stages" in base or not isinstance(name, str) or name not in reg.names("schedule"):
+        return base
+    if not isinstance(pp, int) or pp < 2:
+        return base
+    part = reg.get("schedule", name)
+    if not part.uses_virtual_stages(part.options()):
+        return base
+    note = (
+        f"{where}.virtual_stages = {DEFAULT_VIRTUAL_STAGES}: the '{name}' schedule without "
+        "virtual_stages (no stack default given) runs two model chunks per stage"
+    )
+    if note not in notes:
+        notes.append(note)
+    return {**base, "virtual_stages": DEFAULT_VIRTUAL_STAGES}
 
 
 def _island_records(

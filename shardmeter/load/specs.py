@@ -268,6 +268,10 @@ class ParallelismSpec:
     #: None = as even a split as the layers allow
     first_stage_layers: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
     last_stage_layers: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    #: the input embedding / the output layer and loss count as one layer each of the pipeline
+    #: split (Megatron --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split)
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
     tp_comm_overlap: bool = False
     #: PyTorch asynchronous TP (micro-pipelined all-gather/reduce-scatter with the GEMMs)
     async_tp: bool = False

@@ -22,7 +22,17 @@ __all__ = [
     "attention_time",
     "flash_attention_s",
     "materialized_attention_s",
+    "FUSED_HEAD_DIM_MULTIPLE",
+    "padded_head_dim_share",
+    "head_dim_pad_s",
 ]
+
+#: Fused attention kernels run on head dims padded to a multiple of 8 (16 bytes of a 16-bit
+#: element): PyTorch SDPA's flash path ``pad_last_dim<8, false>`` on q, k and v before
+#: ``_scaled_dot_product_flash_attention`` and the output sliced back
+#: (``aten/src/ATen/native/transformers/attention.cpp``, ``scaled_dot_product_attention``), as
+#: Dao's ``flash_attn`` interface pads ``head_size_og % 8 != 0``.
+FUSED_HEAD_DIM_MULTIPLE = 8.0
 
 #: FlashAttention's backward executes 2.5x the forward FLOPs (it recomputes the scores: 5 matrix
 #: products against 2; Dao 2023, FlashAttention-2, Sec. 3).
@@ -84,18 +94,39 @@ def materialized_attention_s(ms: ModelShape, tr: Training, sh: Shapes, roof16: G
     return products + 9.0 * (heads_t * sh.tokens * s) / roof16.hbm_bytes_s
 
 
+def padded_head_dim_share(ms: ModelShape) -> Array:
+    """``ceil8(d) / d`` of the query head dim ``d`` (:data:`FUSED_HEAD_DIM_MULTIPLE`): the
+    share of work a fused kernel does on the padded heads (1 where ``d`` is a multiple of 8)."""
+    d = ms.q_dim / ops.maximum(ms.heads, 1.0)
+    m = FUSED_HEAD_DIM_MULTIPLE
+    return ops.ceil(d / m) * m / ops.maximum(d, 1e-9)
+
+
+def head_dim_pad_s(sh: Shapes, gs: GemmShapes, share: Array, hbm: Array) -> tuple[Array, Array]:
+    """``(forward, backward)`` seconds of the pad copies where the head dim is misaligned
+    (``share > 1``): forward q, k and v copied into padded tensors (read 2, write 2 x share
+    bytes per element), backward their gradients sliced back (read 2 x share, write 2)."""
+    n = sh.tokens * (sh.q_local + sh.kv_local + gs.v_local)
+    copy = ops.where(share > 1.0, 2.0 * (1.0 + share) * n / hbm, 0.0)
+    return copy, copy
+
+
 def attention_time(
     ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, gs: GemmShapes, roof16: GemmRoof, tp: Array
 ) -> AttentionTime:
     """One layer's attention core: materialised where ``tr.materialized`` (backward twice the
-    forward), else fused (backward :data:`FLASH_BWD_FACTOR` x the forward); the score matrix
-    is priced only where a plan materialises it."""
+    forward), else fused (backward :data:`FLASH_BWD_FACTOR` x the forward) on head dims padded
+    to a multiple of 8 (:func:`padded_head_dim_share`, with :func:`head_dim_pad_s`'s copies);
+    the score matrix is priced only where a plan materialises it. ``flops`` stays the model's
+    count (the padding is work the kernel does, not model FLOPs)."""
     flops = attention_flops(ms, sh, gs)
-    flash_f = flash_attention_s(ms, hw, sh, flops, roof16.peak_flops_s)
+    share = padded_head_dim_share(ms)
+    pad_f, pad_b = head_dim_pad_s(sh, gs, share, roof16.hbm_bytes_s)
+    flash_f = flash_attention_s(ms, hw, sh, flops * share, roof16.peak_flops_s)
     mat = ops.as_bool(tr.materialized)
     mat_f = where_needed(mat, lambda: materialized_attention_s(ms, tr, sh, roof16, tp), lambda: 0.0)
     return AttentionTime(
         flops=flops,
-        forward_s=ops.where(mat, mat_f, flash_f),
-        backward_s=ops.where(mat, 2.0 * mat_f, FLASH_BWD_FACTOR * flash_f),
+        forward_s=ops.where(mat, mat_f, flash_f + pad_f),
+        backward_s=ops.where(mat, 2.0 * mat_f, FLASH_BWD_FACTOR * flash_f + pad_b),
     )

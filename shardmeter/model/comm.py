@@ -10,8 +10,9 @@ Overlap rules (each a window of work the transfer runs beside):
   ``tp_comm_overlap``, under at most half of the layer's GEMMs (Transformer Engine's
   userbuffers pipeline the GEMM with the collective); with ``async_tp``
   (PyTorch's micro-pipelined all-gather + matmul and matmul + reduce-scatter, sequence parallel
-  and compiled only) each collective exposes what its GEMM's other chunks cannot cover
-  (:func:`async_tp_exposed`);
+  and compiled only) each collective the pass fuses exposes what its GEMM's other chunks cannot
+  cover (:func:`async_tp_exposed`) and the fused op's own copy or reduction; the backward's
+  input-gradient reduce-scatters stay plain (:func:`async_tp_layer_s`);
 * context parallel (ring attention, Liu et al. 2023) passes K/V chunks around the ring under
   the attention kernels;
 * expert parallel all-to-alls (dispatch and combine, forward and backward) are exposed;
@@ -49,6 +50,7 @@ __all__ = [
     "tp_comm",
     "async_tp_layer_s",
     "async_tp_exposed",
+    "async_tp_fixed_s",
     "cp_comm",
     "ep_exposed_s",
     "PricedTraffic",
@@ -101,13 +103,16 @@ def layer_comm(
     sp: Array = False,
     share: Array = 1.0,
     async_tp: Array = False,
+    *,
+    hbm_bytes_s: Array,
 ) -> LayerComm:
     """Tensor (:func:`tp_comm`), context (:func:`cp_comm`) and expert-parallel
     (:func:`ep_exposed_s`) communication of one micro-batch on the stage. ``share``: the share
     of the stage's layers full recompute recomputes (:func:`~.recompute.full_recompute_share`);
-    ``async_tp`` is already false without sequence parallelism or ``compile``."""
+    ``async_tp`` is already false without sequence parallelism or ``compile``; ``hbm_bytes_s``
+    (achieved HBM rate) prices async TP's own copies and reductions."""
     act_msg = sh.tokens * ms.hidden * ACT_BYTES
-    tpc = tp_comm(sh, ct, topo, act_msg, tp, tp_overlap, recompute, sp, share, async_tp)
+    tpc = tp_comm(sh, ct, topo, act_msg, tp, tp_overlap, recompute, sp, share, async_tp, hbm_bytes_s)
     cpc = cp_comm(sh, ct, topo, tp, cp, recompute, share)
     return LayerComm(
         tp_exposed=tpc.exposed_s,
@@ -153,6 +158,7 @@ def tp_comm(
     sp: Array,
     share: Array,
     async_tp: Array,
+    hbm_bytes_s: Array,
 ) -> ParallelComm:
     """Tensor-parallel communication of one micro-batch on the stage
     (:func:`tp_collectives_per_layer` collectives of ``act_msg`` bytes per layer). With
@@ -169,38 +175,82 @@ def tp_comm(
     use_async = (
         ops.as_bool(async_tp) & ops.logical_not(ops.as_bool(tp_overlap)) & (tp > 1) & (tp <= topo.domain_gpus)
     )
-    # async TP: n_tp / 2 passes (forward, backward, the recompute's forward) of the layer's pairs
-    hidden = where_needed(
-        use_async,
-        lambda: total - ops.minimum(total, Ls * (n_tp / 2.0) * async_tp_layer_s(sh, ct, topo, act_msg, tp)),
-        lambda: hidden,
-    )
+
+    def async_hidden() -> Array:
+        exposed = Ls * async_tp_layer_s(sh, ct, topo, act_msg, tp, recompute, share, hbm_bytes_s)
+        return total - ops.minimum(total, exposed)
+
+    hidden = where_needed(use_async, async_hidden, lambda: hidden)
     return ParallelComm(exposed_s=total - hidden, hidden_s=hidden)
 
 
-def async_tp_layer_s(sh: Shapes, ct: ComputeTerms, topo: Topology, act_msg: Array, tp: Array) -> Array:
-    """Exposed seconds of one layer's four sequence-parallel collectives per pass under async
-    TP: PyTorch's micro-pipelined TP (``torch._inductor.fx_passes.micro_pipeline_tp``,
-    pytorch/pytorch@00122fb1: ``fuse_all_gather_matmul``, ``fuse_matmul_reduce_scatter``)
-    rewrites each ``all_gather_into_tensor`` feeding matmuls and each ``reduce_scatter_tensor``
-    of a matmul. With sequence parallelism a layer has four such pairs per pass: all-gather +
-    QKV, output projection + reduce-scatter, all-gather + MLP up (gate and up), MLP down +
-    reduce-scatter; backward, the same collectives sit beside the data-gradient GEMMs (the
-    all-gathered output gradient feeds the dgrad GEMM, the dgrad GEMM's partial input gradient
-    is reduce-scattered), which take a forward GEMM's time; full recompute repeats the forward.
-    Each pair exposes :func:`async_tp_exposed`, a collective half an all-reduce. Not
-    rewritten: a TP group outside one NVLink domain (symmetric memory needs peer access:
-    ``is_cuda_p2p_group``), a MoE layer's experts (their pair stays exposed), and everything
-    under ``tp_comm_overlap`` (Transformer Engine issues its own userbuffers collectives, which
-    the pass does not match)."""
+def async_tp_layer_s(
+    sh: Shapes,
+    ct: ComputeTerms,
+    topo: Topology,
+    act_msg: Array,
+    tp: Array,
+    recompute: Array,
+    share: Array,
+    hbm_bytes_s: Array,
+) -> Array:
+    """Exposed seconds of one layer's sequence-parallel collectives per micro-batch under async
+    TP. PyTorch's micro-pipelined TP (``torch/_inductor/fx_passes/micro_pipeline_tp.py``,
+    pytorch/pytorch@5f65158a) fuses an ``all_gather_into_tensor`` with the matmuls that take its
+    result as their left operand (``_find_consumer_matmuls``: ``fused_all_gather_matmul``) and a
+    ``reduce_scatter_tensor`` only where its input is produced by one matmul
+    (``_find_producer_matmul`` returns ``None`` for anything else: "no producer matmul found for
+    reduce scatter, skipping fuse_matmul_reduce_scatter fusion"). With torchtitan's separate
+    linears (``wq``, ``wk``, ``wv``; ``w1``, ``w3``) a layer has, per pass:
+
+    * forward: all-gather + Q/K/V, output projection + reduce-scatter, all-gather + MLP up,
+      MLP down + reduce-scatter -- four fused pairs;
+    * backward: the all-gathered output gradients of the output projection and of the MLP down
+      feed their data-gradient GEMMs (``mm(dY, W)``, left operand; the weight-gradient
+      ``mm(dY^T, X)`` takes a transpose), two fused pairs beside GEMMs of the forward GEMM's time;
+      the input gradients of the attention block and of the MLP are sums of several projections'
+      data gradients (``dX = dQ Wq + dK Wk + dV Wv``, ``dX = dH1 W1 + dH3 W3``), an ``add``, not a
+      matmul, so those two reduce-scatters stay plain collectives, exposed whole;
+    * recompute: full recompute reruns the forward on its share of the layers; op recompute
+      (sequence parallel) reruns the two all-gathers, fused with Q/K/V and MLP up again.
+
+    Each fused pair exposes :func:`async_tp_exposed`, a collective half an all-reduce, and its
+    fixed copy or reduction (:func:`async_tp_fixed_s`). Not
+    rewritten: a TP group outside one NVLink domain (symmetric memory needs peer access), a MoE
+    layer's experts (their pairs stay exposed), and everything under ``tp_comm_overlap``
+    (Transformer Engine issues its own userbuffers collectives, which the pass does not match)."""
     t_half = collective_time("all_gather", act_msg, tp, 1.0, topo)
     mlp_ok = ops.logical_not(ops.as_bool(sh.moe))
-    return (
-        async_tp_exposed(t_half, ct.qkv_forward, tp)
-        + async_tp_exposed(t_half, ct.proj_forward, tp)
-        + async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_up_forward, 0.0), tp)
-        + async_tp_exposed(t_half, ops.where(mlp_ok, ct.mlp_down_forward, 0.0), tp)
+    ag_fixed, rs_fixed = async_tp_fixed_s(act_msg, tp, hbm_bytes_s)
+    proj = async_tp_exposed(t_half, ct.proj_forward, tp)
+    down = ops.where(mlp_ok, async_tp_exposed(t_half, ct.mlp_down_forward, tp), t_half)
+    fused_mlp = ops.where(mlp_ok, 1.0, 0.0)  # a MoE layer's expert pairs stay plain collectives
+    qkv = async_tp_exposed(t_half, ct.qkv_forward, tp) + ag_fixed
+    up = ops.where(mlp_ok, async_tp_exposed(t_half, ct.mlp_up_forward, tp) + ag_fixed, t_half)
+    forward = qkv + up + proj + down + (1.0 + fused_mlp) * rs_fixed
+    backward = proj + down + (1.0 + fused_mlp) * ag_fixed + 2.0 * t_half
+    rerun = ops.where(
+        recompute == Recompute.FULL, share * forward, ops.where(recompute == Recompute.OP, qkv + up, 0.0)
     )
+    return forward + backward + rerun
+
+
+def async_tp_fixed_s(act_msg: Array, tp: Array, hbm_bytes_s: Array) -> tuple[Array, Array]:
+    """Seconds a fused pair adds beside its GEMM, ``(all-gather, reduce-scatter)``, from
+    ``torch/distributed/_symmetric_memory/__init__.py`` (pytorch/pytorch@006b161f):
+
+    * ``_pipelined_multi_all_gather_and_consume`` first copies the local shard into its
+      symmetric buffer and waits on a barrier before the first GEMM chunk ("we are giving up the
+      chance to overlap 'mv' and 'b' with the first shard_consumer for now"): a copy reading and
+      writing the ``act_msg / tp`` bytes of the shard, exposed;
+    * ``_fused_matmul_reduce_scatter_impl`` writes each rank's partial into ``stacked_partials``
+      and sums them afterwards (``reduce_partials``, one kernel): it reads the ``tp`` partials
+      (``act_msg`` bytes) and writes one (``act_msg / tp``), exposed, where NCCL's reduce-scatter
+      reduces inside its own kernel.
+
+    ``hbm_bytes_s``: the achieved HBM rate the elementwise kernels use."""
+    shard = act_msg / ops.maximum(tp, 1.0)
+    return 2.0 * shard / hbm_bytes_s, (act_msg + shard) / hbm_bytes_s
 
 
 def cp_comm(

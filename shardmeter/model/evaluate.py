@@ -129,7 +129,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # ---- the stages: compute, the core's communication and the sharding strategy's --------------
     # The pace is the slower of the largest of the first and middle stages (the embedding on the
     # first) and the last (its layers, the output layer and the loss); see model/stages.py.
-    stl = stage_layers(ms.layers, deg.pp, deg.v, _f(lay.first_stage_layers), _f(lay.last_stage_layers))
+    stl = _stage_layers(ms, lay, deg)
     one = deg.pp == 1
     body = stage_terms(
         inp, parts, deg, pk, ops.maximum(stl.first, stl.middle), emb=(stl.first >= stl.middle) | one, head=one
@@ -221,6 +221,20 @@ def _island_detail(pace: StageTerms, busiest: BusiestGpu, stl: StageLayers) -> I
     )
 
 
+def _stage_layers(ms: Any, lay: Any, deg: Degrees) -> StageLayers:
+    """:func:`~.stages.stage_layers` of the layout: its first / last stage counts and whether
+    the embedding and the loss count in the split."""
+    return stage_layers(
+        ms.layers,
+        deg.pp,
+        deg.v,
+        _f(lay.first_stage_layers),
+        _f(lay.last_stage_layers),
+        _f(lay.embedding_in_split),
+        _f(lay.loss_in_split),
+    )
+
+
 def _structural_reasons(inp: ModelInputs, parts: PartTable, deg: Degrees, m: Array, peak: Array) -> Array:
     """The reason bits that need no stage: the layout's, the sharding part's own rule
     (:func:`~.feasibility.sharding_reasons`), the batch split's (``m`` micro-batches per replica)
@@ -230,7 +244,9 @@ def _structural_reasons(inp: ModelInputs, parts: PartTable, deg: Degrees, m: Arr
     gpus = _f(topo.nodes) * _f(topo.gpus_per_node)
     return (
         layout_reasons(ms.heads, ms.seq_len, _f(ms.experts), deg.tp, deg.pp, deg.cp, deg.dp, deg.ep, gpus)
-        | batch_reasons(m, deg.pp, deg.v, ms.layers, first_l, last_l)
+        | batch_reasons(
+            m, deg.pp, deg.v, ms.layers, first_l, last_l, _f(lay.embedding_in_split), _f(lay.loss_in_split)
+        )
         | ops.where(peak <= 0, int(Reason.PRECISION), 0)
     ) | sharding_reasons(parts, lay.sharding, deg.tp, deg.dp, deg.cp, topo)
 
@@ -250,7 +266,7 @@ def island_memory(inp: ModelInputs, parts: PartTable) -> MemoryProbe:
         shape = batch_shape(inp)
         _, m, m_int = batch_split(_f(tr.global_batch), deg.dp, _f(tr.micro_batch), _f(tr.island_batch))
         reasons = _structural_reasons(inp, parts, deg, m, _f(hw.peak_flops))
-        stl = stage_layers(ms.layers, deg.pp, deg.v, _f(lay.first_stage_layers), _f(lay.last_stage_layers))
+        stl = _stage_layers(ms, lay, deg)
         zero = 0.0 * deg.pp
         pipe = PipeInputs(
             pp=deg.pp,

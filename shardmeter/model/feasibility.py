@@ -73,7 +73,9 @@ REASONS: dict[int, tuple[str, str]] = {
         "parallelism.first_stage_layers",
         "first_stage_layers / last_stage_layers must leave the rest of model.layers ({L}) to split "
         "evenly over the other stages of pp ({pp}), and every stage's layers in whole chunks of "
-        "pp x virtual_stages ({pv}), as Megatron-LM requires",
+        "pp x virtual_stages ({pv}), as Megatron-LM requires (with embedding_in_split / "
+        "loss_in_split: model.layers plus one for each must divide into pp x virtual_stages chunks, "
+        "and neither goes with first/last stage layers)",
     ),
     Reason.SHARDING: (
         "parallelism.sharding",
@@ -168,15 +170,20 @@ def batch_reasons(
     layers: Array,
     first_stage_layers: Array = 0.0,
     last_stage_layers: Array = 0.0,
+    embedding_in_split: Array = 0.0,
+    loss_in_split: Array = 0.0,
 ) -> Array:
     """A batch that does not split into whole micro-batches, too many stages for the layers
     (``virtual_stages`` already 1 where ``pp = 1``), and first / last stage layers that break
-    Megatron-LM's split rule (:func:`~.stages.stage_layers`)."""
+    Megatron-LM's split rule, the embedding and loss counted in it or not
+    (:func:`~.stages.stage_layers`)."""
     bits = ops.where(ops.absolute(m - ops.rint(m)) > 1e-9, Reason.BATCH_SPLIT, 0) | ops.where(
         m < 1 - 1e-9, Reason.BATCH_SPLIT, 0
     )
     bits = bits | ops.where(pp * virtual_stages > layers, Reason.STAGES, 0)
-    bad = stage_layers(layers, pp, virtual_stages, first_stage_layers, last_stage_layers).bad
+    bad = stage_layers(
+        layers, pp, virtual_stages, first_stage_layers, last_stage_layers, embedding_in_split, loss_in_split
+    ).bad
     bits = bits | ops.where(bad, Reason.STAGE_LAYERS, 0)
     return _bits(bits)
 

@@ -49,6 +49,8 @@ from shardmeter.numeric.ops import Array
 
 __all__ = [
     "CAST_KERNELS",
+    "CAST_HBM_SHARE",
+    "cast_hbm_bytes_s",
     "cast_kernels",
     "linear_cast_time",
     "layer_cast_time",
@@ -85,6 +87,21 @@ CAST_KERNELS: dict[str, dict[str, tuple[tuple[float, float, float], ...]]] = {
     },
 }
 _FUSABLE = ("tensorwise", "rowwise", "mxfp8")
+
+#: Achieved share of the HBM rate of a recipe's cast kernels where it is below the roofline.
+#: ``rowwise``: torch.compile generates torchao's axiswise casts (a per-row and a per-column
+#: scale of each operand, the column-wise one a reduction across rows, and bf16 transposed
+#: copies), and such cast-plus-transpose kernels stay well below the HBM rate (pytorch/pytorch
+#: #133242: "the maximum bandwidth I can achieve with the cast to float8 + transpose of
+#: grad_output ... is ~1.4 [TB/s] on an H100, while other float8 overhead kernels top out at
+#: ~2.2"). 0.30 is the best share (least mean absolute error, steps of 0.025) over torchao's published rowwise table (216
+#: shapes, M, K, N from 1024 to 32768: LayerNorm -> Linear -> Sigmoid forward and backward
+#: against bf16 on an H100, pytorch/ao docs/static/fp8-rowwise-perf.png at fdddb2cf, PR #2312;
+#: ``benchmarks/fp8_rowwise_check.py``): with it the model's per-shape speedup is off the
+#: table's by 9.8 % on average (+1.6 % signed), with the GEMMs at the tensorwise fp8 rate (the table leaves no room for
+#: a slower rowwise GEMM: pytorch/pytorch #147971 puts most shapes at 90-100 % of tensorwise).
+#: At the roofline (share 1) the model over-predicted the table's speedups by 63 % on average.
+CAST_HBM_SHARE: dict[str, float] = {"rowwise": 0.30}
 #: rowwise: the dgrad and wgrad outputs rescaled after a cuBLAS tensorwise GEMM (read 2, write 2)
 _RESCALE = 2 * _A
 
@@ -110,16 +127,30 @@ def _act(recipe: str, compiled: bool, phase: int, n: Array, hbm: Array) -> Array
     return kernel_time(cast_kernels(recipe, "act", compiled, phase), n, hbm)
 
 
+def cast_hbm_bytes_s(recipe: str, hbm: Array) -> Array:
+    """The HBM rate a recipe's cast kernels achieve: ``hbm`` times :data:`CAST_HBM_SHARE`."""
+    return hbm * CAST_HBM_SHARE.get(recipe, 1.0)
+
+
 def linear_cast_time(
-    recipe: str, compiled: bool, M: Array, K: Array, N: Array, hbm: Array, count: Array = 1.0
+    recipe: str,
+    compiled: bool,
+    M: Array,
+    K: Array,
+    N: Array,
+    hbm: Array,
+    count: Array = 1.0,
+    input_cast: bool = True,
 ) -> tuple[Array, Array]:
     """Seconds of one linear's quantisation passes, ``(forward, backward)``: its input (M x K) in
     forward, its weight (K x N) in forward and backward, its output gradient (M x N) in backward
     (all of an activation's kernels in the phase where it appears), and rowwise's rescale of the
-    dgrad (M x K) and wgrad (K x N) outputs; ``count`` such linears (experts)."""
-    fwd = _act(recipe, compiled, 0, M * K, hbm) + kernel_time(
-        cast_kernels(recipe, "weight", compiled, 0), K * N, hbm
-    )
+    dgrad (M x K) and wgrad (K x N) outputs; ``count`` such linears (experts). The kernels run
+    at the recipe's achieved HBM rate (:func:`cast_hbm_bytes_s`). ``input_cast = False``: the
+    input's casts are a sibling linear's (:func:`block_cast_time`), not priced here."""
+    hbm = cast_hbm_bytes_s(recipe, hbm)
+    x_cast = _act(recipe, compiled, 0, M * K, hbm) if input_cast else 0.0
+    fwd = x_cast + kernel_time(cast_kernels(recipe, "weight", compiled, 0), K * N, hbm)
     bwd = _act(recipe, compiled, 0, M * N, hbm) + kernel_time(
         cast_kernels(recipe, "weight", compiled, 1), K * N, hbm
     )
@@ -186,16 +217,24 @@ def block_cast_time(
     """``(forward, backward)`` quantisation seconds of one layer's linears under one recipe and
     compile mode: torchtitan's separate ``wq``, ``wk``, ``wv``, ``wo`` and MLP linears (``w1``
     and ``w3`` beside ``w2`` where ``swiglu``, else ``fc1`` and ``fc2``), or with ``delayed``
-    Transformer Engine's fused QKV and fc1 GEMMs (module docstring)."""
+    Transformer Engine's fused QKV and fc1 GEMMs (module docstring).
+
+    Compiled, the linears that read one input (``wq``, ``wk``, ``wv``; ``w1``, ``w3``) cast it
+    once: their casts of that input are the same ops on the same tensor, and AOTAutograd's
+    partitioner runs common-subexpression elimination over the joint graph before Inductor
+    (``torch/_functorch/partitioners.py``, ``min_cut_rematerialization_partition``: ``if
+    config.cse: cse_graph = fx_graph_cse(fx_g)``, pytorch/pytorch@00c07b93; ``cse`` is on by
+    default). Eager, each ``Float8Linear`` casts its own input."""
     name = recipe.name.lower()
+    shared = bool(compiled)  # the sibling's input casts are CSE'd away
     if recipe == Fp8Recipe.DELAYED:  # Transformer Engine's fused QKV and fc1
-        lin = [(M, h, q + kv + v, 1.0), (M, o, h, 1.0)]
-        up = [(m_mlp, h, 2.0 * ffn, experts)]
+        lin = [(M, h, q + kv + v, 1.0, False), (M, o, h, 1.0, False)]
+        up = [(m_mlp, h, 2.0 * ffn, experts, False)]
     else:
-        lin = [(M, h, q, 1.0), (M, h, kv, 1.0), (M, h, v, 1.0), (M, o, h, 1.0)]
-        up = [(m_mlp, h, ffn, 2.0 * experts)]
-    gelu_up = [(m_mlp, h, ffn, experts)]
-    down = [(m_mlp, ffn, h, experts)]
+        lin = [(M, h, q, 1.0, False), (M, h, kv, 1.0, shared), (M, h, v, 1.0, shared), (M, o, h, 1.0, False)]
+        up = [(m_mlp, h, ffn, experts, False), (m_mlp, h, ffn, experts, shared)]
+    gelu_up = [(m_mlp, h, ffn, experts, False)]
+    down = [(m_mlp, ffn, h, experts, False)]
     return where_needed(
         swiglu,
         lambda: _sum(name, compiled, lin + up + down, hbm),
@@ -204,11 +243,11 @@ def block_cast_time(
 
 
 def _sum(
-    recipe: str, compiled: bool, linears: Sequence[tuple[Array, Array, Array, Array]], hbm: Array
+    recipe: str, compiled: bool, linears: Sequence[tuple[Array, Array, Array, Array, bool]], hbm: Array
 ) -> tuple[Array, Array]:
     f, b = 0.0, 0.0
-    for M, K, N, n in linears:
-        lf, lb = linear_cast_time(recipe, compiled, M, K, N, hbm, n)
+    for M, K, N, n, sibling in linears:
+        lf, lb = linear_cast_time(recipe, compiled, M, K, N, hbm, n, input_cast=not sibling)
         f, b = f + lf, b + lb
     return f, b
 

@@ -41,7 +41,9 @@ def even_stage_layers(layers: Array, pp: Array, v: Array, rank: Array) -> Array:
     return v * q + extra
 
 
-def stage_layers(layers: Array, pp: Array, v: Array, first: Array, last: Array) -> StageLayers:
+def stage_layers(
+    layers: Array, pp: Array, v: Array, first: Array, last: Array, emb: Array = 0.0, loss: Array = 0.0
+) -> StageLayers:
     """Layers of the first, middle and last stages (``first`` / ``last`` > 0: set, 0: unset).
 
     Unset, the split is :func:`even_stage_layers`. Set, as Megatron-LM's
@@ -52,7 +54,18 @@ def stage_layers(layers: Array, pp: Array, v: Array, first: Array, last: Array) 
     ``TransformerConfig.__post_init__`` refuses (``bad`` here) a remainder that does not divide
     over the middle stages, middle layers without middle stages or the reverse, and, with
     virtual stages, a first, last or middle count that is not a multiple of ``v``.
-    """
+
+    ``emb`` / ``loss`` (``embedding_in_split`` / ``loss_in_split``, only with ``pp > 1``): the
+    same function's other branch, ``--account-for-embedding-in-pipeline-split`` /
+    ``--account-for-loss-in-pipeline-split``: ``num_layers += 1`` for each, split over the ranks
+    and their ``v`` chunks, and the first chunk of the first stage (the last chunk of the last
+    stage) builds one transformer layer fewer. Megatron asserts ``num_layers % pp == 0`` and,
+    interleaved, ``(num_layers / pp) % v == 0`` there, and refuses either flag with a first or
+    last stage count ("Does not support standalone embedding stage and standalone loss stage
+    with uneven pp"): ``bad``."""
+    split = (ops.as_float(emb) + ops.as_float(loss)) * ops.where(pp > 1, 1.0, 0.0)
+    e = ops.where(pp > 1, ops.as_float(emb), 0.0)
+    lo = ops.where(pp > 1, ops.as_float(loss), 0.0)
     set_f, set_l = first > 0, last > 0
     uneven = set_f | set_l
     n_mid = pp - ops.where(set_f, 1.0, 0.0) - ops.where(set_l, 1.0, 0.0)
@@ -67,17 +80,22 @@ def stage_layers(layers: Array, pp: Array, v: Array, first: Array, last: Array) 
         | (set_f & (ops.mod(first, v) != 0))
         | (set_l & (ops.mod(last, v) != 0))
     )
+    units = layers + split  # the split's layers, the embedding and the loss among them
+    per_rank = units / ops.maximum(pp, 1.0)
+    bad = bad | (
+        (split > 0) & (uneven | (ops.mod(units, ops.maximum(pp, 1.0)) != 0) | (ops.mod(per_rank, v) != 0))
+    )
     mid_u = ops.where(n_mid > 0, per_mid, 0.0)
     last_rank = ops.maximum(pp - 1.0, 0.0)
-    first_n = ops.where(uneven, ops.where(set_f, first, mid_u), even_stage_layers(layers, pp, v, 0.0))
+    first_n = ops.where(uneven, ops.where(set_f, first, mid_u), even_stage_layers(units, pp, v, 0.0) - e)
     last_n = ops.where(
         uneven,
         ops.where(set_l & (pp > 1), last, ops.where(pp > 1, mid_u, first_n)),
-        even_stage_layers(layers, pp, v, last_rank),
+        even_stage_layers(units, pp, v, last_rank) - lo,
     )
     mid_n = ops.where(
         pp > 2,
-        ops.where(uneven, mid_u, even_stage_layers(layers, pp, v, 1.0)),
+        ops.where(uneven, mid_u, even_stage_layers(units, pp, v, 1.0)),
         ops.where(pp > 1, last_n, first_n),
     )
     return StageLayers(first=first_n, middle=mid_n, last=last_n, bad=bad)

@@ -36,10 +36,12 @@ def _island_layout(res: Resolved, isl: ResolvedIsland, out: Outputs, row: int, j
     v = par.virtual_stages if par.pp > 1 else 1
     largest = round(float(_at(o.layers_per_stage, row, j)))
     first, last = (even_stage_layers(sc.model.layers, par.pp, v, s) for s in (0, par.pp - 1))
-    if par.pp > 1 and (par.first_stage_layers or par.last_stage_layers):
+    split = par.embedding_in_split or par.loss_in_split
+    if par.pp > 1 and (par.first_stage_layers or par.last_stage_layers or split):
         st = stage_layers(
             float(sc.model.layers), float(par.pp), float(v),
             float(par.first_stage_layers or 0), float(par.last_stage_layers or 0),
+            float(par.embedding_in_split), float(par.loss_in_split),
         )  # fmt: skip
         first, last = round(st.first), round(st.last)
         uneven = {"first_stage_layers": first, "last_stage_layers": last}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shardmeter
 from shardmeter.strategies.convergence import DiLoCoFits
-from shardmeter.strategies.schedules import ClassicSchedule, DeepSpeedSchedule
+from shardmeter.strategies.schedules import ClassicSchedule, DeepSpeedSchedule, InterleavedOptions
 from shardmeter.strategies.sync import DiLoCo, GlobalAllReduce
 from shardmeter.strategies.zero import (
     DEEPSPEED_MAX_LIVE_PARAMETERS,
@@ -100,6 +100,7 @@ def shardmeter_pipeline_schedules():
     )
     yield ClassicSchedule(
         name="interleaved",
+        options=InterleavedOptions,
         bubble_over_virtual=True,
         description="Interleaved 1F1B with v model chunks per GPU: bubble (p-1)/(v m), v times the p2p traffic.",
         source="Narayanan et al. 2021, Sec. 2.2.2",

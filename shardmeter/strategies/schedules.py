@@ -32,12 +32,29 @@ from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 from shardmeter.parts import PipeInputs, PipeTerms, ScheduleNeeds, SchedulePart
 
-__all__ = ["ClassicSchedule", "DeepSpeedSchedule", "DeepSpeedOptions", "p2p_transfers"]
+__all__ = ["ClassicSchedule", "InterleavedOptions", "DeepSpeedSchedule", "DeepSpeedOptions", "p2p_transfers"]
 
 
 def p2p_transfers(pipe: PipeInputs) -> Array:
     """Sends per step on one stage boundary: ``2 (v m + p - 1)`` with ``p > 1``, else 0."""
     return ops.where(pipe.pp > 1, 2.0 * (pipe.virtual_stages * pipe.micro_batches + pipe.pp - 1.0), 0.0)
+
+
+@attrs.frozen(kw_only=True)
+class InterleavedOptions:
+    """The interleaved schedule's ``microbatch_rule``, whose micro-batch counts it runs with
+    virtual stages: ``"megatron"`` (Megatron-LM: a multiple of ``pp``,
+    ``megatron/core/pipeline_parallel/schedules.py`` at NVIDIA/Megatron-LM@d98e8a64) or
+    ``"pytorch"`` (``torch.distributed.pipelining``'s ``ScheduleInterleaved1F1B``, which
+    torchtitan runs: ``number_of_rounds = max(1, n_microbatches // self.pp_group_size)`` and
+    "Interleaved 1F1B requires the number of microbatches to be a multiple of the number of
+    rounds", ``torch/distributed/pipelining/schedules.py`` at pytorch/pytorch@00722e64; the
+    flexible schedule of pytorch/pytorch #129597, made ``Interleaved1F1B`` by #137783,
+    2024-10-11). The torchtitan profile sets ``"pytorch"``."""
+
+    microbatch_rule: str = attrs.field(
+        default="megatron", validator=attrs.validators.in_(("megatron", "pytorch"))
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -55,9 +72,12 @@ class ClassicSchedule(SchedulePart):
 
     def needs(self, opts: Any) -> ScheduleNeeds:
         """Interleaving (``bubble_over_virtual``) uses virtual stages and, with ``v > 1``, needs
-        the micro-batches to be a multiple of ``p``; GPipe and 1F1B run one chunk per GPU."""
+        the micro-batches to be a multiple of ``p`` (Megatron-LM) or of PyTorch's rounds
+        (:class:`InterleavedOptions`); GPipe and 1F1B run one chunk per GPU."""
         if not self.bubble_over_virtual:
             return ScheduleNeeds()
+        if getattr(opts, "microbatch_rule", "megatron") == "pytorch":
+            return ScheduleNeeds(virtual_stages="used", interleaved_rounds=True)
         return ScheduleNeeds(virtual_stages="used", interleaved_multiple_of_pp=True)
 
     def one_stage_order(self, opts: Any) -> str:

@@ -103,7 +103,14 @@ def _struct_bits(ctx: IslandContext, m: np.ndarray) -> np.ndarray:
     v = np.where(pp > 1, np.maximum(g("layout.virtual_stages"), 1.0), 1.0)
     mf = m.astype(float)
     bits = batch_reasons(
-        mf, pp, v, g("model.layers"), g("layout.first_stage_layers"), g("layout.last_stage_layers")
+        mf,
+        pp,
+        v,
+        g("model.layers"),
+        g("layout.first_stage_layers"),
+        g("layout.last_stage_layers"),
+        g("layout.embedding_in_split"),
+        g("layout.loss_in_split"),
     )
     pipe = PipeInputs(
         pp=pp,

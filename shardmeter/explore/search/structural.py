@@ -144,7 +144,14 @@ def structural_bits(space: Space, cols: Mapping[str, np.ndarray], layout_bits: n
     _, m, m_int = batch_split(g("training.global_batch"), dp, g("training.micro_batch"), island_batch)
     v = np.where(pp > 1, np.maximum(g("layout.virtual_stages"), 1.0), 1.0)
     bits = batch_reasons(
-        m, pp, v, g("model.layers"), g("layout.first_stage_layers"), g("layout.last_stage_layers")
+        m,
+        pp,
+        v,
+        g("model.layers"),
+        g("layout.first_stage_layers"),
+        g("layout.last_stage_layers"),
+        g("layout.embedding_in_split"),
+        g("layout.loss_in_split"),
     )
     pipe = PipeInputs(
         pp=pp,

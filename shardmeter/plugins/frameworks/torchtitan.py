@@ -314,6 +314,12 @@ class TorchTitan(FrameworkPart):
                 "torchtitan pipelining_utils.py@cec7fb6f (2024-10-10): num_stages_per_rank = 2 for a "
                 "multi-stage (interleaved) schedule without split points",
             )
+        if parallelism(tables).get("schedule") == "interleaved" and v.at_least(SPLIT_OPTIONAL):
+            out["parallelism.microbatch_rule"] = (
+                "pytorch",
+                "torchtitan runs torch.distributed.pipelining's ScheduleInterleaved1F1B: micro-batches a "
+                "multiple of its rounds, max(1, m // pp), not of pp (pytorch/pytorch #137783, 2024-10-11)",
+            )
         per_rank = stages or parallelism(tables).get("virtual_stages", 1)
         micro = _micro_batch(tables, gpus, v, per_rank if isinstance(per_rank, int) else 1)
         if micro is not None:
