@@ -98,7 +98,9 @@ def test_validate_reports_every_bundled_memory_figure():
     assert len(measured) == 30
     bounds = {os.path.basename(b["file"])[: -len(".toml")]: b for b in res["memory_bounds"]}
     cases = {
-        os.path.basename(c["file"])[: -len(".toml")]: c for c in res["cases"] if c["field"] == "memory_reserved_gb"
+        os.path.basename(c["file"])[: -len(".toml")]: c
+        for c in res["cases"]
+        if c["field"] == "memory_reserved_gb"
     }
     assert set(bounds) == set(cases) == set(measured)
     for stem, b in bounds.items():
