@@ -29,7 +29,7 @@ Every rule here is the allocator's own, c10/cuda/CUDACachingAllocator.cpp in pyt
   the GPU's memory.
 
 What is outside the allocator (the CUDA context, which the report's ``other`` holds) is in
-:func:`reserved_bytes` as it is in ``memory_per_gpu_gb``, so the reserved prediction is never
+:func:`stage_reserved_bytes` as it is in ``memory_per_gpu_gb``, so the reserved prediction is never
 below the allocated one (SCENARIO.md: "``memory_per_gpu_gb`` plus fragmentation and cached
 blocks"); torchtitan's logged ``max_memory_reserved`` leaves it out (about 1 GB on 50-90 GB).
 
@@ -59,7 +59,6 @@ __all__ = [
     "held_bytes",
     "state_rounding_bytes",
     "page_slack_bytes",
-    "reserved_bytes",
     "stage_reserved_bytes",
 ]
 
@@ -132,48 +131,41 @@ def page_slack_bytes(streams: Array, expandable: Array) -> Array:
     return ops.where(ops.as_bool(expandable), streams * K_LARGE_BUFFER, 0.0)
 
 
-def reserved_bytes(
-    allocated_bytes: Array,
-    matrix_bytes: Array,
-    state_tensors: Array,
-    streams: Array,
-    expandable: Array,
-) -> Array:
-    """The allocator's reserved peak, bytes: the step's ``allocated_bytes`` (the report's
-    ``memory_per_gpu_gb``, its ``other`` included), plus the rounding of ``state_tensors``
-    persistent tensors of ``matrix_bytes`` each (:func:`state_rounding_bytes`) and the last page
-    of each of ``streams`` streams' expandable segment (:func:`page_slack_bytes`). Cached free
-    blocks add nothing at the peak: a step's requests repeat, so each finds the block its
-    predecessor freed, and a failing ``cudaMalloc`` releases the cache before it reports out of
-    memory (module docstring). Never below ``allocated_bytes``."""
-    extra = state_rounding_bytes(matrix_bytes, state_tensors, expandable) + page_slack_bytes(
-        streams, expandable
-    )
-    return allocated_bytes + ops.maximum(extra, 0.0)
-
-
 def stage_reserved_bytes(
     ms: ModelShape, tr: Training, shard: ShardInputs, state: StateBytes, allocated_bytes: Array
 ) -> Array:
-    """:func:`reserved_bytes` of one GPU from its records: ``allocated_bytes`` (its peak),
+    """The allocator's reserved peak on one GPU, bytes: the step's ``allocated_bytes`` (the
+    report's ``memory_per_gpu_gb``, its ``other`` included) plus the rounding of the persistent
+    state's blocks (:func:`state_rounding_bytes`) and the last page of each stream's expandable
+    segment (:func:`page_slack_bytes`). Cached free blocks add nothing at the peak: a step's
+    requests repeat, so each finds the block its predecessor freed, and a failing
+    ``cudaMalloc`` releases the cache before it reports out of memory (module docstring).
+    Read from the GPU's records: ``allocated_bytes`` (its peak),
     ``state`` (the sharding strategy's bytes) and ``shard`` (its parameters per layer and
     layers). Where parameters are sharded per parameter (``param_shards`` > 1: FSDP, ZeRO-3),
     each weight matrix of each layer (4 of attention, 2 or 3 of the MLP; a MoE layer's local
     experts counted as one MLP of their total size, so its rounding is undercounted) holds its
-    shard, its gradient and its optimizer states as tensors of their own, counted as
-    ``(gradients + optimizer) / 4`` fp32 tensors plus the parameter's, each at the layer's
-    average matrix size; elsewhere (DDP, Megatron's contiguous gradient and optimizer buffers)
-    the state is a few large buffers whose rounding is nothing beside them. FSDP adds
-    :data:`FSDP_SIDE_STREAMS` streams to the default one. ``tr.expandable_segments``: the
-    stack's ``PYTORCH_CUDA_ALLOC_CONF``."""
-    per_param = ops.as_float(state.param_shards) > 1.0
+    shard and its optimizer states as tensors of their own (FSDP2 ``FSDPParam`` allocates each
+    sharded parameter, torch.optim each state), counted as ``optimizer / 4`` fp32 tensors plus
+    the parameter's, each at the layer's average matrix size; the gradients are one tensor per
+    layer, the reduce-scatter output the sharded gradients are views of (``foreach_reduce``:
+    ``new_sharded_grad = torch.as_strided(reduce_output, ...)``,
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py @ 8fc2039d). Elsewhere (DDP,
+    Megatron's contiguous gradient and optimizer buffers) the state is a few large buffers
+    whose rounding is nothing beside them. FSDP adds :data:`FSDP_SIDE_STREAMS` streams to the
+    default one. ``tr.expandable_segments``: the stack's ``PYTORCH_CUDA_ALLOC_CONF``."""
+    shards = ops.maximum(ops.as_float(state.param_shards), 1.0)
+    per_param = shards > 1.0
     mats = 4.0 + ops.where(ops.as_bool(ms.swiglu), 3.0, 2.0)
-    sharded = shard.params_per_layer / ops.maximum(ops.as_float(state.param_shards), 1.0)
-    params_sharded = ops.maximum(
-        shard.params_per_gpu / ops.maximum(ops.as_float(state.param_shards), 1.0), 1.0
+    layers = shard.layers_per_stage
+    params_sharded = ops.maximum(shard.params_per_gpu / shards, 1.0)
+    copies = 1.0 + state.optimizer / (4.0 * params_sharded)
+    matrix = 4.0 * shard.params_per_layer / shards / mats
+    grads = state.gradients / params_sharded * shard.params_per_layer / shards  # one layer's
+    exp = tr.expandable_segments
+    rounding = state_rounding_bytes(matrix, layers * mats * copies, exp) + state_rounding_bytes(
+        grads, layers, exp
     )
-    copies = 1.0 + (state.gradients + state.optimizer) / (4.0 * params_sharded)
-    tensors = ops.where(per_param, shard.layers_per_stage * mats * copies, 0.0)
-    matrix = 4.0 * sharded / mats
     streams = 1.0 + ops.where(per_param, FSDP_SIDE_STREAMS, 0.0)
-    return reserved_bytes(allocated_bytes, matrix, tensors, streams, tr.expandable_segments)
+    held = ops.where(per_param, rounding, 0.0)
+    return allocated_bytes + ops.maximum(held, 0.0) + page_slack_bytes(streams, exp)
