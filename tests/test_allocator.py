@@ -108,7 +108,8 @@ def test_fsdp_state_rounding_counted_by_hand():
     split off but reserved). FSDP2 keeps per parameter its shard and Adam's 12 / 4 = 3 fp32
     states: 4 tensors a matrix, 24 a layer; the gradients are one reduce-scatter output per layer
     (6 x 10.5 = 63 MiB in a 64 MiB segment, the 1 MiB rest kept with the block). Two layers:
-    48 x 1.5 MiB + 2 x 1 MiB = 74 MiB."""
+    48 x 1.5 MiB + 2 x 1 MiB = 74 MiB. FSDP2's all-gather output of one layer sits in the
+    copy-in stream's pool: 6 x 10.5 MiB / 4 x 8 shards parameters x 2 bytes = 252 MiB."""
     est = shardmeter.Estimator()
     inp = est.inputs(est.load(TT_8B))[0]
     ms, tr = inp.model, inp.training
@@ -123,12 +124,12 @@ def test_fsdp_state_rounding_counted_by_hand():
         weights=p_sharded * 2.0, gradients=p_sharded * 4.0, optimizer=p_sharded * 12.0, param_shards=shards
     )
     got = al.stage_reserved_bytes(ms, tr, shard, state, 0.0)
-    assert np.all(got == pytest.approx(74 * MIB, rel=1e-12))
-    # with expandable segments: 512-byte rounding only (10.5 MiB is a multiple) and one 20 MiB
-    # page per stream (the default and FSDP's 3)
+    assert np.all(got == pytest.approx((74 + 252) * MIB, rel=1e-12))
+    # with expandable segments: 512-byte rounding only (10.5 MiB is a multiple), one 20 MiB
+    # page per stream (the default and FSDP's 3) and the copy-in pool
     tr_e = attrs.evolve(tr, expandable_segments=np.ones_like(tr.expandable_segments))
     assert np.all(
-        al.stage_reserved_bytes(ms, tr_e, shard, state, 0.0) == pytest.approx(4 * 20 * MIB, rel=1e-12)
+        al.stage_reserved_bytes(ms, tr_e, shard, state, 0.0) == pytest.approx((4 * 20 + 252) * MIB, rel=1e-12)
     )
     # unsharded parameters (DDP, Megatron's contiguous buffers): nothing added
     flat = StateBytes(weights=1.0, gradients=1.0, optimizer=1.0, param_shards=1.0)
@@ -148,10 +149,13 @@ def test_torchtitan_runs_its_allocator_with_expandable_segments_since_a5e57e4a()
 def test_reserved_is_reported_never_below_allocated_and_decides_feasibility():
     r = shardmeter.estimate(TT_8B)
     assert r.feasible
-    # torchtitan 2024-12, FSDP over 8 ranks, expandable segments: the four streams' last pages,
-    # and under 512 bytes for each of 32 layers x (7 matrices x 4 fp32 tensors + 1 gradient buffer)
+    # torchtitan 2024-12, FSDP over 8 ranks, expandable segments: one Llama 3 8B layer's bf16
+    # all-gather output in the copy-in stream's pool (2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x
+    # 14336 = 218.1 M parameters, norms aside), the four streams' last pages, and under 512 bytes
+    # for each of 32 layers x (7 matrices x 4 fp32 tensors + 1 gradient buffer)
+    layer = (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) * 2
     extra = (r.memory_reserved_gb - r.memory_per_gpu_gb) * 1e9
-    assert 4 * 20 * MIB <= extra < 4 * 20 * MIB + 512 * 32 * (7 * 4 + 1)
+    assert layer + 4 * 20 * MIB <= extra < layer + 4 * 20 * MIB + 512 * 32 * (7 * 4 + 1) + 2 * 2 * 4096
     # a GPU between the allocated and the reserved figure cannot hold the plan
     mid = (r.memory_per_gpu_gb + r.memory_reserved_gb) / 2
     tight = shardmeter.estimate(TT_8B, overrides=[f'island[0].gpu={{name="h100-sxm", memory_gb={mid}}}'])

@@ -17,7 +17,9 @@ Every rule here is the allocator's own, c10/cuda/CUDACachingAllocator.cpp in pyt
   512 bytes or more is split off (``should_split``: ``remaining >= kMinBlockSize``), so
   persistent tensors tile the segment and its last page is the only slack;
 * a freed block is cached for later requests on the same stream ("Once freed, blocks can be
-  re-allocated on the same stream, but not on any other stream"), best fit, and split. A
+  re-allocated on the same stream, but not on any other stream"), best fit, and split; FSDP2's
+  all-gather output is allocated on its copy-in stream, so one layer's gathered parameters stay
+  reserved there beside those the compute stream holds (:func:`copy_in_pool_bytes`). A
   training step repeats the same requests every micro-batch and step (activations freed in
   the reverse order of their allocation, the same FSDP all-gather buffers, the same loss
   transients), so after the first step each request finds the cached block its predecessor
@@ -59,6 +61,7 @@ __all__ = [
     "held_bytes",
     "state_rounding_bytes",
     "page_slack_bytes",
+    "copy_in_pool_bytes",
     "stage_reserved_bytes",
 ]
 
@@ -152,7 +155,8 @@ def stage_reserved_bytes(
     ``new_sharded_grad = torch.as_strided(reduce_output, ...)``,
     torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py @ 8fc2039d). Elsewhere (DDP,
     Megatron's contiguous gradient and optimizer buffers) the state is a few large buffers
-    whose rounding is nothing beside them. FSDP adds :data:`FSDP_SIDE_STREAMS` streams to the
+    whose rounding is nothing beside them. FSDP also holds its all-gather buffer in a pool of
+    its own (:func:`copy_in_pool_bytes`) and adds :data:`FSDP_SIDE_STREAMS` streams to the
     default one. ``tr.expandable_segments``: the stack's ``PYTORCH_CUDA_ALLOC_CONF``."""
     shards = ops.maximum(ops.as_float(state.param_shards), 1.0)
     per_param = shards > 1.0
@@ -167,5 +171,21 @@ def stage_reserved_bytes(
         grads, layers, exp
     )
     streams = 1.0 + ops.where(per_param, FSDP_SIDE_STREAMS, 0.0)
-    held = ops.where(per_param, rounding, 0.0)
+    held = ops.where(per_param, rounding + copy_in_pool_bytes(shard), 0.0)
     return allocated_bytes + ops.maximum(held, 0.0) + page_slack_bytes(streams, exp)
+
+
+def copy_in_pool_bytes(shard: ShardInputs) -> Array:
+    """FSDP2's all-gather buffer, cached in a stream of its own: one layer's unsharded
+    parameters in the gather dtype (``params_per_layer x param_gather_bytes``).
+
+    ``foreach_all_gather`` allocates the all-gather output under ``with
+    device_handle.stream(all_gather_copy_in_stream):`` (``all_gather_output =
+    all_gather_comm.allocate((all_gather_input_numel * world_size,), ...)``), and
+    ``foreach_all_gather_copy_out`` copies it into parameters allocated on the compute stream
+    (``fsdp_param.alloc_all_gather_outputs()``, then ``split_with_sizes_copy``):
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py @ 010ae4a8. The two gathered
+    layers the sharding strategy counts are those compute-stream parameters (the layer
+    computing and the one prefetched); the prefetched layer's all-gather output lives in the
+    copy-in stream's pool, whose cached block the compute stream cannot reuse."""
+    return shard.params_per_layer * shard.param_gather_bytes
