@@ -448,6 +448,19 @@ class FrameworkPart(Part):
         default: :attr:`compiled_loss`. A profile with :attr:`versions` adds ``version``."""
         return self.compiled_loss
 
+    #: Behaviour no key states: the stack's launcher runs PyTorch's caching allocator with
+    #: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (one growing segment per stream
+    #: instead of one ``cudaMalloc`` per large block; :mod:`~shardmeter.model.allocator`).
+    #: PyTorch's default is off. A profile whose stack changed this overrides
+    #: :meth:`expandable_segments` instead.
+    expandable_segments_default: ClassVar[bool] = False
+
+    def expandable_segments(self) -> bool:
+        """Whether the stack's launcher turns on the allocator's expandable segments; the
+        default: :attr:`expandable_segments_default`. A profile with :attr:`versions` adds
+        ``version``."""
+        return self.expandable_segments_default
+
     def op_saves_attention(self, attention: str, gpu: HardwareProfile) -> bool:
         """Behaviour no key states: whether the stack's per-operator selective checkpointing
         (``training.recompute = "op"``) saves the attention kernel's outputs on ``gpu`` with

@@ -34,16 +34,36 @@ def need_gb() -> float:
     return Estimator().estimate(MPT1B).memory_per_gpu_gb
 
 
-def test_a_reserved_peak_above_the_prediction_passes_with_its_slack(tmp_path, need_gb):
+@pytest.fixture(scope="module")
+def reserved_gb() -> float:
+    return Estimator().estimate(MPT1B).memory_reserved_gb
+
+
+def test_a_reserved_peak_is_compared_and_bounds_the_allocated_prediction(tmp_path, need_gb, reserved_gb):
     f = _with_measured(tmp_path, "under.toml", f"memory_reserved_gb = {need_gb + 2.5}")
     res = validate_paths([f])
-    assert res["failures"] == [] and res["cases"] == []  # a bound is not a relative error
-    (b,) = res["memory_bounds"]
+    assert res["failures"] == []
+    (c,) = res["cases"]  # compared as a measurement: predicted reserved against it
+    assert c["field"] == "memory_reserved_gb" and c["predicted"] == pytest.approx(reserved_gb)
+    assert c["error"] == pytest.approx(reserved_gb / (need_gb + 2.5) - 1.0)
+    assert res["mape"] == {"memory_reserved_gb": pytest.approx(abs(c["error"]))}
+    (b,) = res["memory_bounds"]  # and a bound on the allocated prediction
     assert b["within"] is True and b["slack_gb"] == pytest.approx(2.5)
     assert b["predicted"] == pytest.approx(need_gb) and b["field"] == "memory_reserved_gb"
-    assert res["memory"]["reserved_bounds"] == 1 and res["memory"]["reserved_violations"] == 0
-    assert res["memory"]["min_slack_gb"] == pytest.approx(2.5)
-    assert res["overall_mape"] is None and res["mape"] == {}
+    mem = res["memory"]
+    assert mem["reserved_bounds"] == 1 and mem["reserved_violations"] == 0 and mem["reserved_cases"] == 1
+    assert mem["min_slack_gb"] == pytest.approx(2.5)
+    assert mem["reserved_within_10pct"] == (1.0 if abs(c["error"]) <= 0.10 else 0.0)
+    assert res["overall_mape"] is None  # memory is summed up apart from the speed fields
+
+
+def test_reserved_within_ten_percent_is_the_share_of_cases(tmp_path, reserved_gb):
+    near = _with_measured(tmp_path, "near.toml", f"memory_reserved_gb = {reserved_gb / 1.05}")
+    far = _with_measured(tmp_path, "far.toml", f"memory_reserved_gb = {reserved_gb / 1.5}")
+    res = validate_paths([near, far])
+    assert res["memory"]["reserved_cases"] == 2
+    assert res["memory"]["reserved_within_10pct"] == pytest.approx(0.5)
+    assert res["memory"]["reserved_mape"] == pytest.approx((0.05 + 0.5) / 2)
 
 
 def test_a_prediction_above_the_reserved_peak_is_a_failed_case(tmp_path, need_gb):
@@ -55,7 +75,8 @@ def test_a_prediction_above_the_reserved_peak_is_a_failed_case(tmp_path, need_gb
     assert b["within"] is False and b["slack_gb"] == pytest.approx(-3.0)
     assert res["n_failed"] == 1 and "exceeds the measured memory_reserved_gb" in res["failures"][0]["error"]
     assert res["memory"]["reserved_violations"] == 1 and res["memory"]["min_slack_gb"] is None
-    assert [c["field"] for c in res["cases"]] == ["tokens_per_s_per_gpu"]  # still compared
+    assert [c["field"] for c in res["cases"]] == ["tokens_per_s_per_gpu", "memory_reserved_gb"]
+    assert res["overall_mape"] == pytest.approx(abs(res["cases"][0]["error"]))  # speed only
 
 
 def test_an_allocated_peak_is_compared_like_any_field(tmp_path, need_gb):
@@ -85,6 +106,10 @@ def test_validate_json_and_table_show_the_bound(tmp_path, capsys, need_gb):
     assert set(doc["memory"]) == {
         "allocated_cases",
         "allocated_mape",
+        "allocated_within_10pct",
+        "reserved_cases",
+        "reserved_mape",
+        "reserved_within_10pct",
         "reserved_bounds",
         "reserved_violations",
         "min_slack_gb",
@@ -93,6 +118,7 @@ def test_validate_json_and_table_show_the_bound(tmp_path, capsys, need_gb):
     assert main(["validate", f]) == 0
     out = capsys.readouterr().out
     assert "slack +1.0 GB" in out and "1 reserved bounds, 0 exceeded" in out
+    assert "1 reserved peaks, MAPE" in out and "within 10%" in out
 
 
 @pytest.mark.parametrize("path", [MPT1B, ZERO3_530B], ids=["mpt-1b-fsdp", "zero3-530b"])

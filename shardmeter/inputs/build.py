@@ -138,6 +138,12 @@ def _compiled_loss(res: Resolved) -> bool:
     return res.scenario.training.compile and _framework_says(res, "loss_compiled", default=False)
 
 
+def _expandable_segments(res: Resolved) -> bool:
+    """Whether the stack's launcher sets ``expandable_segments:True`` for PyTorch's caching
+    allocator (``FrameworkPart.expandable_segments``); False (PyTorch's default) without one."""
+    return _framework_says(res, "expandable_segments", default=False)
+
+
 def _training(res: Resolved, row) -> Training:
     t, isls = res.scenario.training, res.islands
     n = len(isls)
@@ -158,6 +164,7 @@ def _training(res: Resolved, row) -> Training:
         ),
         compiled_loss=row([_compiled_loss(res)] * n),
         op_saves_attention=row([_op_saves_attention(res, isl.gpu) for isl in isls]),
+        expandable_segments=row([_expandable_segments(res)] * n),
     )
 
 

@@ -110,7 +110,10 @@ class Training:
     torch.compile: bf16 logits kept, not fp32; :func:`~.memory.logits_bytes_per_element`) and
     ``op_saves_attention`` (op recompute saves the attention kernel's output and log-sum-exp;
     0 = the stack's save list leaves the kernel out, so attention is recomputed in the backward:
-    torchtitan's cuDNN SDPA on Blackwell, ``FrameworkPart.op_saves_attention``)."""
+    torchtitan's cuDNN SDPA on Blackwell, ``FrameworkPart.op_saves_attention``);
+    ``expandable_segments`` (the stack runs PyTorch's caching allocator with
+    ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``, ``FrameworkPart.expandable_segments``;
+    :mod:`~shardmeter.model.allocator`)."""
 
     global_batch: Array
     micro_batch: Array
@@ -127,6 +130,7 @@ class Training:
     fp8_params: Array = 0.0
     compiled_loss: Array = 0.0
     op_saves_attention: Array = 1.0
+    expandable_segments: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)

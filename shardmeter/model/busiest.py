@@ -18,7 +18,7 @@ from shardmeter.model.sharding import shard_inputs, sharding_state
 from shardmeter.model.stages import StageLayers
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
-from shardmeter.parts import StateBytes
+from shardmeter.parts import ShardInputs, StateBytes
 
 __all__ = ["BusiestGpu", "busiest_gpu", "busiest_parts"]
 
@@ -29,12 +29,15 @@ _f = ops.as_float
 class BusiestGpu:
     """The busiest GPU of an island (``(rows..., islands)``): its sharding ``state`` (bytes),
     ``activations_bytes``, ``extra_state_bytes`` (a sync strategy's outer state) and
-    ``memory_bytes`` (the total at the step's peak, :func:`~.memory.total_memory`)."""
+    ``memory_bytes`` (the total at the step's peak, :func:`~.memory.total_memory`) and
+    ``shard`` (what its sharding strategy saw: parameters per layer, layers; the caching
+    allocator's rounding reads it, :func:`~.allocator.stage_reserved_bytes`)."""
 
     state: StateBytes
     activations_bytes: Array
     extra_state_bytes: Array
     memory_bytes: Array
+    shard: ShardInputs | None = None
 
 
 def busiest_gpu(
@@ -61,7 +64,9 @@ def busiest_gpu(
         act_r = activation_memory(ms, tr, sh_r, deg.tp, deg.sp, held_r, logits_r)
         extra_r = shard_r.params_per_gpu * outer / st_r.param_shards  # a sync strategy's
         mem_r = total_memory(st_r.weights, st_r.gradients, st_r.optimizer + extra_r, st_r.extra, act_r)
-        cand = BusiestGpu(state=st_r, activations_bytes=act_r, extra_state_bytes=extra_r, memory_bytes=mem_r)
+        cand = BusiestGpu(
+            state=st_r, activations_bytes=act_r, extra_state_bytes=extra_r, memory_bytes=mem_r, shard=shard_r
+        )
         busiest = cand if busiest is None else pick(mem_r > busiest.memory_bytes, cand, busiest)
     assert busiest is not None
     return busiest

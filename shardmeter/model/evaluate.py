@@ -23,6 +23,7 @@ import attrs
 import numpy as np
 
 from shardmeter.inputs.bundles import ModelInputs, PartTable
+from shardmeter.model.allocator import stage_reserved_bytes
 from shardmeter.model.busiest import BusiestGpu, busiest_gpu, busiest_parts
 from shardmeter.model.compute import full_recompute_share
 from shardmeter.model.degrees import Degrees, degrees
@@ -146,7 +147,8 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
 
     # ---- memory of the busiest GPU: the first, middle (rank 1) and last stages -------------------
     busiest = busiest_gpu(inp, parts, deg, stl, pipe.schedule, shape[-1] if shape else 1)
-    reasons = reasons | ops.where(busiest.memory_bytes > hw.memory_bytes, int(Reason.MEMORY), 0)
+    reserved = _reserved(inp, busiest)
+    reasons = reasons | ops.where(reserved > hw.memory_bytes, int(Reason.MEMORY), 0)
 
     flops = model_flops(ms, tr, full_recompute_share(tr, pace.shapes))
     steps = IslandSteps(
@@ -161,6 +163,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
         island_batch=b_isl,
         micro_batches=m_int,
         memory_bytes=busiest.memory_bytes,
+        memory_reserved_bytes=reserved,
         peak_flops=pk.flops,
         model_flops_per_token=flops.model_flops_per_token,
         hardware_flops_per_token=flops.hardware_flops_per_token,
@@ -168,6 +171,13 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
         detail=_island_detail(pace, busiest, stl) if detail else None,
     )
     return combine_islands(parts, inp, shape, steps, detail, islands_only)
+
+
+def _reserved(inp: ModelInputs, busiest: BusiestGpu) -> Array:
+    """What the caching allocator reserves on the busiest GPU at the peak
+    (:func:`~.allocator.stage_reserved_bytes`): what feasibility compares with the GPU's memory."""
+    assert busiest.shard is not None
+    return stage_reserved_bytes(inp.model, inp.training, busiest.shard, busiest.state, busiest.memory_bytes)
 
 
 def _step_terms(
@@ -280,7 +290,8 @@ def island_memory(inp: ModelInputs, parts: PartTable) -> MemoryProbe:
         )
         sch = schedule_terms(parts, pipe, lay.schedule)
         reasons = reasons | ops.where(_f(sch.infeasible) > 0, int(Reason.SCHEDULE), 0)
-        mem = busiest_gpu(inp, parts, deg, stl, sch, shape[-1]).memory_bytes
-        reasons = reasons | ops.where(mem > hw.memory_bytes, int(Reason.MEMORY), 0)
+        busiest = busiest_gpu(inp, parts, deg, stl, sch, shape[-1])
+        mem = busiest.memory_bytes
+        reasons = reasons | ops.where(_reserved(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
         full = np.broadcast_shapes(shape, np.shape(reasons), np.shape(mem))
         return MemoryProbe(reasons=ops.broadcast(reasons, full), memory_bytes=ops.broadcast(mem, full))

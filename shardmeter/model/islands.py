@@ -148,7 +148,8 @@ class IslandSteps:
     """Each island's composed step (arrays over rows x islands): the breakdown ``terms`` and
     their ``hidden`` time (``None`` without ``detail``), the reason bits, the window left for a
     global all-reduce (``ar_window``), and what the report needs: ``grad_bytes``, ``params``,
-    ``island_batch``, ``micro_batches``, ``memory_bytes``, ``peak_flops``, the model and
+    ``island_batch``, ``micro_batches``, ``memory_bytes``, ``memory_reserved_bytes`` (what the
+    caching allocator reserves at the peak, :mod:`.allocator`), ``peak_flops``, the model and
     hardware FLOPs per token, ``gpus`` per island and the ``detail`` of :class:`IslandDetail`
     (``None`` without ``detail``)."""
 
@@ -161,6 +162,7 @@ class IslandSteps:
     island_batch: Array
     micro_batches: Array
     memory_bytes: Array
+    memory_reserved_bytes: Array
     peak_flops: Array
     model_flops_per_token: Array
     hardware_flops_per_token: Array
@@ -193,6 +195,7 @@ def combine_islands(
         step_s=island_step,
         gpus=ops.broadcast(st.gpus, full),
         memory_bytes=ops.broadcast(st.memory_bytes, full),
+        memory_reserved_bytes=ops.broadcast(st.memory_reserved_bytes, full),
         memory_capacity_bytes=ops.broadcast(inp.hardware.memory_bytes, full),
         ar_window_s=ops.broadcast(st.ar_window, full),
         grad_bytes=ops.broadcast(st.grad_bytes, full),
@@ -292,6 +295,7 @@ def _details(
         hfu=g(hw_tf * 1e12 / gpu_peak_mean),
         compute_utilization=g(cu),
         memory_bytes=over_islands(np.maximum, out.island.memory_bytes, keepdims=False),
+        memory_reserved_bytes=over_islands(np.maximum, out.island.memory_reserved_bytes, keepdims=False),
         gpus=g(total_gpus),
         wan_s=g(wan.wan_s),
         wan_round_s=g(wan.round_s),

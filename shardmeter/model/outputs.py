@@ -146,7 +146,8 @@ class IslandOutputs:
 
     Always: ``feasible`` (no reason bit set, bool), ``step_s`` (the island's own inner step,
     seconds), ``gpus`` (GPUs it uses), ``memory_bytes`` (its busiest GPU at the step's peak),
-    ``memory_capacity_bytes`` (one GPU's memory), ``ar_window_s`` (the window left after its
+    ``memory_reserved_bytes`` (what the caching allocator reserves on that GPU then,
+    :mod:`.allocator`: what feasibility compares with the GPU's memory), ``memory_capacity_bytes`` (one GPU's memory), ``ar_window_s`` (the window left after its
     last backward pass, where a cross-island all-reduce may hide), ``grad_bytes`` (bytes per
     gradient element it reduces).
 
@@ -162,6 +163,7 @@ class IslandOutputs:
     step_s: Array
     gpus: Array
     memory_bytes: Array
+    memory_reserved_bytes: Array
     memory_capacity_bytes: Array
     ar_window_s: Array
     grad_bytes: Array
@@ -188,7 +190,8 @@ class Outputs:
     ``None`` with ``islands_only``: ``step_time_s`` (the global step, seconds) and
     ``egress_bytes_per_step`` (bytes each island sends to the others per step).
 
-    ``None`` without ``detail``: ``memory_bytes`` (the busiest GPU over islands), ``gpus``
+    ``None`` without ``detail``: ``memory_bytes`` (the busiest GPU over islands),
+    ``memory_reserved_bytes`` (the caching allocator's reserved peak, largest over islands), ``gpus``
     (GPUs used over islands), ``tokens_per_s`` and ``tokens_per_s_per_gpu``,
     ``model_tflops_per_gpu`` and ``hardware_tflops_per_gpu`` (TFLOP/s, without and with
     recompute), ``mfu`` and ``hfu`` (fractions of the GPU-weighted peak),
@@ -204,6 +207,7 @@ class Outputs:
     step_time_s: Array | None = None
     egress_bytes_per_step: Array | None = None
     memory_bytes: Array | None = None
+    memory_reserved_bytes: Array | None = None
     gpus: Array | None = None
     tokens_per_s: Array | None = None
     tokens_per_s_per_gpu: Array | None = None

@@ -125,6 +125,11 @@ class Report:
     #: The resolved layout (:func:`~shardmeter.report.layout.layout_of`): degrees, gradient accumulation, layers per stage,
     #: parameters per GPU; ``islands`` lists each island's where they differ.
     layout: dict[str, Any] = attrs.field(factory=dict)
+    #: What PyTorch's caching allocator would reserve on the busiest GPU at the peak
+    #: (``max_memory_reserved``): ``memory_per_gpu_gb`` plus the allocator's rounding and
+    #: segment slack (:mod:`~shardmeter.model.allocator`); feasibility compares it with the
+    #: GPU's memory. None without a prediction.
+    memory_reserved_gb: float | None = None
     #: The busiest GPU's memory by part (``weights``, ``gradients``, ``optimizer``,
     #: ``activations``, ``other``: the strategy's buffers and the
     #: framework's reservation), GB, adding up to ``memory_per_gpu_gb``.
@@ -189,6 +194,7 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
             notes.append(f"island '{isl.name}' uses {isl.gpus_used} of its {isl.gpus} GPUs")
     common: dict[str, Any] = {
         "memory_per_gpu_gb": _num(_gb(_detailed(out.memory_bytes), row)),
+        "memory_reserved_gb": _num(_gb(_detailed(out.memory_reserved_bytes), row)),
         "memory_capacity_gb": min(isl.gpu.memory_gb for isl in islands),
         "gpus": gpus,
         "params": float(_at(out.params, row)),
@@ -286,7 +292,7 @@ def _reasons(res: Resolved, out: Outputs, row: int) -> list[str]:
             "gpus": isl.gpus,
             "bi": _fmt_int(_at(_detailed(o.batch_sequences), row, j)),
             "mbs_dp": sc.micro_batch(j) * isl.dp,
-            "mem_gb": _Figure(_gb(o.memory_bytes, row, j)),
+            "mem_gb": _Figure(_gb(o.memory_reserved_bytes, row, j)),
             "cap_gb": _Figure(_gb(o.memory_capacity_bytes, row, j)),
             "m": _fmt_int(_at(_detailed(o.micro_batches), row, j)),
             "pp": par.pp,

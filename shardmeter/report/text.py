@@ -174,6 +174,7 @@ def _infeasible(r: Any) -> str:
     out.extend(f"  - {x}" for x in r.reasons)
     if r.memory_per_gpu_gb is not None:
         out.append(f"  memory per GPU: {fmt_gb(r.memory_per_gpu_gb)} GB of {fmt_gb(r.memory_capacity_gb)} GB")
+        out.append(f"  memory reserved (caching allocator): {fmt_gb(r.memory_reserved_gb)} GB")
         if r.memory_breakdown_gb:
             parts = ", ".join(f"{k} {fmt_gb(v)}" for k, v in r.memory_breakdown_gb.items())
             out.append(f"  memory by part (GB): {parts}")
@@ -195,6 +196,7 @@ def format_report(r: Any) -> str:
         ("hardware TFLOP/s per GPU", fmt_num(r.hardware_tflops_per_gpu)),
         ("MFU / HFU", f"{fmt_pct(r.mfu)} / {fmt_pct(r.hfu)}"),
         ("memory per GPU", f"{fmt_gb(r.memory_per_gpu_gb)} GB of {fmt_gb(r.memory_capacity_gb)} GB"),
+        ("memory reserved", f"{fmt_gb(r.memory_reserved_gb)} GB (PyTorch's caching allocator)"),
     ]
     if len(r.islands) > 1:
         rows.append(("compute utilization", fmt_pct(r.compute_utilization)))

@@ -48,6 +48,12 @@ SPLIT_OPTIONAL = StackVersion(
     change='Make pp split points optional: "elif issubclass(schedule_class, PipelineScheduleMulti): '
     '... num_stages_per_rank = 2", two stages per rank for an interleaved schedule',
 )
+EXPANDABLE_SEGMENTS = StackVersion(
+    since="2024-10-22",
+    commit="a5e57e4a9a263056cf7bc65b4987adf2ae489e01",
+    change='Use expandable segments in `run_llama_train.sh` (#643): "+PYTORCH_CUDA_ALLOC_CONF='
+    '"expandable_segments:True"", the caching allocator with expandable segments',
+)
 PP_TOTAL_STAGES = StackVersion(
     since="2025-01-07",
     commit="90567fc9827ffdf17bdd0349cd5276c662d0769a",
@@ -123,6 +129,7 @@ ONE_PP_MICROBATCH = StackVersion(
 TORCHTITAN_VERSIONS: tuple[StackVersion, ...] = (
     PP_DEGREE,
     SPLIT_OPTIONAL,
+    EXPANDABLE_SEGMENTS,
     PP_TOTAL_STAGES,
     LOSS_COMPILED,
     PP_MICROBATCH_SIZE,
@@ -283,6 +290,12 @@ class TorchTitan(FrameworkPart):
         """``torch.compile(loss_fn)`` under ``training.compile`` since bbb1b616 (2025-04-02;
         before it: "TODO: compiling loss function causes CUDA errors, turning off for now")."""
         return (version or self.versions[-1]).at_least(LOSS_COMPILED)
+
+    def expandable_segments(self, version: StackVersion | None = None) -> bool:
+        """Its launcher sets ``PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"`` since
+        a5e57e4a (2024-10-22, ``run_llama_train.sh``; kept in ``run_train.sh``, as
+        ``PYTORCH_ALLOC_CONF`` since e629fe58, 2025-08-15)."""
+        return (version or self.versions[-1]).at_least(EXPANDABLE_SEGMENTS)
 
     def op_saves_attention(
         self, attention: str, gpu: HardwareProfile, version: StackVersion | None = None

@@ -1,0 +1,191 @@
+"""What PyTorch's CUDA caching allocator reserves at the step's peak (``memory_reserved_gb``,
+``torch.cuda.max_memory_reserved``) from the memory the step holds (:mod:`.memory`).
+
+Every rule here is the allocator's own, c10/cuda/CUDACachingAllocator.cpp in pytorch/pytorch
+@ 001074d25084fdb87a799823e395a50f5ec044d3 (quoted in each function):
+
+* a request is rounded to 512 bytes (``round_size``, ``kMinBlockSize``); a request of at most
+  1 MiB goes to the small pool, packed into 2 MiB segments, a larger one to the large pool
+  (``get_pool``, ``kSmallSize``, ``kSmallBuffer``);
+* without a cached block that fits, the large pool takes a new segment from ``cudaMalloc``:
+  20 MiB for a request under 10 MiB (split, the rest shared by later 1-10 MiB requests),
+  else the request rounded up to 2 MiB (``get_allocation_size``, ``kLargeBuffer``,
+  ``kMinLargeAlloc``, ``kRoundLarge``). The rest of that segment is split off as a free block
+  only when more than 1 MiB is left (``should_split``: ``remaining > kSmallSize``); a rest of
+  at most 1 MiB stays with the block and counts as allocated. With ``expandable_segments:True``
+  each stream has one segment that grows by 20 MiB pages of the large pool and every rest of
+  512 bytes or more is split off (``should_split``: ``remaining >= kMinBlockSize``), so
+  persistent tensors tile the segment and its last page is the only slack;
+* a freed block is cached for later requests on the same stream ("Once freed, blocks can be
+  re-allocated on the same stream, but not on any other stream"), best fit, and split; FSDP2's
+  all-gather output is allocated on its copy-in stream, so one layer's gathered parameters stay
+  reserved there beside those the compute stream holds (:func:`copy_in_pool_bytes`). A
+  training step repeats the same requests every micro-batch and step (activations freed in
+  the reverse order of their allocation, the same FSDP all-gather buffers, the same loss
+  transients), so after the first step each request finds the cached block its predecessor
+  freed: the reserved high-water mark is the allocated peak plus the rounding of the blocks
+  alive at it. Cached free memory never makes a plan fail: a ``cudaMalloc`` that fails frees
+  the cached unsplit segments (with expandable segments, unmaps their free pages) and retries
+  (``malloc``: ``release_available_cached_blocks`` ... ``release_cached_blocks(context) &&
+  alloc_block(params, true, ...)``), so only what is allocated and its rounding count against
+  the GPU's memory.
+
+What is outside the allocator (the CUDA context, which the report's ``other`` holds) is in
+:func:`stage_reserved_bytes` as it is in ``memory_per_gpu_gb``, so the reserved prediction is never
+below the allocated one (SCENARIO.md: "``memory_per_gpu_gb`` plus fragmentation and cached
+blocks"); torchtitan's logged ``max_memory_reserved`` leaves it out (about 1 GB on 50-90 GB).
+
+Not counted: the rounding of the activations' blocks (the model does not itemise the tensors a
+layer saves; Llama-shaped activations are multiples of 2 MiB), fragmentation from
+irregular lifetimes (interleaved pipeline chunks with partial recompute: Huang et al. 2025,
+STAlloc, arXiv 2507.16274, measure up to 43 % of memory wasted by the default allocator on
+such schedules, without a formula to carry over)."""
+
+from __future__ import annotations
+
+from shardmeter.exchange import ShardInputs, StateBytes
+from shardmeter.inputs.bundles import ModelShape, Training
+from shardmeter.numeric import ops
+from shardmeter.numeric.ops import Array
+
+__all__ = [
+    "K_MIN_BLOCK",
+    "K_SMALL_SIZE",
+    "K_SMALL_BUFFER",
+    "K_LARGE_BUFFER",
+    "K_MIN_LARGE_ALLOC",
+    "K_ROUND_LARGE",
+    "FSDP_SIDE_STREAMS",
+    "block_bytes",
+    "segment_bytes",
+    "held_bytes",
+    "state_rounding_bytes",
+    "page_slack_bytes",
+    "copy_in_pool_bytes",
+    "stage_reserved_bytes",
+]
+
+MIB = 1048576.0
+#: ``kMinBlockSize``: "all sizes are rounded to at least 512 bytes".
+K_MIN_BLOCK = 512.0
+#: ``kSmallSize``: "largest 'small' allocation is 1 MiB".
+K_SMALL_SIZE = MIB
+#: ``kSmallBuffer``: "'small' allocations are packed in 2 MiB blocks".
+K_SMALL_BUFFER = 2.0 * MIB
+#: ``kLargeBuffer``: "'large' allocations may be packed in 20 MiB blocks" (also the large
+#: pool's page of an expandable segment).
+K_LARGE_BUFFER = 20.0 * MIB
+#: ``kMinLargeAlloc``: "allocations between 1 and 10 MiB may use kLargeBuffer".
+K_MIN_LARGE_ALLOC = 10.0 * MIB
+#: ``kRoundLarge``: "round up large allocations to 2 MiB".
+K_ROUND_LARGE = 2.0 * MIB
+#: Streams besides the default one on which FSDP2 allocates (``FSDPCommContext``:
+#: ``all_gather_copy_in_stream``, ``all_gather_stream``, ``reduce_scatter_stream``;
+#: torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py), each with its own cached blocks
+#: and, with expandable segments, its own segment.
+FSDP_SIDE_STREAMS = 3.0
+
+
+def block_bytes(request: Array) -> Array:
+    """``round_size``: a request rounded up to a multiple of 512 bytes (512 at least)."""
+    return ops.maximum(ops.ceil(request / K_MIN_BLOCK) * K_MIN_BLOCK, K_MIN_BLOCK)
+
+
+def segment_bytes(block: Array) -> Array:
+    """``get_allocation_size``: the segment ``cudaMalloc`` gives a block that no cached block
+    fits: 2 MiB up to 1 MiB (small pool), 20 MiB under 10 MiB, else the block rounded up to
+    2 MiB."""
+    large = ops.ceil(block / K_ROUND_LARGE) * K_ROUND_LARGE
+    return ops.where(
+        block <= K_SMALL_SIZE, K_SMALL_BUFFER, ops.where(block < K_MIN_LARGE_ALLOC, K_LARGE_BUFFER, large)
+    )
+
+
+def held_bytes(request: Array, expandable: Array) -> Array:
+    """Bytes one long-lived request holds of the allocator's memory (its block, and what of its
+    segment no other request can use).
+
+    * Small pool (at most 1 MiB) and 1-10 MiB requests: the block; the rest of their 2 MiB /
+      20 MiB segment is split off and shared by their kind.
+    * Without expandable segments, 10 MiB and more: the request's own segment, rounded up to
+      2 MiB; the rest (under 2 MiB) either stays with the block (``should_split`` needs more
+      than 1 MiB left) or is split off as a free block that only a request of at most its
+      size, which the large pool rarely sees, can use.
+    * With expandable segments: the block, every rest of 512 bytes or more being split off
+      inside the stream's one growing segment."""
+    block = block_bytes(request)
+    own = ops.where(block < K_MIN_LARGE_ALLOC, block, segment_bytes(block))
+    return ops.where(ops.as_bool(expandable), block, own)
+
+
+def state_rounding_bytes(matrix_bytes: Array, tensors: Array, expandable: Array) -> Array:
+    """What the allocator reserves beyond ``tensors`` long-lived tensors of ``matrix_bytes``
+    each (:func:`held_bytes` less the request): the per-parameter state of FSDP2, which shards
+    each parameter as its own tensor, and its fp32 gradient and optimizer states are one tensor
+    per parameter each (``FSDPParam``: "sharded_param", torch.optim's per-parameter state)."""
+    return tensors * (held_bytes(matrix_bytes, expandable) - matrix_bytes)
+
+
+def page_slack_bytes(streams: Array, expandable: Array) -> Array:
+    """With expandable segments, each stream's segment maps whole 20 MiB pages of the large
+    pool ("we use 2MiB pages for our small pool and 20MiB pages for our large pool"), so its
+    last page is partly unused: one page per stream is counted. Without: nothing here (the
+    segments' rests are in :func:`held_bytes`)."""
+    return ops.where(ops.as_bool(expandable), streams * K_LARGE_BUFFER, 0.0)
+
+
+def stage_reserved_bytes(
+    ms: ModelShape, tr: Training, shard: ShardInputs, state: StateBytes, allocated_bytes: Array
+) -> Array:
+    """The allocator's reserved peak on one GPU, bytes: the step's ``allocated_bytes`` (the
+    report's ``memory_per_gpu_gb``, its ``other`` included) plus the rounding of the persistent
+    state's blocks (:func:`state_rounding_bytes`) and the last page of each stream's expandable
+    segment (:func:`page_slack_bytes`). Cached free blocks add nothing at the peak: a step's
+    requests repeat, so each finds the block its predecessor freed, and a failing
+    ``cudaMalloc`` releases the cache before it reports out of memory (module docstring).
+    Read from the GPU's records: ``allocated_bytes`` (its peak),
+    ``state`` (the sharding strategy's bytes) and ``shard`` (its parameters per layer and
+    layers). Where parameters are sharded per parameter (``param_shards`` > 1: FSDP, ZeRO-3),
+    each weight matrix of each layer (4 of attention, 2 or 3 of the MLP; a MoE layer's local
+    experts counted as one MLP of their total size, so its rounding is undercounted) holds its
+    shard and its optimizer states as tensors of their own (FSDP2 ``FSDPParam`` allocates each
+    sharded parameter, torch.optim each state), counted as ``optimizer / 4`` fp32 tensors plus
+    the parameter's, each at the layer's average matrix size; the gradients are one tensor per
+    layer, the reduce-scatter output the sharded gradients are views of (``foreach_reduce``:
+    ``new_sharded_grad = torch.as_strided(reduce_output, ...)``,
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py @ 8fc2039d). Elsewhere (DDP,
+    Megatron's contiguous gradient and optimizer buffers) the state is a few large buffers
+    whose rounding is nothing beside them. FSDP also holds its all-gather buffer in a pool of
+    its own (:func:`copy_in_pool_bytes`) and adds :data:`FSDP_SIDE_STREAMS` streams to the
+    default one. ``tr.expandable_segments``: the stack's ``PYTORCH_CUDA_ALLOC_CONF``."""
+    shards = ops.maximum(ops.as_float(state.param_shards), 1.0)
+    per_param = shards > 1.0
+    mats = 4.0 + ops.where(ops.as_bool(ms.swiglu), 3.0, 2.0)
+    layers = shard.layers_per_stage
+    params_sharded = ops.maximum(shard.params_per_gpu / shards, 1.0)
+    copies = 1.0 + state.optimizer / (4.0 * params_sharded)
+    matrix = 4.0 * shard.params_per_layer / shards / mats
+    grads = state.gradients / params_sharded * shard.params_per_layer / shards  # one layer's
+    exp = tr.expandable_segments
+    rounding = state_rounding_bytes(matrix, layers * mats * copies, exp) + state_rounding_bytes(
+        grads, layers, exp
+    )
+    streams = 1.0 + ops.where(per_param, FSDP_SIDE_STREAMS, 0.0)
+    held = ops.where(per_param, rounding + copy_in_pool_bytes(shard), 0.0)
+    return allocated_bytes + ops.maximum(held, 0.0) + page_slack_bytes(streams, exp)
+
+
+def copy_in_pool_bytes(shard: ShardInputs) -> Array:
+    """FSDP2's all-gather buffer, cached in a stream of its own: one layer's unsharded
+    parameters in the gather dtype (``params_per_layer x param_gather_bytes``).
+
+    ``foreach_all_gather`` allocates the all-gather output under ``with
+    device_handle.stream(all_gather_copy_in_stream):`` (``all_gather_output =
+    all_gather_comm.allocate((all_gather_input_numel * world_size,), ...)``), and
+    ``foreach_all_gather_copy_out`` copies it into parameters allocated on the compute stream
+    (``fsdp_param.alloc_all_gather_outputs()``, then ``split_with_sizes_copy``):
+    torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py @ 010ae4a8. The two gathered
+    layers the sharding strategy counts are those compute-stream parameters (the layer
+    computing and the one prefetched); the prefetched layer's all-gather output lives in the
+    copy-in stream's pool, whose cached block the compute stream cannot reuse."""
+    return shard.params_per_layer * shard.param_gather_bytes
