@@ -123,6 +123,7 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
     """Validate scenario files / folders. Returns the ``--json`` document."""
     from shardmeter.errors import ScenarioError
     from shardmeter.estimator import Estimator
+    from shardmeter.validate.coverage import case_band, case_coverage, held_out_coverage
 
     est = estimator or Estimator()
     files, special, explicit = _collect(paths)
@@ -171,6 +172,7 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
                     "measured": measured,
                     "predicted": float(pred),
                     "error": err,
+                    **case_band(field, measured, float(pred), d.get("confidence") or {}),
                 }
             )
     mape: dict[str, float] = {}
@@ -197,6 +199,9 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
         "memory": _memory_summary(cases, bounds),
         # files given by name (not found in a folder) that have nothing to compare
         "no_measured": [f for f in unmeasured if f in explicit],
+        # the confidence band's coverage: these cases, and the bundled runs held out by group
+        "band_coverage": case_coverage(cases),
+        "band_coverage_held_out": held_out_coverage(),
     }
 
 
@@ -304,6 +309,16 @@ def _run(args) -> int:
             + (f", MAPE {am:.1%}" if am is not None else "")
             + f"; {mem['reserved_bounds']} reserved bounds, {mem['reserved_violations']} exceeded"
         )
+    print(
+        _coverage_line("band coverage of these cases (each against its report's band)", res["band_coverage"])
+    )
+    print(
+        _coverage_line(
+            "band coverage held out (each bundled run predicted by the fit without its group, "
+            "against the band of a table without its group)",
+            res["band_coverage_held_out"],
+        )
+    )
     om = res["overall_mape"]
     print(
         f"overall MAPE: {om:.2%} over {len(res['cases'])} comparisons, {res['n_failed']} failed cases"
@@ -311,6 +326,16 @@ def _run(args) -> int:
         else f"overall MAPE: n/a, {res['n_failed']} failed cases"
     )
     return 0
+
+
+def _coverage_line(what: str, c: dict) -> str:
+    """One coverage summary: the share of runs inside their 80 % band and the median band."""
+    if not c["runs"]:
+        return f"{what}: no case with a band"
+    return (
+        f"{what}: {c['inside']} of {c['runs']} inside ({c['coverage']:.1%}; nominal 80 %), "
+        f"median band {c['median_band_pct']:.1f}%"
+    )
 
 
 def _shown(path: str) -> str:
