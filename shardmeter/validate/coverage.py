@@ -4,8 +4,7 @@
   (predicted by the efficiency fit that left its source group out; ``residuals.json``) is
   given the band an estimate of its features would get from a table without its group
   (:func:`~shardmeter.report.confidence.band_of` with ``exclude``: its neighbours, the
-  envelope, the widening and the MFU ceiling all as if the group had never been validated, at
-  the MFU the held-out prediction reaches); it is inside when ``|measured / predicted - 1|``
+  envelope and the widening all as if the group had never been validated); it is inside when ``|measured / predicted - 1|``
   is at most that band.
 * :func:`case_coverage`: the same test for the cases ``validate`` just predicted, each against
   its own report's band (in-sample where the case is a bundled run: its own residual is among
@@ -49,8 +48,7 @@ def held_out_coverage() -> dict[str, Any]:
     for r in validated_runs():
         if r.logo_residual is None:
             continue
-        mfu = float("nan") if r.measured_mfu is None else r.measured_mfu * (1.0 + r.logo_residual)
-        band = float(band_of(r.features, mfu, exclude=r.group))
+        band = band_of(r.features, exclude=r.group)
         err = abs(float(B.prediction_errors(r.logo_residual)))
         ins, bs = by.setdefault(r.group, ([], []))
         ins.append(err <= band)

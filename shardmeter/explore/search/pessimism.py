@@ -3,14 +3,12 @@ the slow end of their confidence band.
 
 A plan's band is the one its report's ``confidence`` carries
 (:func:`~shardmeter.report.confidence.band_of`: the nearest validated runs' out-of-sample bound,
-widened outside the envelope, plus the share of its throughput above the validated MFU ceiling);
-the objective ranks ``time / (1 - band)`` (cost alike: a plan pays for its GPUs by the hour), so
-a plan the model is unsure of, or one that promises more MFU than any validated run reached,
-pays for it. During the search the band is computed per candidate from what the fast model
-gives (``detail=False``): its layout family from the degrees, its GPUs, and its MFU as
-``model FLOPs per token x tokens per step / (step time x GPUs x peak)`` (the model FLOPs per
-token depend on the model's shape only, the same for every plan). One island only: the bands of
-several islands' per-island plans are not searched this way.
+widened outside the envelope); the objective ranks ``time / (1 - band)`` (cost alike: a plan
+pays for its GPUs by the hour), so a plan of a layout family or scale the model was checked on
+less pays for it. During the search the band is computed per candidate from its features, the
+scenario's with the candidate's layout family (from its degrees) and GPUs; a search has a
+handful of distinct pairs, each looked up once. One island only: the bands of several islands'
+per-island plans are not searched this way.
 """
 
 from __future__ import annotations
@@ -33,18 +31,9 @@ __all__ = ["PESSIMISTIC_OBJECTIVES", "band_context", "candidate_bands"]
 PESSIMISTIC_OBJECTIVES = {"time-pessimistic": "time", "cost-pessimistic": "cost"}
 
 
-@attrs.frozen
-class BandContext:
-    """What the search needs for a candidate's band: the features every plan shares (its
-    ``family`` and ``gpus`` are set per candidate) and the MFU constant ``model FLOPs per token
-    x tokens per step / peak FLOP/s`` (MFU = it / (step time x GPUs))."""
-
-    features: Features
-    mfu_constant: float
-
-
-def band_context(res: Any, est: Any, objective: str, tokens_per_step: float) -> BandContext | None:
-    """The context of a pessimistic ``objective`` (None for any other); one island only."""
+def band_context(res: Any, est: Any, objective: str) -> Features | None:
+    """The features every plan of a pessimistic ``objective`` shares (None for any other; its
+    ``family`` and ``gpus`` are set per candidate); one island only."""
     if objective not in PESSIMISTIC_OBJECTIVES:
         return None
     if len(res.islands) != 1:
@@ -53,16 +42,11 @@ def band_context(res: Any, est: Any, objective: str, tokens_per_step: float) -> 
             "not searched); use --objective time or cost"
         )
     out = evaluate(*est.inputs(res))
-    flops = float(np.asarray(out.model_flops_per_token).ravel()[0])
-    params = float(np.asarray(out.params).ravel()[0])
-    isl = res.islands[0]
-    peak = isl.gpu.peak(res.scenario.training.precision) * 1e12
-    mfu_constant = flops * tokens_per_step / peak if peak > 0 else float("nan")
-    return BandContext(features_of(res, isl.gpus, params), mfu_constant)
+    return features_of(res, res.islands[0].gpus, float(np.asarray(out.params).ravel()[0]))
 
 
 def candidate_bands(
-    ctx: BandContext, inp: Mapping[str, Any], out: Outputs, shape: tuple[int, ...]
+    base: Features, inp: Mapping[str, Any], out: Outputs, shape: tuple[int, ...]
 ) -> np.ndarray:
     """Each candidate's band (a fraction), one per row of the flattened ``out``; ``shape`` is
     ``(prefixes, inner candidates, islands)``, what the layout columns of ``inp`` broadcast to."""
@@ -71,18 +55,15 @@ def candidate_bands(
         for a in ("tp", "pp", "cp", "ep")
     ]
     gpus = np.asarray(out.island.gpus).sum(axis=-1).astype(np.int64)
-    step = np.asarray(out.step_time_s, dtype=float)
-    with np.errstate(all="ignore"):
-        mfu = ctx.mfu_constant / (step * gpus)
-    keys = np.stack([*deg, gpus], axis=1)
+    keys = np.stack([*deg, np.broadcast_to(gpus, deg[0].shape)], axis=1)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    bands = np.empty(len(step))
-    inv = inv.ravel()
-    for j, (tp, pp, cp, ep, g) in enumerate(uniq.tolist()):
-        sel = inv == j
-        f = attrs.evolve(ctx.features, family=family_of_degrees(tp, pp, cp, ep), gpus=max(int(g), 1))
-        bands[sel] = band_of(f, mfu[sel])
-    return bands
+    per = np.array(
+        [
+            band_of(attrs.evolve(base, family=family_of_degrees(tp, pp, cp, ep), gpus=max(int(g), 1)))
+            for tp, pp, cp, ep, g in uniq.tolist()
+        ]
+    )
+    return per[inv.ravel()]
 
 
 def pessimistic(score: np.ndarray, bands: np.ndarray) -> np.ndarray:

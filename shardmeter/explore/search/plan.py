@@ -233,7 +233,7 @@ def _objective(
         "gpn": np.array([isl.gpus_per_node for isl in islands], float),
         "steps": (tokens / tokens_per_step) if tokens else None,
         "tokens_per_step": float(tokens_per_step),
-        "band": band_context(res, est, objective, float(tokens_per_step)),
+        "band": band_context(res, est, objective),
         "deadline_s": deadline_days * 86400.0 if deadline_days is not None else None,
         "budget_usd": float(budget_usd) if budget_usd is not None else None,
     }
