@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import one_line_error, run
 
+from shardmeter.explore.formats.plan_csv import objective_value
 from shardmeter.explore.formats.plan_flags import plan_flags
 from shardmeter.explore.formats.plan_table import equivalence_groups, plan_table
 from shardmeter.explore.search.plan import search
