@@ -142,6 +142,8 @@ def test_cost_pessimistic_ranks_by_cost_at_the_slow_end(constructed_table):
         p["report"]["cost_usd"] / (1 - p["report"]["confidence"]["band_pct"] / 100) for p in safe["plans"]
     ]
     assert costs == sorted(costs)
+    # the CSV's objective column is the same figure
+    assert [objective_value(p, "cost-pessimistic") for p in safe["plans"]] == pytest.approx(costs, rel=1e-12)
 
 
 def test_pessimistic_objectives_refuse_several_islands(capsys):
