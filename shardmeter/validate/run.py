@@ -175,24 +175,12 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
                     **case_band(field, measured, float(pred), d.get("confidence") or {}),
                 }
             )
-    mape: dict[str, float] = {}
-    by_field: dict[str, list[float]] = {}
-    by_group: dict[str, list[float]] = {}
-    for c in cases:
-        err_abs = abs(float(c["error"]))
-        by_field.setdefault(str(c["field"]), []).append(err_abs)
-        by_group.setdefault(str(c["group"]), []).append(err_abs)
-    for k, v in by_field.items():
-        mape[k] = sum(v) / len(v)
-    all_err = [abs(float(c["error"])) for c in cases]
     if not cases and not failures and not bounds:
         raise ShardMeterError(_nothing_to_compare(unmeasured))
     return {
         "cases": cases,
         "failures": failures,
-        "mape": mape,
-        "mape_by_group": {k: sum(v) / len(v) for k, v in sorted(by_group.items())},
-        "overall_mape": sum(all_err) / len(all_err) if all_err else None,
+        **_mapes(cases),
         "n_files": len(files) + len(special),
         "n_failed": len(failures),
         "memory_bounds": bounds,
@@ -202,6 +190,23 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
         # the confidence band's coverage: these cases, and the bundled runs held out by group
         "band_coverage": case_coverage(cases),
         "band_coverage_held_out": held_out_coverage(),
+    }
+
+
+def _mapes(cases: list[dict]) -> dict:
+    """The mean absolute relative error per field (``mape``), per source group
+    (``mape_by_group``) and over every case (``overall_mape``; None without cases)."""
+    by_field: dict[str, list[float]] = {}
+    by_group: dict[str, list[float]] = {}
+    for c in cases:
+        err_abs = abs(float(c["error"]))
+        by_field.setdefault(str(c["field"]), []).append(err_abs)
+        by_group.setdefault(str(c["group"]), []).append(err_abs)
+    all_err = [abs(float(c["error"])) for c in cases]
+    return {
+        "mape": {k: sum(v) / len(v) for k, v in by_field.items()},
+        "mape_by_group": {k: sum(v) / len(v) for k, v in sorted(by_group.items())},
+        "overall_mape": sum(all_err) / len(all_err) if all_err else None,
     }
 
 
