@@ -2,8 +2,11 @@
 ``confidence`` object is built from (``shardmeter/report/confidence.py``).
 
 Every bundled published run is predicted once; per run the table stores its features (stack,
-GPU generation, layout family, precision class, GPUs, parameters), the field compared, the
-signed residual ``predicted / measured - 1`` and the measured MFU. Regenerate after any change
+GPU generation, model family, layout family, precision class, GPUs, parameters), the field
+compared, the signed residual ``predicted / measured - 1`` and the measured MFU; and, with the
+efficiencies fitted without the run's source group (the table's ``holdout.fits``, kept as
+stored: ``tools/fit_efficiency.py --holdout --write-residuals`` writes them), its out-of-sample
+``logo_residual``. Regenerate after any change
 to the model or to the bundled runs (``tests/test_confidence.py`` fails until then):
 
     python tools/confidence_table.py --write
@@ -38,13 +41,18 @@ def _commit() -> str | None:
 
 
 def document() -> dict:
-    """The table's JSON document, computed now."""
-    return {
+    """The table's JSON document, computed now: the runs predicted with the model as it is,
+    and again with each stored leave-one-group-out fit (``holdout``, kept as stored)."""
+    holdout = json.loads(OUT.read_text(encoding="utf-8")).get("holdout") if OUT.exists() else None
+    doc = {
         "generated": datetime.date.today().isoformat(),
         "commit": _commit(),
         "command": REGENERATE,
-        "runs": compute_runs(),
+        "runs": compute_runs(fits=holdout["fits"] if holdout else None),
     }
+    if holdout:
+        doc["holdout"] = holdout
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:

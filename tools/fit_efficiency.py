@@ -1,10 +1,14 @@
 """Fit ShardMeter's few physical efficiency parameters on the bundled published runs.
 
-Usage: python tools/fit_efficiency.py [PATH ...] [--rounds 3] [--holdout]
+Usage: python tools/fit_efficiency.py [PATH ...] [--rounds 3] [--holdout [--write-residuals]]
 
 ``--holdout`` measures how the fit carries to unseen runs: each source group is
 left out in turn, the parameters are fitted on the others, and the group's error
 is reported (cases whose parameter only that group informs are counted apart).
+``--write-residuals`` then stores the per-group fits in
+``shardmeter/validation_data/residuals.json`` and each run's held-out residual (the
+report's confidence band is built from them; ``tools/confidence_table.py --write``
+recomputes the residuals from the stored fits after a model change).
 
 Parameters fitted (and only these):
 
@@ -215,8 +219,14 @@ def _subset(batch, idx):
 def holdout(batch, meta, multi, cap, rounds, groups):
     """Leave one source group out: fit on the others, predict the group. A held-out case whose
     GPU/precision/kernel parameter no other group informs keeps the catalogue value, which was
-    fitted with it, so it is reported apart as not testable this way."""
+    fitted with it, so it is reported apart as not testable this way.
+
+    Returns ``(fits, cases)``: per group the parameter values fitted without it (keys as
+    :func:`_key_text` writes them), and per held-out case its file, the field compared, the
+    predicted and measured values and whether every parameter it reads was informed by the
+    other groups (``informed``)."""
     print("leave-one-group-out (fit on the other groups, predict this one):")
+    fits, cases = {}, []
     for g in groups:
         train = [i for i, m in enumerate(meta) if m["group"] != g]
         test = [i for i, m in enumerate(meta) if m["group"] == g]
@@ -225,6 +235,7 @@ def holdout(batch, meta, multi, cap, rounds, groups):
         values, _, _ = fit(
             _subset(batch, train), tmeta, np.ones(len(train)), tmulti, cap, rounds, verbose=False
         )
+        fits[g] = {_key_text(k): v for k, v in sorted(values.items())}
         if test:
             tb = _subset(batch, test)
             known = np.ones(len(test), dtype=bool)
@@ -240,10 +251,16 @@ def holdout(batch, meta, multi, cap, rounds, groups):
             err = np.abs(out.tokens_per_s_per_gpu - meas) / meas
             ok = out.feasible
             sel = ok & known
+            for j, i in enumerate(test):
+                if ok[j]:
+                    cases.append(
+                        _case(meta[i], "tokens_per_s_per_gpu", out.tokens_per_s_per_gpu[j], known[j])
+                    )
             held = f"{np.mean(err[sel]):.1%} over {int(sel.sum())} cases" if sel.any() else "-"
             print(
                 f"  {g:22s} held-out MAPE {held}; {int((ok & ~known).sum())} cases need a parameter only "
-                f"this group informs"
+                f"this group informs",
+                flush=True,
             )
         else:  # multi-island only (compute utilisation)
             errs = []
@@ -252,15 +269,62 @@ def holdout(batch, meta, multi, cap, rounds, groups):
                     continue
                 trial = dict(inp)
                 trial["_table"] = table
+                known1 = True
                 for key in _param_keys(m):
                     if key in values:
                         trial[_col(key)] = np.full_like(inp[_col(key)], values[key])
+                    else:
+                        known1 = False
                 o = _evaluate(trial)
+                if bool(o.feasible[0]):
+                    cases.append(_case(m, "compute_utilization", o.compute_utilization[0], known1))
                 errs.append(abs(float(o.compute_utilization[0]) - m["measured"]))
             print(
                 f"  {g:22s} held-out compute utilisation error {np.mean(errs) * 100:.1f} points "
-                f"over {len(errs)} cases"
+                f"over {len(errs)} cases",
+                flush=True,
             )
+    return fits, cases
+
+
+def _key_text(key):
+    """A parameter key as the residuals table stores it: ``kind/gpu/class`` (``attention/a100-sxm4-80gb/``
+    for the GPU's own attention kernel)."""
+    return "/".join(key)
+
+
+def _case(m, field, predicted, informed):
+    return {
+        "file": m["file"],
+        "group": m["group"],
+        "field": field,
+        "predicted": float(predicted),
+        "measured": float(m["measured"]),
+        "informed": bool(informed),
+    }
+
+
+def write_holdout(fits, rounds, cap):
+    """Store the leave-one-group-out fits in ``shardmeter/validation_data/residuals.json``
+    (``holdout``) and rewrite its runs with them: each run's ``logo_residual`` is its
+    prediction with the parameters fitted without its group (``tools/confidence_table.py
+    --write`` recomputes the runs from the stored fits whenever the model changes)."""
+    import datetime
+    import json
+
+    from shardmeter.validate.confidence_table import TABLE_PATH, compute_runs, stored_document
+
+    doc = stored_document()
+    doc["holdout"] = {
+        "generated": datetime.date.today().isoformat(),
+        "command": f"python tools/fit_efficiency.py --holdout --rounds {rounds} --group-cap {cap} "
+        "--write-residuals",
+        "fits": fits,
+    }
+    doc["runs"] = compute_runs(fits=fits)
+    TABLE_PATH.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    held = sum("logo_residual" in r for r in doc["runs"])
+    print(f"wrote the fits of {len(fits)} groups and {held} held-out residuals to {TABLE_PATH.name}")
 
 
 def main(argv=None):
@@ -282,6 +346,15 @@ def main(argv=None):
         action="store_true",
         help="instead of fitting once, leave each source group out in turn and report its error",
     )
+    ap.add_argument(
+        "--write-residuals",
+        action="store_true",
+        help="with --holdout: store each run's held-out residual and the per-group fits in "
+        "shardmeter/validation_data/residuals.json (the confidence band is built from them)",
+    )
+    ap.add_argument(
+        "--dump-holdout", metavar="JSON", help="with --holdout: write the raw per-case result here"
+    )
     args = ap.parse_args(argv)
     paths = args.paths or [bundled_validation_dir()]
     batch, meta = load_rows(paths)
@@ -295,7 +368,16 @@ def main(argv=None):
         weights = np.ones(len(meta))
     cap = args.group_cap if args.weighting == "case" else None
     if args.holdout:
-        holdout(batch, meta, multi, cap, args.rounds, sorted(set(groups) | {m["group"] for _, m in multi}))
+        fits, cases = holdout(
+            batch, meta, multi, cap, args.rounds, sorted(set(groups) | {m["group"] for _, m in multi})
+        )
+        if args.dump_holdout:
+            import json
+
+            with open(args.dump_holdout, "w") as fh:
+                json.dump({"fits": fits, "cases": cases}, fh, indent=1)
+        if args.write_residuals:
+            write_holdout(fits, args.rounds, args.group_cap)
         return 0
     values0 = {key: float(batch[_col(key)][i, 0]) for i, m in enumerate(meta) for key in _param_keys(m)}
     base, err, ok = objective(batch, meta, weights, multi, values0, cap)

@@ -138,7 +138,15 @@ def _fraction(text: str) -> float:
 
 #: ``plan --objective`` (the planner's ``OBJECTIVES``, spelled here so that building the parser
 #: does not import the planner; a test keeps the two equal).
-PLAN_OBJECTIVES = ("time", "cost", "pareto", "time-to-quality", "cost-to-quality")
+PLAN_OBJECTIVES = (
+    "time",
+    "cost",
+    "pareto",
+    "time-to-quality",
+    "cost-to-quality",
+    "time-pessimistic",
+    "cost-pessimistic",
+)
 
 
 def add_plan_parser(sub: Subparsers) -> None:
@@ -157,8 +165,9 @@ def add_plan_parser(sub: Subparsers) -> None:
         "--objective",
         choices=PLAN_OBJECTIVES,
         default="time",
-        help="rank by wall-clock time or by dollar cost, return the time/cost Pareto front, or rank "
-        "by time or cost to data-parallel quality (the convergence model's tokens factor)",
+        help="rank by wall-clock time or by dollar cost, return the time/cost Pareto front, rank "
+        "by time or cost to data-parallel quality (the convergence model's tokens factor), or by "
+        "time or cost at the slow end of each plan's confidence band (-pessimistic; one island)",
     )
     p.add_argument("--top", type=_positive_int, default=10, metavar="K", help="plans to return (default 10)")
     p.add_argument("--max-gpus", type=_positive_int, metavar="N", help="use at most N GPUs in total")

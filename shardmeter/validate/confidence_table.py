@@ -1,20 +1,37 @@
 """The table the report's confidence band is looked up in (``validation_data/residuals.json``):
-every bundled published run predicted, its residual and features recorded. Written by
-``tools/confidence_table.py --write``; read by :mod:`shardmeter.report.confidence`."""
+every bundled published run predicted, its residual and features recorded, and its
+out-of-sample residual: the run predicted with the efficiencies fitted without its source group
+(the document's ``holdout.fits``, written by ``tools/fit_efficiency.py --holdout
+--write-residuals``). Written by ``tools/confidence_table.py --write``; read by
+:mod:`shardmeter.report.confidence`."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import attrs
+import numpy as np
 
 from shardmeter.estimator import Estimator
-from shardmeter.report.confidence import features_of
+from shardmeter.model.evaluate import evaluate_columns
+from shardmeter.report.confidence import TABLE_FILE, features_of
 from shardmeter.validate.run import _group, bundled_validation_dir, collect_files
 
-__all__ = ["compute_runs"]
+__all__ = ["compute_runs", "param_keys", "stored_document", "TABLE_PATH"]
+
+#: The stored table (inside the package: an editable install writes the source tree's copy).
+TABLE_PATH = Path(str(resources.files("shardmeter.validation_data").joinpath(TABLE_FILE)))
+
+
+def stored_document() -> dict[str, Any]:
+    """The stored table's whole JSON document."""
+    import json
+
+    return dict(json.loads(TABLE_PATH.read_text(encoding="utf-8")))
 
 
 def _run_stack(path: str, group: str) -> str:
@@ -28,13 +45,55 @@ def _run_stack(path: str, group: str) -> str:
 
 #: The measured field a run's residual is taken from, in order of preference.
 _FIELDS = ("tokens_per_s_per_gpu", "step_time_s", "compute_utilization")
+#: The input column each kind of fitted parameter sets.
+_COLUMNS = {"matmul": "hardware.gemm_efficiency", "attention": "hardware.attention_efficiency"}
 
 
-def compute_runs(paths: Iterable[str] | None = None) -> list[dict[str, Any]]:
+def param_keys(res: Any, island: Any) -> dict[str, str]:
+    """The fitted parameters one island of ``res`` reads, by kind, spelled as
+    ``tools/fit_efficiency.py`` stores them: ``matmul/GPU/16bit`` or ``matmul/GPU/fp8``, and
+    ``attention/GPU/flash2`` where the scenario runs FlashAttention-2 on a GPU with its own
+    figure for it, else ``attention/GPU/`` (the tool's ``_param_keys`` and ``_kernel``)."""
+    t, gpu = res.scenario.training, island.gpu
+    kernel = "flash2" if t.attention == "flash2" and gpu.attention_efficiency_flash2 is not None else ""
+    return {
+        "matmul": f"matmul/{gpu.name}/{'fp8' if t.precision == 'fp8' else '16bit'}",
+        "attention": f"attention/{gpu.name}/{kernel}",
+    }
+
+
+def _held_out(est: Estimator, res: Any, field: str, fit: Mapping[str, float]) -> tuple[float, bool]:
+    """``field`` predicted with the efficiencies of ``fit`` in place of the catalogue's, and
+    whether ``fit`` holds every parameter the run reads (one it lacks keeps the catalogue's)."""
+    inp, table = est.inputs(res)
+    cols = dict(inp.columns())
+    for c in _COLUMNS.values():
+        cols[c] = np.array(cols[c], dtype=float, copy=True)
+    informed = True
+    for j, isl in enumerate(res.islands):
+        for kind, key in param_keys(res, isl).items():
+            if key in fit:
+                cols[_COLUMNS[kind]][..., j] = fit[key]
+            else:
+                informed = False
+    out = evaluate_columns(cols, table)
+    return float(np.asarray(getattr(out, field)).ravel()[0]), informed
+
+
+def _ratio(field: str, pred: float, meas: float) -> float:
+    """A rate's ``predicted / measured``; a time's ``measured / predicted``."""
+    return meas / pred if field == "step_time_s" else pred / meas
+
+
+def compute_runs(
+    paths: Iterable[str] | None = None, fits: Mapping[str, Mapping[str, float]] | None = None
+) -> list[dict[str, Any]]:
     """The table :func:`validated_runs` reads, computed now by predicting every run of
     ``paths`` (default: the bundled published runs), as JSON-ready dicts sorted by file; runs
-    that fail (invalid or infeasible) have no residual and are left out. Numbers are rounded
-    to 6 decimals (residuals, MFU) so the stored file compares exactly across machines."""
+    that fail (invalid or infeasible) have no residual and are left out. With ``fits`` (per
+    source group, the parameters fitted without it) each run of a group in it also gets
+    ``logo_residual`` and ``logo_informed``. Numbers are rounded to 6 decimals (residuals, MFU)
+    so the stored file compares exactly across machines."""
     est = Estimator()
     out: list[dict[str, Any]] = []
     for path in collect_files(paths or [bundled_validation_dir()]):
@@ -48,18 +107,21 @@ def compute_runs(paths: Iterable[str] | None = None) -> list[dict[str, Any]]:
             continue
         pred, meas = float(getattr(rep, field)), float(sc.measured[field])
         # a rate's residual is predicted / measured - 1; a time's is measured / predicted - 1
-        ratio = meas / pred if field == "step_time_s" else pred / meas
+        ratio = _ratio(field, pred, meas)
         mfu = None if field == "compute_utilization" or rep.mfu is None else rep.mfu / ratio
         group = _group(path)
         f = features_of(res, rep.gpus, rep.params, stack=_run_stack(path, group))
-        out.append(
-            {
-                "id": os.path.splitext(os.path.basename(path))[0],
-                "group": group,
-                "features": attrs.asdict(f),
-                "field": field,
-                "residual": round(ratio - 1.0, 6),
-                "measured_mfu": None if mfu is None else round(mfu, 6),
-            }
-        )
+        row: dict[str, Any] = {
+            "id": os.path.splitext(os.path.basename(path))[0],
+            "group": group,
+            "features": attrs.asdict(f),
+            "field": field,
+            "residual": round(ratio - 1.0, 6),
+            "measured_mfu": None if mfu is None else round(mfu, 6),
+        }
+        if fits is not None and group in fits:
+            held, informed = _held_out(est, res, field, fits[group])
+            row["logo_residual"] = round(_ratio(field, held, meas) - 1.0, 6)
+            row["logo_informed"] = informed
+        out.append(row)
     return out

@@ -131,6 +131,7 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
     """Validate scenario files / folders. Returns the ``--json`` document."""
     from shardmeter.errors import ScenarioError
     from shardmeter.estimator import Estimator
+    from shardmeter.validate.coverage import case_band, case_coverage, held_out_coverage
 
     est = estimator or Estimator()
     files, special, explicit = _collect(paths)
@@ -178,33 +179,43 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
                     "measured": measured,
                     "predicted": float(pred),
                     "error": err,
+                    **case_band(field, measured, float(pred), d.get("confidence") or {}),
                 }
             )
-    mape: dict[str, float] = {}
-    by_field: dict[str, list[float]] = {}
-    by_group: dict[str, list[float]] = {}
-    for c in cases:
-        err_abs = abs(float(c["error"]))
-        by_field.setdefault(str(c["field"]), []).append(err_abs)
-        if c["field"] not in MEMORY_FIELDS:
-            by_group.setdefault(str(c["group"]), []).append(err_abs)
-    for k, v in by_field.items():
-        mape[k] = sum(v) / len(v)
-    all_err = [abs(float(c["error"])) for c in cases if c["field"] not in MEMORY_FIELDS]
     if not cases and not failures and not bounds:
         raise ShardMeterError(_nothing_to_compare(unmeasured))
     return {
         "cases": cases,
         "failures": failures,
-        "mape": mape,
-        "mape_by_group": {k: sum(v) / len(v) for k, v in sorted(by_group.items())},
-        "overall_mape": sum(all_err) / len(all_err) if all_err else None,
+        **_mapes(cases),
         "n_files": len(files) + len(special),
         "n_failed": len(failures),
         "memory_bounds": bounds,
         "memory": _memory_summary(cases, bounds),
         # files given by name (not found in a folder) that have nothing to compare
         "no_measured": [f for f in unmeasured if f in explicit],
+        # the confidence band's coverage: these cases, and the bundled runs held out by group
+        "band_coverage": case_coverage(cases),
+        "band_coverage_held_out": held_out_coverage(),
+    }
+
+
+def _mapes(cases: list[dict]) -> dict:
+    """The mean absolute relative error per field (``mape``), per source group
+    (``mape_by_group``) and over every case (``overall_mape``; None without cases); the memory
+    fields count in ``mape`` only (their own summary is ``memory``)."""
+    by_field: dict[str, list[float]] = {}
+    by_group: dict[str, list[float]] = {}
+    for c in cases:
+        err_abs = abs(float(c["error"]))
+        by_field.setdefault(str(c["field"]), []).append(err_abs)
+        if c["field"] not in MEMORY_FIELDS:  # a group's error is its speed error
+            by_group.setdefault(str(c["group"]), []).append(err_abs)
+    all_err = [abs(float(c["error"])) for c in cases if c["field"] not in MEMORY_FIELDS]
+    return {
+        "mape": {k: sum(v) / len(v) for k, v in by_field.items()},
+        "mape_by_group": {k: sum(v) / len(v) for k, v in sorted(by_group.items())},
+        "overall_mape": sum(all_err) / len(all_err) if all_err else None,
     }
 
 
@@ -312,6 +323,16 @@ def _run(args) -> int:
     mem = res["memory"]
     if mem["allocated_cases"] or mem["reserved_cases"] or mem["reserved_bounds"]:
         print("memory: " + _memory_line(mem))
+    print(
+        _coverage_line("band coverage of these cases (each against its report's band)", res["band_coverage"])
+    )
+    print(
+        _coverage_line(
+            "band coverage held out (each bundled run predicted by the fit without its group, "
+            "against the band of a table without its group)",
+            res["band_coverage_held_out"],
+        )
+    )
     om = res["overall_mape"]
     print(
         f"overall MAPE: {om:.2%} over {_speed_cases(res)} comparisons (memory apart), "
@@ -339,6 +360,16 @@ def _memory_line(mem: dict) -> str:
         parts.append(text)
     bounds = f"{mem['reserved_bounds']} reserved bounds, {mem['reserved_violations']} exceeded"
     return "; ".join([*parts, bounds])
+
+
+def _coverage_line(what: str, c: dict) -> str:
+    """One coverage summary: the share of runs inside their 80 % band and the median band."""
+    if not c["runs"]:
+        return f"{what}: no case with a band"
+    return (
+        f"{what}: {c['inside']} of {c['runs']} inside ({c['coverage']:.1%}; nominal 80 %), "
+        f"median band {c['median_band_pct']:.1f}%"
+    )
 
 
 def _shown(path: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from shardmeter.explore.formats.plan_table import equivalence_groups
 from shardmeter.io import atomic_write
+from shardmeter.report.band import pessimistic_time
 
 __all__ = ["PLAN_CSV_FIELDS", "ISLAND_FIELDS", "plan_rows", "write_plan_csv", "objective_value"]
 
@@ -43,9 +44,15 @@ _LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep")
 
 def objective_value(plan: dict[str, Any], objective: str) -> float | None:
     """The figure ``objective`` ranks ``plan`` by: wall-clock (``time``, ``pareto``: fastest
-    first), cost, or either to data-parallel quality; per token without ``training.tokens``."""
+    first), cost, either to data-parallel quality, or either at the slow end of the plan's
+    confidence band (``time-pessimistic``, ``cost-pessimistic``: ``/ (1 - band)``); per token
+    without ``training.tokens``."""
     rep = plan["report"]
     q = rep.get("quality") or {}
+    if objective in ("time-pessimistic", "cost-pessimistic"):
+        raw = objective_value(plan, objective.split("-")[0])
+        band = (rep.get("confidence") or {}).get("band_pct")
+        return None if raw is None or band is None else float(pessimistic_time(raw, band / 100))
     if objective == "time-to-quality":
         return q.get("wall_clock_to_quality_s")
     if objective == "cost-to-quality":

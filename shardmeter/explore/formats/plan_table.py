@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shardmeter.explore.formats.plan_flags import band_cell, flag_legend, plan_flags, winner_caveats
 from shardmeter.tables import fmt_num, fmt_time, render_table
 
 __all__ = ["plan_table", "equivalence_groups", "front_unit", "TITLES"]
@@ -21,6 +22,8 @@ TITLES = {
     "cost": "cheapest plans",
     "time-to-quality": "fastest plans to data-parallel quality",
     "cost-to-quality": "cheapest plans to data-parallel quality",
+    "time-pessimistic": "fastest plans at the slow end of their confidence band",
+    "cost-pessimistic": "cheapest plans at the slow end of their confidence band",
 }
 
 
@@ -77,12 +80,16 @@ def plan_table(doc: Doc) -> str:
         "step",
         "tok/s/GPU",
         "MFU",
+        "band",
         "time/token" if per_tok else "wall-clock",
         "$/Mtok" if per_tok else "cost",
     ]
     quality = _has_quality(plans)
     if quality:
         headers += ["tokens x", "to quality", "cost to q."]
+    flags = any(plan_flags(p["report"]) for p in plans)
+    if flags:
+        headers.append("flags")
     headers.append("why")
     best = plans[0]
     groups = equivalence_groups(plans)
@@ -95,6 +102,8 @@ def plan_table(doc: Doc) -> str:
     rows = []
     for g in groups:
         cells = _plan_cells(plans[g[0]], best, doc["objective"], multi, per_tok, quality)
+        if flags:
+            cells.insert(-1, ", ".join(plan_flags(plans[g[0]]["report"])))
         cells[0] = _ranks([plans[i]["rank"] for i in g])
         if merged:
             cells.insert(1, f"x{len(g)}" if len(g) > 1 else "")
@@ -115,7 +124,10 @@ def plan_table(doc: Doc) -> str:
         )
     if per_tok:
         lines.append("(no training.tokens in the scenario: time and cost per token)")
+    if flags:
+        lines.extend(flag_legend())
     lines.extend(_envelope_notes(plans, groups))
+    lines.extend(winner_caveats(best))
     return "\n".join(lines)
 
 
@@ -253,6 +265,7 @@ def _plan_cells(
         fmt_time(rep["step_time_s"]),
         fmt_num(rep["tokens_per_s_per_gpu"]),
         f"{rep['mfu']:.1%}",
+        band_cell(rep),
         wall,
         cost,
     ]
@@ -291,7 +304,7 @@ def _why(plan: Doc, best: Doc, objective: str) -> str:
         bits.append(f"{free:.1f} GB free" if free < 9.95 else f"{free:.0f} GB free")
     if plan is not best and objective != "pareto":
         a, b = _score(plan, objective), _score(best, objective)
-        if a and b:
+        if a and b and math.isfinite(a) and math.isfinite(b):
             bits.append(f"{(a / b - 1):+.1%} vs #1")
     return "; ".join(bits)
 
@@ -300,6 +313,12 @@ def _score(plan: Doc, objective: str) -> float | None:
     """The figure ``objective`` ranks ``plan`` by (``None`` when unknown)."""
     rep = plan["report"]
     q = rep.get("quality") or {}
+    if objective in ("time-pessimistic", "cost-pessimistic"):
+        raw = _score(plan, objective.split("-")[0])
+        band = (rep.get("confidence") or {}).get("band_pct")
+        if raw is None or band is None:
+            return None
+        return raw / (1 - band / 100) if band < 100 else math.inf
     if objective == "time":
         return rep.get("step_time_s")
     if objective == "time-to-quality":

@@ -32,6 +32,12 @@ from shardmeter.explore.execution.executors import run_tasks
 from shardmeter.explore.search.island_plans import infeasible_by_key, per_island_document
 from shardmeter.explore.search.layouts import check_islands
 from shardmeter.explore.search.pareto import merge_fronts, merge_top_k, pareto_front
+from shardmeter.explore.search.pessimism import (
+    PESSIMISTIC_OBJECTIVES,
+    band_context,
+    candidate_bands,
+    pessimistic,
+)
 from shardmeter.explore.search.space import Space, compile_space, plan_base
 from shardmeter.explore.search.to_quality import QUALITY_OBJECTIVES, quality_factor, with_quality
 from shardmeter.inputs.bundles import ModelInputs
@@ -41,6 +47,7 @@ from shardmeter.model.evaluate import evaluate
 from shardmeter.model.feasibility import REASONS
 from shardmeter.model.outputs import Outputs
 from shardmeter.numeric.reduce import over_islands
+from shardmeter.report.band import pessimistic_time
 from shardmeter.report.build import build_report
 from shardmeter.report.pricing import (
     egress_usd,
@@ -62,7 +69,7 @@ EVAL_BATCH = 1 << 14
 #: Model input cells (candidates x islands) evaluated at once: with several islands every
 #: per-island array grows with the islands, so fewer candidates go into one ``evaluate`` call.
 EVAL_CELLS = 4 * EVAL_BATCH
-OBJECTIVES = ("time", "cost", "pareto", *QUALITY_OBJECTIVES)
+OBJECTIVES = ("time", "cost", "pareto", *QUALITY_OBJECTIVES, *PESSIMISTIC_OBJECTIVES)
 #: ``layouts``: each island its own layout and batch share (several islands), or one layout on
 #: every island split by replicas (the search before per-island layouts).
 LAYOUT_MODES = ("per-island", "shared")
@@ -135,6 +142,9 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
             res["best"] = merge_fronts(res["best"], pareto_front(step[keep], cost_step[keep], cid))
         else:
             score = (step if obj["kind"] == "time" else cost_step) * factor
+            if obj.get("band") is not None:  # the slow end of each candidate's band
+                bands = candidate_bands(obj["band"], inp, out, (len(pb), R_in, space.n_islands))
+                score = pessimistic(score, bands)
             score = np.broadcast_to(score, step.shape)[keep]
             res["best"] = merge_top_k(res["best"], (score, cid), obj["k"])
     res["reasons"] = reason_counts
@@ -195,7 +205,7 @@ def _objective(
     budget_usd: float | None,
 ) -> dict[str, Any]:
     res = est.resolve(sc)
-    kind = QUALITY_OBJECTIVES.get(objective, objective)
+    kind = QUALITY_OBJECTIVES.get(objective) or PESSIMISTIC_OBJECTIVES.get(objective, objective)
     islands = res.islands
     tokens = sc.training.tokens
     tokens_per_step = sc.training.global_batch * sc.model.seq_len
@@ -223,6 +233,7 @@ def _objective(
         "gpn": np.array([isl.gpus_per_node for isl in islands], float),
         "steps": (tokens / tokens_per_step) if tokens else None,
         "tokens_per_step": float(tokens_per_step),
+        "band": band_context(res, est, objective),
         "deadline_s": deadline_days * 86400.0 if deadline_days is not None else None,
         "budget_usd": float(budget_usd) if budget_usd is not None else None,
     }
@@ -255,7 +266,9 @@ def search(
     ``objective``: ``"time"``, ``"cost"``, ``"pareto"``, or ``"time-to-quality"`` /
     ``"cost-to-quality"``: wall-clock (cost) times the convergence model's tokens factor
     (:mod:`.to_quality`; the model of ``[sync] convergence``, ``"diloco-fits"`` when none is
-    set, and each plan's report then carries its ``quality``). ``layouts``: ``"per-island"``
+    set, and each plan's report then carries its ``quality``), or ``"time-pessimistic"`` /
+    ``"cost-pessimistic"``: the slow end of each plan's confidence band (:mod:`.pessimism`;
+    one island only). ``layouts``: ``"per-island"``
     (each island its own layout, node count and batch share; :mod:`.island_search`),
     ``"shared"`` (one layout on every island), or ``None`` (the default): per-island with
     several islands, shared with one.
@@ -396,6 +409,9 @@ def _plans(
         tps = obj["tokens_per_step"]
         step = float(np.asarray(o.step_time_s)[0])
         plan["time_per_token_s"] = step / tps
+        band = (plan["report"].get("confidence") or {}).get("band_pct")
+        if band is not None:  # the slow end of the band (what the pessimistic objectives rank)
+            plan["pessimistic_step_time_s"] = float(pessimistic_time(step, band / 100))
         if obj["price"] is not None:
             plan["cost_per_token_usd"] = float(_cost_per_step(o, obj)[0]) / tps
         out.append(plan)
