@@ -11,9 +11,8 @@ import numpy as np
 
 from shardmeter.explore.search import island_stack
 from shardmeter.explore.search.island_context import IslandContext
-from shardmeter.model.dispatch import by_code
-from shardmeter.model.feasibility import REASONS, Reason, batch_reasons
-from shardmeter.parts import PipeInputs
+from shardmeter.explore.search.structural import batch_schedule_bits
+from shardmeter.model.feasibility import REASONS, Reason
 
 __all__ = ["Candidates", "IslandScores", "island_candidates", "largest_feasible", "primary_counts"]
 
@@ -98,35 +97,7 @@ def island_candidates(ctx: IslandContext) -> IslandScores:
 
 def _struct_bits(ctx: IslandContext, m: np.ndarray) -> np.ndarray:
     """Per prefix and island, the structural reason bits at ``m`` micro-batches per replica."""
-    g = ctx.g
-    pp = g("layout.pp")
-    v = np.where(pp > 1, np.maximum(g("layout.virtual_stages"), 1.0), 1.0)
-    mf = m.astype(float)
-    bits = batch_reasons(
-        mf,
-        pp,
-        v,
-        g("model.layers"),
-        g("layout.first_stage_layers"),
-        g("layout.last_stage_layers"),
-        g("layout.embedding_in_split"),
-        g("layout.loss_in_split"),
-    )
-    pipe = PipeInputs(
-        pp=pp,
-        micro_batches=mf,
-        virtual_stages=v,
-        stage_s=np.zeros(()),
-        forward_s=np.zeros(()),
-        weight_grad_s=np.zeros(()),
-    )
-
-    def run(code: int) -> dict[str, np.ndarray]:
-        part, opts = ctx.space.table.get("schedule", code)
-        return {"bad": np.asarray(part.infeasible(pipe, opts), dtype=float)}
-
-    bad = np.broadcast_to(by_code(g("layout.schedule"), run)["bad"], bits.shape)
-    return np.asarray(bits, dtype=np.int64) | np.where(bad > 0, int(Reason.SCHEDULE), 0)
+    return batch_schedule_bits(ctx.space, ctx.g, m)
 
 
 def _rep_candidates(ctx: IslandContext) -> IslandScores:

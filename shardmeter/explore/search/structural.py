@@ -9,7 +9,7 @@ reason before and after the full model."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -22,7 +22,13 @@ from shardmeter.parts import PipeInputs
 if TYPE_CHECKING:  # annotations only: the space module imports this one
     from shardmeter.explore.search.space import Space
 
-__all__ = ["STRUCTURAL_INPUTS", "layout_reason_bits", "structural_bits", "inner_structural_bits"]
+__all__ = [
+    "STRUCTURAL_INPUTS",
+    "batch_schedule_bits",
+    "layout_reason_bits",
+    "structural_bits",
+    "inner_structural_bits",
+]
 
 #: Model input columns read by :func:`structural_bits`; an axis that sets one is structural (it
 #: leads the candidate numbering). Not listed: the sharding strategy (``layout.sharding``) and the
@@ -135,16 +141,35 @@ def structural_bits(space: Space, cols: Mapping[str, np.ndarray], layout_bits: n
     def g(k: str) -> np.ndarray:
         return np.asarray(cols[k] if k in cols else space.base[k], dtype=float)
 
-    dp, pp = g("layout.dp"), g("layout.pp")
+    dp = g("layout.dp")
     island_batch = (
         g("training.island_batch")
         if "training.island_batch" in cols or ("training.island_batch" in space.base)
         else 0.0
     )
     _, m, m_int = batch_split(g("training.global_batch"), dp, g("training.micro_batch"), island_batch)
+    bits = batch_schedule_bits(space, g, m, m_int)
+    codes = _fixed_sharding(space, g)
+    if codes is not None:  # the prefix fixes the sharding strategy (else inner_structural_bits)
+        bits = bits | _sharding_bits(space, cols, g, codes)
+    return over_islands(np.bitwise_or, np.asarray(bits, dtype=np.int64), keepdims=False) | layout_bits
+
+
+def batch_schedule_bits(
+    space: Space, g: Callable[[str], np.ndarray], m: np.ndarray, pipe_m: np.ndarray | None = None
+) -> np.ndarray:
+    """The batch split's and the stage split's reason bits
+    (:func:`~shardmeter.model.feasibility.batch_reasons`) and the schedule's own verdict
+    (:meth:`~shardmeter.SchedulePart.infeasible`) at ``m`` micro-batches per replica, the layout
+    read through ``g`` (a column by its input name): shared by :func:`structural_bits` and the
+    per-island search (:mod:`.island_candidates`), so both reject a layout for the same reason.
+    ``pipe_m``: the whole micro-batch count the schedule sees (default ``m``), as
+    :func:`~shardmeter.model.feasibility.batch_split` rounds it."""
+    pp = g("layout.pp")
     v = np.where(pp > 1, np.maximum(g("layout.virtual_stages"), 1.0), 1.0)
+    mf = np.asarray(m, dtype=float)
     bits = batch_reasons(
-        m,
+        mf,
         pp,
         v,
         g("model.layers"),
@@ -155,20 +180,16 @@ def structural_bits(space: Space, cols: Mapping[str, np.ndarray], layout_bits: n
     )
     pipe = PipeInputs(
         pp=pp,
-        micro_batches=m_int,
+        micro_batches=mf if pipe_m is None else np.asarray(pipe_m, dtype=float),
         virtual_stages=v,
         stage_s=np.zeros(()),
         forward_s=np.zeros(()),
         weight_grad_s=np.zeros(()),
     )
 
-    def run(code: int) -> dict[str, Any]:
+    def run(code: int) -> dict[str, np.ndarray]:
         part, opts = space.table.get("schedule", code)
         return {"bad": np.asarray(part.infeasible(pipe, opts), dtype=float)}
 
-    bad = by_code(g("layout.schedule"), run)["bad"]
-    bits = bits | np.where(bad > 0, int(Reason.SCHEDULE), 0)
-    codes = _fixed_sharding(space, g)
-    if codes is not None:  # the prefix fixes the sharding strategy (else inner_structural_bits)
-        bits = bits | _sharding_bits(space, cols, g, codes)
-    return over_islands(np.bitwise_or, np.asarray(bits, dtype=np.int64), keepdims=False) | layout_bits
+    bad = np.broadcast_to(by_code(g("layout.schedule"), run)["bad"], np.shape(bits))
+    return np.asarray(bits, dtype=np.int64) | np.where(bad > 0, int(Reason.SCHEDULE), 0)
