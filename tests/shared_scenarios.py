@@ -65,3 +65,60 @@ def llama3_8b(**training) -> dict:
         else:
             sc["training"][k] = v
     return sc
+
+
+#: torchtitan's 2025-06 H100 A/B runs (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md at
+#: pytorch/torchtitan@2887250b): Llama 3 8B on 8 nodes x 8 H100 (96 GB, 500 W), tp 8 x FSDP 8,
+#: local batch 12 at 8,192 tokens, torch.compile, per-op SAC; ``torchtitan_ab`` varies it.
+_TT_AB = {
+    "model": {
+        "layers": 32,
+        "hidden": 4096,
+        "heads": 32,
+        "kv_heads": 8,
+        "ffn_hidden": 14336,
+        "ffn": "swiglu",
+        "vocab": 128256,
+        "seq_len": 8192,
+        "tied_embeddings": False,
+    },
+    "training": {
+        "global_batch": 96,
+        "micro_batch": 12,
+        "precision": "bf16",
+        "framework": "torchtitan",
+        "attention": "flash2",
+        "recompute": "op",
+        "compile": True,
+    },
+    "island": [
+        {
+            "name": "cluster",
+            "gpu": {"name": "h100-sxm", "memory_gb": 96.0, "memory_bandwidth_gb_s": 2400.0},
+            "nodes": 8,
+            "gpus_per_node": 8,
+            "intra_node": "nvlink4",
+            "inter_node": "roce-400g",
+            "nics_per_node": 8,
+        }
+    ],
+    "parallelism": {"tp": 8, "pp": 1, "dp": 8, "sequence_parallel": True, "sharding": "fsdp"},
+}
+
+#: The same runs' Llama 3 70B (on 32 nodes, tp 8 x FSDP 32, local batch 16, full AC).
+TT_AB_70B = {
+    "model": {"layers": 80, "hidden": 8192, "heads": 64, "ffn_hidden": 28672},
+    "nodes": 32,
+    "training": {"global_batch": 512, "micro_batch": 16, "recompute": "full"},
+}
+
+
+def torchtitan_ab(model: dict | None = None, nodes: int = 8, training: dict | None = None) -> dict:
+    """A fresh copy of the torchtitan A/B scenario with ``model`` and ``training`` keys replaced and
+    ``nodes`` nodes (FSDP over the nodes: dp = nodes)."""
+    d = copy.deepcopy(_TT_AB)
+    d["model"] |= model or {}
+    d["island"][0]["nodes"] = nodes
+    d["parallelism"]["dp"] = nodes
+    d["training"] |= training or {}
+    return d

@@ -5,9 +5,8 @@ torchtitan's published async-TP vs vanilla-TP A/B."""
 
 from __future__ import annotations
 
-import copy
-
 import pytest
+from shared_scenarios import TT_AB_70B, torchtitan_ab
 
 import shardmeter
 from shardmeter.inputs.bundles import Recompute
@@ -90,64 +89,23 @@ def test_the_fused_ops_own_copy_and_reduction():
 # Llama 3 8B on 64 H100 (96 GB, 500 W), tp 8 x FSDP 8, bf16, torch.compile, per-op SAC:
 # tokens/s per GPU, async TP 4809.4 vs vanilla TP 4378 (+9.8 %); Llama 3 70B on 256 H100,
 # tp 8 x FSDP 32, local batch 16, full AC: 652.4 vs 597.3 (+9.2 %).
-_TT = {
-    "model": {
-        "layers": 32,
-        "hidden": 4096,
-        "heads": 32,
-        "kv_heads": 8,
-        "ffn_hidden": 14336,
-        "ffn": "swiglu",
-        "vocab": 128256,
-        "seq_len": 8192,
-        "tied_embeddings": False,
-    },
-    "training": {
-        "global_batch": 96,
-        "micro_batch": 12,
-        "precision": "bf16",
-        "framework": "torchtitan",
-        "attention": "flash2",
-        "recompute": "op",
-        "compile": True,
-    },
-    "island": [
-        {
-            "name": "cluster",
-            "gpu": {"name": "h100-sxm", "memory_gb": 96.0, "memory_bandwidth_gb_s": 2400.0},
-            "nodes": 8,
-            "gpus_per_node": 8,
-            "intra_node": "nvlink4",
-            "inter_node": "roce-400g",
-            "nics_per_node": 8,
-        }
-    ],
-    "parallelism": {"tp": 8, "pp": 1, "dp": 8, "sequence_parallel": True, "sharding": "fsdp"},
-}
-_70B = {"layers": 80, "hidden": 8192, "heads": 64, "ffn_hidden": 28672}
-
-
-def _gain(model: dict, nodes: int, dp: int, training: dict) -> float:
-    d = copy.deepcopy(_TT)
-    d["model"] |= model
-    d["island"][0]["nodes"] = nodes
-    d["parallelism"]["dp"] = dp
-    d["training"] |= training
+def _gain(model: dict, nodes: int, training: dict) -> float:
+    d = torchtitan_ab(model, nodes, training)
     vanilla = shardmeter.estimate(d).tokens_per_s_per_gpu
     d["parallelism"]["async_tp"] = True
     return shardmeter.estimate(d).tokens_per_s_per_gpu / vanilla - 1.0
 
 
 @pytest.mark.parametrize(
-    ("model", "nodes", "dp", "training", "measured"),
+    ("model", "nodes", "training", "measured"),
     [
-        ({}, 8, 8, {}, 4809.4 / 4378.0 - 1.0),
-        (_70B, 32, 32, {"global_batch": 512, "micro_batch": 16, "recompute": "full"}, 652.4 / 597.3 - 1.0),
+        ({}, 8, {}, 4809.4 / 4378.0 - 1.0),
+        (TT_AB_70B["model"], TT_AB_70B["nodes"], TT_AB_70B["training"], 652.4 / 597.3 - 1.0),
     ],
     ids=["llama3-8b-n64", "llama3-70b-n256"],
 )
-def test_async_tp_gain_against_torchtitans_ab(model, nodes, dp, training, measured):
+def test_async_tp_gain_against_torchtitans_ab(model, nodes, training, measured):
     # before the pass's rule was modelled (every backward collective fused) the model credited
     # +22 % (8B) and +20 % (70B), over twice the measured gain; now within 1.6x of it
-    gain = _gain(model, nodes, dp, training)
+    gain = _gain(model, nodes, training)
     assert 0.0 < gain < 1.6 * measured

@@ -5,12 +5,12 @@ count from AOTAutograd's CSE)."""
 
 from __future__ import annotations
 
-import copy
 import csv
 import os
 
 import numpy as np
 import pytest
+from shared_scenarios import TT_AB_70B, torchtitan_ab
 
 import shardmeter
 from shardmeter.inputs.bundles import Fp8Recipe
@@ -77,57 +77,16 @@ def test_compiled_siblings_cast_their_shared_input_once():
 # vanilla TP: Llama 3 8B on 64 H100 (96 GB, 500 W), tp 8 x FSDP 8, compile, per-op SAC:
 # fp8 rowwise 3708 vs tensorwise 5078 tokens/s per GPU (0.730); Llama 3 70B on 256, tp 8 x FSDP
 # 32, local batch 16, full AC: 599.6 vs 809.8 (0.740).
-_TT = {
-    "model": {
-        "layers": 32,
-        "hidden": 4096,
-        "heads": 32,
-        "kv_heads": 8,
-        "ffn_hidden": 14336,
-        "ffn": "swiglu",
-        "vocab": 128256,
-        "seq_len": 8192,
-        "tied_embeddings": False,
-    },
-    "training": {
-        "global_batch": 96,
-        "micro_batch": 12,
-        "precision": "fp8",
-        "framework": "torchtitan",
-        "attention": "flash2",
-        "recompute": "op",
-        "compile": True,
-    },
-    "island": [
-        {
-            "gpu": {"name": "h100-sxm", "memory_gb": 96.0, "memory_bandwidth_gb_s": 2400.0},
-            "nodes": 8,
-            "gpus_per_node": 8,
-            "intra_node": "nvlink4",
-            "inter_node": "roce-400g",
-            "nics_per_node": 8,
-        }
-    ],
-    "parallelism": {"tp": 8, "pp": 1, "dp": 8, "sequence_parallel": True, "sharding": "fsdp"},
-}
-_70B = {"layers": 80, "hidden": 8192, "heads": 64, "ffn_hidden": 28672}
-
-
 @pytest.mark.parametrize(
     ("model", "nodes", "training", "measured"),
     [
         ({}, 8, {}, 3708.0 / 5078.0),
-        (_70B, 32, {"global_batch": 512, "micro_batch": 16, "recompute": "full"}, 599.6 / 809.8),
+        (TT_AB_70B["model"], TT_AB_70B["nodes"], TT_AB_70B["training"], 599.6 / 809.8),
     ],
     ids=["llama3-8b-n64", "llama3-70b-n256"],
 )
 def test_rowwise_against_tensorwise_in_torchtitans_runs(model, nodes, training, measured):
-    d = copy.deepcopy(_TT)
-    d["model"] |= model
-    d["island"][0]["nodes"] = nodes
-    d["parallelism"]["dp"] = nodes
-    d["training"] |= training
-    d["training"]["fp8_recipe"] = "tensorwise"
+    d = torchtitan_ab(model, nodes, {**training, "precision": "fp8", "fp8_recipe": "tensorwise"})
     tw = shardmeter.estimate(d).tokens_per_s_per_gpu
     d["training"]["fp8_recipe"] = "rowwise"
     rw = shardmeter.estimate(d).tokens_per_s_per_gpu
