@@ -10,10 +10,12 @@ is mapped onto the key path.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from shardmeter.frozen import FrozenDict, freeze
 from shardmeter.records import PRECISIONS
 from shardmeter.registry.convert import CONVERTER
 
@@ -287,7 +289,7 @@ class ParallelismSpec:
     #: PyTorch asynchronous TP (micro-pipelined all-gather/reduce-scatter with the GEMMs)
     async_tp: bool = False
     dp_comm_overlap: bool = True
-    options: dict[str, Any] = attrs.field(factory=dict)
+    options: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
 
 
 @attrs.frozen(kw_only=True)
@@ -304,7 +306,7 @@ class SyncSpec:
     )
     #: a registered convergence model (``docs/convergence.md``); None or "none": not priced
     convergence: str | None = None
-    options: dict[str, Any] = attrs.field(factory=dict)
+    options: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
 
 
 def _at_least_one(inst, attribute, value):
@@ -393,8 +395,8 @@ class Scenario:
     parallelism: ParallelismSpec = attrs.field(factory=ParallelismSpec)
     network: NetworkSpec | None = None
     sync: SyncSpec = attrs.field(factory=SyncSpec)
-    measured: dict[str, float] = attrs.field(factory=dict)
-    source: dict[str, Any] = attrs.field(factory=dict)
+    measured: Mapping[str, float] = attrs.field(factory=FrozenDict, converter=freeze)
+    source: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
     #: ``catalog``: overlay files (paths relative to the scenario's file), applied at resolve
     catalog: tuple[str, ...] | None = None
     notes: tuple[str, ...] = ()
