@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from shardmeter.frozen import FrozenDict, freeze
 from shardmeter.record_checks import PRECISIONS, _fraction, _name, _nonneg, _peaks, _positive, _prices
 
 __all__ = [
@@ -32,8 +33,8 @@ __all__ = [
 ]
 
 
-def _freeze_map(value: Mapping[str, float] | None) -> dict[str, float]:
-    return dict(value) if value is not None else {}
+def _freeze_map(value: Mapping[str, float] | None) -> FrozenDict[str, float]:
+    return freeze(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -215,8 +216,8 @@ class CostSource:
         return (rent or 0.0) + (own or 0.0) + energy
 
 
-def _options(value: Mapping[str, object] | None) -> dict[str, object]:
-    return dict(value) if value is not None else {}
+def _options(value: Mapping[str, object] | None) -> FrozenDict[str, object]:
+    return freeze(value)
 
 
 @attrs.frozen(kw_only=True)

@@ -14,7 +14,7 @@ PKG = Path(__file__).resolve().parents[1] / "shardmeter"
 
 #: Rooms from the bottom up; a room may import its own modules and any room with a lower rank.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "io", "reading", "numbers", "tables", "numeric"),
+    ("errors", "io", "reading", "numbers", "tables", "frozen", "numeric"),
     ("parts", "exchange", "records", "record_checks", "hookspecs"),
     ("registry",),
     ("load",),

@@ -99,7 +99,8 @@ def apply_plan(d: Draft, registry=None) -> dict[str, Any]:
     tables: dict[str, Any] = {t: dict(v) for t, v in d.tables.items() if v and t in ("model", "training")}
     tables["island"] = [dict(d.tables["island"])]
     try:
-        doc = search(tables, estimator=Estimator(registry), top=1)
+        # partial=False: Ctrl-C is an interruption (exit 130, nothing written), not a layout
+        doc = search(tables, estimator=Estimator(registry), top=1, partial=False)
     except ScenarioError as exc:
         raise ShardMeterError(f"the starter scenario does not load: {exc}") from None
     if not doc["plans"]:

@@ -14,10 +14,11 @@ builds the records from the raw tables.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -160,11 +161,12 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     model_rec = _model_record(data.get("model"), file, notes)
     training = _required_table(data.get("training"), "training", file)
     framework_keys = apply_framework(data, model_rec, reg, file, notes)
-    training_rec = structure_record(training, TrainingSpec, path="training", file=file)
-    parse_par = _parallelism_parser(reg, file, notes)
-    par_rec = parse_par(data.get("parallelism", {}), "parallelism")
-    offer_recs = _offer_records(data.get("offer"), file)
-    isl_recs = _island_records(data, parse_par, file, required=not offer_recs)
+    with _blaming_profile(data, framework_keys, data["training"].get("framework")):
+        training_rec = structure_record(training, TrainingSpec, path="training", file=file)
+        parse_par = _parallelism_parser(reg, file, notes)
+        par_rec = parse_par(data.get("parallelism", {}), "parallelism")
+        offer_recs = _offer_records(data.get("offer"), file)
+        isl_recs = _island_records(data, parse_par, file, required=not offer_recs)
     isl_recs += [offer_island(o) for o in offer_recs]
     _check_unique_names(isl_recs, file)
     network = data.get("network")
@@ -195,6 +197,35 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         framework_keys=framework_keys,
         file=file,
     )
+
+
+@contextlib.contextmanager
+def _blaming_profile(data: Mapping[str, Any], set_keys: tuple[str, ...], name: Any) -> Iterator[None]:
+    """A table that does not load because of a value the framework profile filled names the
+    profile and that value (a written key that conflicts with a profile's default is not the
+    user's mistake alone): the keys it set in the failing table whose name the message quotes,
+    else all it set there."""
+    try:
+        yield
+    except ScenarioError as exc:
+        table = "training" if exc.path.startswith("training") else "parallelism"
+        mine = [k for k in set_keys if k.startswith(table + ".")]
+        if not mine:
+            raise
+        quoted = [k for k in mine if k.partition(".")[2] in exc.message] or mine
+        filled = ", ".join(f"{k} = {_shown_value(data, k)}" for k in quoted)
+        raise ScenarioError(
+            f"{exc.message} ({filled}: a default of framework {name}; write "
+            f"{' and '.join(quoted)} in the scenario to choose another)",
+            path=exc.path,
+            file=exc.file,
+        ) from None
+
+
+def _shown_value(data: Mapping[str, Any], key: str) -> str:
+    table, _, field = key.partition(".")
+    value = data.get(table, {}).get(field)
+    return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
 def _check_tables(data: Mapping[str, Any], file: str | None) -> None:

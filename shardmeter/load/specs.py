@@ -10,10 +10,12 @@ is mapped onto the key path.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
+from shardmeter.frozen import FrozenDict, freeze
 from shardmeter.records import PRECISIONS
 from shardmeter.registry.convert import CONVERTER
 
@@ -123,6 +125,11 @@ def _non_negative(inst, attribute, value):
         raise ValueError(f"{attribute.name}: expected an integer >= 0, got {value!r}")
 
 
+def _non_negative_or_none(inst, attribute, value):
+    if value is not None:
+        _non_negative(inst, attribute, value)
+
+
 def _price(inst, attribute, value):
     """A price in US dollars: finite and >= 0 (0: free, such as an owned site's uplink)."""
     if not math.isfinite(value) or value < 0:
@@ -202,6 +209,12 @@ class ModelSpec:
 #: A software-stack profile never fills such a key where the scenario writes the key it
 #: qualifies (SCENARIO.md, "Software stacks": a written key keeps its documented meaning).
 QUALIFIES = "shardmeter.qualifies"
+#: Field metadata: the values of the key it qualifies under which a qualifier means anything
+#: (``recompute_layers`` only with ``recompute = "full"``). A variant that sets the qualified key
+#: to another value (a plan's ``recompute = "none"``, a sweep's ``--vary training.recompute``)
+#: drops the qualifier it does not set itself (:func:`stale_qualifiers`), as a user editing the
+#: file would: the two keys are coupled, not independent.
+QUALIFIES_WHEN = "shardmeter.qualifies_when"
 
 
 @attrs.frozen(kw_only=True)
@@ -224,8 +237,8 @@ class TrainingSpec:
     #: (:data:`QUALIFIES`).
     recompute_layers: int | None = attrs.field(
         default=None,
-        validator=[_count_or_none, _bounded, _with_full_recompute],
-        metadata={QUALIFIES: "recompute"},
+        validator=[_non_negative_or_none, _bounded, _with_full_recompute],
+        metadata={QUALIFIES: "recompute", QUALIFIES_WHEN: ("full",)},
     )
     #: layers per stage whose activations wait in host memory (Megatron-Core cpu_offloading_num_layers)
     offload_layers: int = attrs.field(default=0, validator=[_non_negative, _bounded])
@@ -276,7 +289,7 @@ class ParallelismSpec:
     #: PyTorch asynchronous TP (micro-pipelined all-gather/reduce-scatter with the GEMMs)
     async_tp: bool = False
     dp_comm_overlap: bool = True
-    options: dict[str, Any] = attrs.field(factory=dict)
+    options: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
 
 
 @attrs.frozen(kw_only=True)
@@ -293,7 +306,7 @@ class SyncSpec:
     )
     #: a registered convergence model (``docs/convergence.md``); None or "none": not priced
     convergence: str | None = None
-    options: dict[str, Any] = attrs.field(factory=dict)
+    options: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
 
 
 def _at_least_one(inst, attribute, value):
@@ -382,8 +395,8 @@ class Scenario:
     parallelism: ParallelismSpec = attrs.field(factory=ParallelismSpec)
     network: NetworkSpec | None = None
     sync: SyncSpec = attrs.field(factory=SyncSpec)
-    measured: dict[str, float] = attrs.field(factory=dict)
-    source: dict[str, Any] = attrs.field(factory=dict)
+    measured: Mapping[str, float] = attrs.field(factory=FrozenDict, converter=freeze)
+    source: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
     #: ``catalog``: overlay files (paths relative to the scenario's file), applied at resolve
     catalog: tuple[str, ...] | None = None
     notes: tuple[str, ...] = ()
@@ -426,6 +439,19 @@ def _drop_none(x):
     if isinstance(x, list):
         return [_drop_none(v) for v in x]
     return x
+
+
+def stale_qualifiers(table: str, field: str, value: Any) -> tuple[str, ...]:
+    """The keys of ``table`` that qualify ``table.field`` (:data:`QUALIFIES`) and mean nothing
+    when it is ``value`` (:data:`QUALIFIES_WHEN`): what a variant setting it must drop."""
+    spec = {"training": TrainingSpec, "parallelism": ParallelismSpec}.get(table)
+    if spec is None:
+        return ()
+    return tuple(
+        a.name
+        for a in attrs.fields(spec)
+        if a.metadata.get(QUALIFIES) == field and value not in a.metadata.get(QUALIFIES_WHEN, (value,))
+    )
 
 
 def qualified_key(table: str, field: str) -> str | None:

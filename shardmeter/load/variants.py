@@ -24,7 +24,7 @@ import attrs
 from shardmeter.load.hf_config import model_table_from_hf, read_hf_config
 from shardmeter.load.overrides import apply_override, parse_override
 from shardmeter.load.scenario import load_scenario, scenario_tables
-from shardmeter.load.specs import ModelSpec, Scenario
+from shardmeter.load.specs import ModelSpec, Scenario, stale_qualifiers
 from shardmeter.registry.manager import Registry
 
 __all__ = ["Override", "ScenarioSource", "with_overrides", "variant_tables"]
@@ -42,9 +42,27 @@ def variant_tables(
     applied in order (:func:`~shardmeter.load.overrides.apply_override`); a ``None`` value
     removes its key, so that a later override of a key beneath it starts a new table."""
     data = _written(sc) if as_written else sc.to_dict()
-    for ov in overrides:
-        key, value = parse_override(ov) if isinstance(ov, str) else ov
+    pairs = [parse_override(ov) if isinstance(ov, str) else ov for ov in overrides]
+    named = {key for key, _ in pairs}
+    for key, value in pairs:
         data = _remove(data, key) if value is None else apply_override(data, key, value)
+        data = _drop_stale(data, key, value, named)
+    return data
+
+
+def _drop_stale(data: dict[str, Any], key: str, value: Any, named: set[str]) -> dict[str, Any]:
+    """``data`` without the keys that qualify ``key`` and mean nothing at its new ``value``
+    (:func:`~shardmeter.load.specs.stale_qualifiers`: ``recompute_layers`` once a variant sets
+    ``recompute`` to anything but ``"full"``), unless the overrides set them too (``named``).
+    ``key`` is a top-level table's (``training.recompute``) or an island's
+    (``island.0.parallelism.x``)."""
+    *head, last = key.split(".")
+    if not head:
+        return data
+    for q in stale_qualifiers(head[-1], last, value):
+        qkey = ".".join([*head, q])
+        if qkey not in named:
+            data = _remove(data, qkey)
     return data
 
 

@@ -289,6 +289,10 @@ class Registry:
     def override(self, kind: str, record, *, plugin: str = "override") -> Registry:
         """A copy of this registry with ``record`` replacing (or adding) a part (a declarative
         strategy record is turned into its part)."""
+        if kind not in self._entries:
+            raise PluginError(
+                f"override: no part kind {_shown(ascii(kind))}; the kinds are {', '.join(self._entries)}"
+            )
         entries = {k: dict(v) for k, v in self._entries.items()}
         bad = _bad_name(getattr(record, "name", None))
         if bad:

@@ -257,6 +257,7 @@ def search(
     chunk_fn: Callable[[Space, tuple[int, int]], dict[str, Any]] = score_chunk,
     build_reports: bool = True,
     layouts: str | None = None,
+    partial: bool = True,
 ) -> dict[str, Any]:
     """Search a scenario's layouts. Returns the ``plan --json`` document
     (SCENARIO.md): ``evaluated``, ``feasible``, ``seconds``, ``plans`` (best
@@ -271,7 +272,10 @@ def search(
     one island only). ``layouts``: ``"per-island"``
     (each island its own layout, node count and batch share; :mod:`.island_search`),
     ``"shared"`` (one layout on every island), or ``None`` (the default): per-island with
-    several islands, shared with one.
+    several islands, shared with one. ``partial``: Ctrl-C returns the best found so far, marked
+    ``interrupted`` (``plan``, which says so); False: it raises :class:`KeyboardInterrupt`, for a
+    command that runs the planner inside it (``init``, ``import --gpu``) and would otherwise
+    write a partial search's layout as if it were the fastest.
 
     Refused with a one-line :class:`ShardMeterError` before any search: ``top`` above
     :data:`MAX_TOP`, more than :data:`~.layouts.MAX_PLAN_ISLANDS` islands, a space of too many
@@ -294,6 +298,8 @@ def search(
         return per_island_document(sc, est, obj, objective, only, max_gpus, t0, build_reports, node_options)
     space = compile_space(sc, est, only=only, max_gpus=max_gpus, objective=obj)
     acc, interrupted = _score_space(space, obj, chunk_fn, chunk_size, workers, dask, progress)
+    if interrupted and not partial:
+        raise KeyboardInterrupt
     seconds = time.perf_counter() - t0
     plans = _plans(sc, est, space, acc["best"], obj) if build_reports else []
     return _shared_document(sc, space, obj, objective, acc, plans, seconds, interrupted)
