@@ -411,3 +411,36 @@ def test_the_property_checks_feasible_rows():
     """The property's checker reads real reports (three feasible rows here)."""
     d = [_tiny() for _ in range(3)]
     assert _p90_rows(d, [(0.0, 0.0, False), (0.1, 0.1, True), (0.5, 0.0, False)]) == 3
+
+
+def test_the_tables_round_trip_through_the_scenario_dict():
+    from shardmeter.load.scenario import load_scenario, scenario_tables
+
+    sc = load_scenario(
+        _tiny(reliability={"model": "per-gpu", "gpu_mtbf_h": 1e4}, variability={"link_cv": 0.2})
+    )
+    again = load_scenario(scenario_tables(sc))
+    assert again.reliability == sc.reliability and again.variability == sc.variability
+    assert sc.reliability.options == {"gpu_mtbf_h": 1e4} and sc.variability.options == {"link_cv": 0.2}
+
+
+def test_a_key_of_another_failure_model_is_noted_not_refused():
+    import attrs
+
+    @attrs.frozen
+    class Opts:
+        fleet_size: int = 1
+
+    @attrs.frozen(kw_only=True)
+    class Other(FailurePart):
+        def terms(self, inp, opts):
+            return FailureTerms(failures_per_h=0.0, planned_per_h=0.0, restart_s=0.0)
+
+    class Plugin:
+        @shardmeter.hookimpl
+        def shardmeter_failure_models(self):
+            yield Other(name="other", options=Opts)
+
+    est = shardmeter.Estimator(fresh_registry(Plugin()))
+    rep = est.estimate(_tiny(reliability={"fleet_size": 3}))
+    assert any("reliability.fleet_size" in n and "ignored" in n for n in rep.notes)
