@@ -42,7 +42,7 @@ def test_young_interval_is_its_closed_form(c, m):
     assert math.isclose(float(young_daly_interval_s(c, m)), math.sqrt(2 * c * m), rel_tol=REL)
 
 
-def test_daly_wall_factor_is_eq_13_and_tends_to_the_failure_free_overhead():
+def test_daly_wall_factor_is_the_closed_form_and_tends_to_the_failure_free_overhead():
     tau, c, r, m = 1800.0, 40.0, 600.0, 20_000.0
     want = m * math.exp(r / m) * (math.exp((tau + c) / m) - 1.0) / tau
     assert math.isclose(float(daly_wall_factor(tau, c, r, m)), want, rel_tol=REL)

@@ -23,7 +23,7 @@ each interruption costs a restart ``R`` and the work since the last checkpoint.
   (Young 1974, "A first order approximation to the optimum checkpoint interval", CACM 17(9);
   the contract's "Young/Daly optimum").
 * The expected wall time of ``T_s`` seconds of work (Daly 2006, "A higher order estimate of the
-  optimum checkpoint interval for restart dumps", FGCS 22(3), Eq. 13; exponential failures,
+  optimum checkpoint interval for restart dumps", FGCS 22(3), 303-312: his complete model, exponential failures,
   failures during restarts and checkpoints included): ``T_w = M e^(R/M) (e^((tau+C)/M) - 1)
   T_s / tau``. Planned stops (maintenance, the job checkpoints first) at rate ``p`` cost a
   restart each and no work: ``T = T_w / (1 - p R)``. ``goodput = T_s / T``; 0 when the job
@@ -62,7 +62,7 @@ def young_daly_interval_s(checkpoint_s: Array, mtbf_s: Array) -> Array:
 
 
 def daly_wall_factor(interval_s: Array, checkpoint_s: Array, restart_s: Array, mtbf_s: Array) -> Array:
-    """``T_w / T_s`` (Daly 2006, Eq. 13): ``M e^(R/M) (e^((tau+C)/M) - 1) / tau``; ``(tau + C) /
+    """``T_w / T_s`` (Daly 2006, the complete model): ``M e^(R/M) (e^((tau+C)/M) - 1) / tau``; ``(tau + C) /
     tau`` without failures (``M`` infinite)."""
     tau = np.asarray(interval_s, dtype=float)
     m = np.asarray(mtbf_s, dtype=float)
