@@ -31,6 +31,8 @@ __all__ = [
     "SyncHyperparameters",
     "ConvergenceInputs",
     "ConvergenceTerms",
+    "FailureInputs",
+    "FailureTerms",
 ]
 
 #: A numpy array over the rows of a batch, or a Python float in the scalar path (one plan).
@@ -295,3 +297,29 @@ class ConvergenceTerms:
 
     tokens_factor: ArrayLike
     in_range: ArrayLike
+
+
+# ---------------------------------------------------------------------------------------------
+# failures and variability
+
+
+@attrs.frozen(kw_only=True)
+class FailureInputs:
+    """What a failure model sees of a job (arrays, broadcastable): ``gpus`` and ``nodes`` it
+    runs on (every island together) and ``gpus_per_node``."""
+
+    gpus: ArrayLike
+    nodes: ArrayLike
+    gpus_per_node: ArrayLike
+
+
+@attrs.frozen(kw_only=True)
+class FailureTerms:
+    """A failure model's figures for a job: ``failures_per_h`` (unexpected interruptions per
+    hour of the whole job: each loses the work since the last checkpoint), ``planned_per_h``
+    (planned stops per hour, maintenance: the job checkpoints first, so each costs a restart
+    only) and ``restart_s`` (detect, re-schedule, reload, warm up: seconds per interruption)."""
+
+    failures_per_h: ArrayLike
+    planned_per_h: ArrayLike
+    restart_s: ArrayLike

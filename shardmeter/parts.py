@@ -55,6 +55,8 @@ from shardmeter.exchange import (
     CommEvent,
     ConvergenceInputs,
     ConvergenceTerms,
+    FailureInputs,
+    FailureTerms,
     PipeInputs,
     PipeTerms,
     ScheduleNeeds,
@@ -89,6 +91,10 @@ __all__ = [
     "ConvergencePart",
     "ConvergenceInputs",
     "ConvergenceTerms",
+    "FailurePart",
+    "FailureInputs",
+    "FailureTerms",
+    "VariabilityPart",
     "FrameworkPart",
     "StackVersion",
     "call_framework",
@@ -345,6 +351,40 @@ class ConvergencePart(Part):
     def validity(self) -> dict[str, Any]:
         """The ranges the model's sources cover, for the report (``{}``: not stated)."""
         return {}
+
+
+# ---------------------------------------------------------------------------------------------
+# failures and variability
+
+
+@attrs.frozen(kw_only=True)
+class FailurePart(Part):
+    """How often a job is interrupted and how long it takes to come back (``[reliability]
+    model``); its options are the ``[reliability]`` keys it reads (``gpu_mtbf_h``,
+    ``restart_s`` for the bundled fleet models). The host adds each offer's preemptions and
+    prices checkpoints and lost work (:mod:`shardmeter.model.reliability`)."""
+
+    kind: ClassVar[str] = "failures"
+
+    def terms(self, inp: FailureInputs, opts: Any) -> FailureTerms:
+        """The interruption rates and restart time of every row (elementwise)."""
+        raise NotImplementedError
+
+
+@attrs.frozen(kw_only=True)
+class VariabilityPart(Part):
+    """How much one rank's time for a phase of the step varies (``[variability] model``); its
+    options are the ``[variability]`` keys it reads. A synchronous phase ends when its slowest
+    rank does, so the host asks for the phase's quantile over ``ranks`` ranks."""
+
+    kind: ClassVar[str] = "variability"
+
+    def quantile_factor(self, q: float, ranks: Array, kind: str, opts: Any) -> Array:
+        """The ``q``-quantile of the slowest of ``ranks`` ranks' times for a phase, over the mean
+        time of one rank (the deterministic model's figure); ``kind`` is ``"gpu"`` (compute,
+        memory-bound kernels, bubbles) or ``"link"`` (a transfer on a tier or the WAN). Must be
+        1 with no variability, and non-decreasing in ``q``."""
+        raise NotImplementedError
 
 
 # ---------------------------------------------------------------------------------------------

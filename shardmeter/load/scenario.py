@@ -38,9 +38,11 @@ from shardmeter.load.specs import (
     NetworkSpec,
     OfferSpec,
     ParallelismSpec,
+    ReliabilitySpec,
     Scenario,
     SyncSpec,
     TrainingSpec,
+    VariabilitySpec,
 )
 from shardmeter.load.specs import (
     TierSpec as TierSpec,  # re-exported: shardmeter.resolve.resolver imports it from here
@@ -74,6 +76,8 @@ _TOP = {
     "network",
     "parallelism",
     "sync",
+    "reliability",
+    "variability",
     "measured",
     "source",
     "catalog",
@@ -178,6 +182,12 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         notes.append(_SINGLE_UPLINK_NOTE)
     if offer_recs:
         notes.append(OFFERS_NOTE)
+    reliability = _model_table(
+        data.get("reliability"), ReliabilitySpec, "failures", reg, "reliability", file, notes
+    )
+    variability = _model_table(
+        data.get("variability"), VariabilitySpec, "variability", reg, "variability", file, notes
+    )
     measured = _measured(data.get("measured", {}), file)
     source = data.get("source", {})
     if not isinstance(source, dict):
@@ -190,6 +200,8 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         parallelism=par_rec,
         network=net_rec,
         sync=sync_rec,
+        reliability=reliability,
+        variability=variability,
         measured=measured,
         source=dict(source),
         catalog=_catalog(data.get("catalog"), file),
@@ -488,6 +500,30 @@ def _sync_record(sync: Any, reg, file: str | None, notes: list[str]) -> SyncSpec
         check_option_values(option_defaults(options), opts, "sync", file)
         check_option_record(options, opts, "sync", file)
     return sync_rec
+
+
+def _model_table(
+    table: Any, spec: type, kind: str, reg, where: str, file: str | None, notes: list[str]
+) -> Any:
+    """``[reliability]`` or ``[variability]`` (None when absent): the table's own keys, and the
+    keys of the registered ``kind`` models (the chosen ``model``'s checked by its options class,
+    another's kept and noted as ignored, as ``[sync]`` does)."""
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ScenarioError("expected a table", path=where, file=file)
+    fields = {f.name for f in attrs.fields(spec)} - {"options"}
+    known = {n: set(option_defaults(reg.get(kind, n).options)) for n in reg.names(kind)}
+    chosen = table.get("model", attrs.fields_dict(spec)["model"].default)
+    base, opts = split_options(
+        table, fields, known, chosen if isinstance(chosen, str) else "", where, file, notes
+    )
+    rec = attrs.evolve(structure_record(base, spec, path=where, file=file), options=opts)
+    if rec.model in reg.names(kind):
+        options = reg.get(kind, rec.model).options
+        check_option_values(option_defaults(options), opts, where, file)
+        check_option_record(options, opts, where, file)
+    return rec
 
 
 def _measured(measured: Any, file: str | None) -> dict[str, float]:

@@ -27,6 +27,8 @@ __all__ = [
     "TrainingSpec",
     "ParallelismSpec",
     "SyncSpec",
+    "ReliabilitySpec",
+    "VariabilitySpec",
     "TierSpec",
     "IslandSpec",
     "OfferSpec",
@@ -133,6 +135,12 @@ def _non_negative_or_none(inst, attribute, value):
 def _price(inst, attribute, value):
     """A price in US dollars: finite and >= 0 (0: free, such as an owned site's uplink)."""
     if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{attribute.name}: expected a finite number >= 0, got {value!r}")
+
+
+def _rate_or_none(inst, attribute, value):
+    """A rate or a duration: finite and >= 0, or None (not given)."""
+    if value is not None and (not math.isfinite(value) or value < 0):
         raise ValueError(f"{attribute.name}: expected a finite number >= 0, got {value!r}")
 
 
@@ -350,6 +358,8 @@ class IslandSpec:
     #: this island's own sequences per micro-batch (ShardMeter's extension of the contract);
     #: None: ``training.micro_batch``
     micro_batch: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    #: interruptions per node-hour (a preemptible island; an offer's ``preemption_per_h``)
+    preemption_per_h: float | None = attrs.field(default=None, validator=_rate_or_none)
 
 
 @attrs.frozen(kw_only=True)
@@ -373,6 +383,38 @@ class OfferSpec:
     egress_usd_per_gb: float = attrs.field(default=0.0, validator=_price)
     uplink: Any = None
     price_date: str | None = None
+    #: interruptions per node-hour of a preemptible (spot) offer; 0: on-demand
+    preemption_per_h: float | None = attrs.field(default=None, validator=_rate_or_none)
+
+
+def _quantile(inst, attribute, value):
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"{attribute.name} must lie between 0 and 1 (exclusive), got {value}")
+
+
+@attrs.frozen(kw_only=True)
+class ReliabilitySpec:
+    """``[reliability]``: the failure ``model`` (a registered failure part; its keys, such as
+    ``gpu_mtbf_h`` and ``restart_s``, are in ``options``), the checkpoint store's write
+    bandwidth per node, the checkpoint interval (0: the Young/Daly optimum) and whether the
+    write overlaps training (``async_checkpoint``)."""
+
+    model: str = "llama3-h100"
+    checkpoint_write_gb_s: float = attrs.field(default=20.0, validator=_pos)
+    checkpoint_interval_s: float = attrs.field(default=0.0, validator=_rate_or_none)
+    async_checkpoint: bool = False
+    options: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
+
+
+@attrs.frozen(kw_only=True)
+class VariabilitySpec:
+    """``[variability]``: the variability ``model`` (a registered variability part; its keys,
+    such as ``gpu_step_cv`` and ``link_cv``, are in ``options``) and the step ``quantile`` that
+    the expected wall-clock and cost use."""
+
+    model: str = "lognormal"
+    quantile: float = attrs.field(default=0.5, validator=_quantile)
+    options: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
 
 
 @attrs.frozen(kw_only=True)
@@ -395,6 +437,9 @@ class Scenario:
     parallelism: ParallelismSpec = attrs.field(factory=ParallelismSpec)
     network: NetworkSpec | None = None
     sync: SyncSpec = attrs.field(factory=SyncSpec)
+    #: ``[reliability]`` / ``[variability]``; None: a run never fails, every rank is alike
+    reliability: ReliabilitySpec | None = None
+    variability: VariabilitySpec | None = None
     measured: Mapping[str, float] = attrs.field(factory=FrozenDict, converter=freeze)
     source: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
     #: ``catalog``: overlay files (paths relative to the scenario's file), applied at resolve
@@ -428,6 +473,9 @@ class Scenario:
                 isl["parallelism"].update(isl["parallelism"].pop("options", {}))
         d["parallelism"].update(d["parallelism"].pop("options", {}))
         d["sync"].update(d["sync"].pop("options", {}))
+        for table in ("reliability", "variability"):
+            if d.get(table) is not None:
+                d[table].update(d[table].pop("options", {}))
         if d["sync"].get("batch_split") == "replicas":  # the default: written only when chosen
             del d["sync"]["batch_split"]
         return _drop_none(d)

@@ -13,6 +13,7 @@ from shardmeter.model.outputs import BREAKDOWN_TERMS, Breakdown, Outputs
 from shardmeter.report.confidence import confidence_of
 from shardmeter.report.layout import layout_of
 from shardmeter.report.pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
+from shardmeter.report.reliability import apply_reliability
 from shardmeter.report.text import format_report
 from shardmeter.report.words import assumption_notes, describe_bottleneck, regime_of
 from shardmeter.resolve.resolver import Resolved
@@ -147,6 +148,24 @@ class Report:
     #: residuals and whether it is inside the validated envelope
     #: (:func:`~shardmeter.report.confidence.confidence_of`); empty when infeasible.
     confidence: dict[str, Any] = attrs.field(factory=dict)
+    #: The step's median and 90th percentile when ranks vary (``[variability]``); both
+    #: ``step_time_s`` without it (:mod:`~shardmeter.report.reliability`). None when infeasible.
+    step_time_p50_s: float | None = None
+    step_time_p90_s: float | None = None
+    #: One checkpoint's stall and the seconds of work between two (``[reliability]``); None
+    #: without it.
+    checkpoint_s: float | None = None
+    checkpoint_interval_s: float | None = None
+    #: The useful fraction of wall time under failures, checkpoints and preemption (1 without
+    #: ``[reliability]``); None when infeasible.
+    goodput: float | None = None
+    #: ``wall_clock_s`` and ``cost_usd`` at the ``[variability] quantile`` step, over ``goodput``;
+    #: None without ``training.tokens``.
+    expected_wall_clock_s: float | None = None
+    expected_cost_usd: float | None = None
+    #: The figures behind ``goodput`` (job MTBF, interruptions, checkpoint size and write time);
+    #: empty without ``[reliability]``.
+    reliability: dict[str, Any] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -233,6 +252,7 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
     )
     assumed.extend(assumption_notes(res, report))
     report.confidence = confidence_of(res, report)
+    apply_reliability(res, report)
     if res.convergence is not None:  # quality-adjusted figures; raw ones unchanged
         from shardmeter.report.quality import apply_quality
 
