@@ -218,3 +218,27 @@ def test_the_plans_tokens_factor_carries_the_batch_factor():
         q = p["report"]["quality"]
         assert p["tokens_factor"] == pytest.approx(q["tokens_factor"], rel=1e-12)
         assert math.isclose(q["tokens_factor"], q["sync_tokens_factor"] * q["batch"]["batch_factor"])
+
+
+def test_the_documented_batch_table_is_the_models():
+    from test_convergence import DOC
+
+    block = DOC.split("<!-- batch 1b -->", 1)[1].split("\n\n", 1)[0]
+    cells = [ln.strip("|").split("|") for ln in block.splitlines() if ln[:2] == "| " and ln[2].isdigit()]
+    rows = [[float(c.replace(",", "").strip(" *")) for c in row] for row in cells]
+    assert [int(r[0]) for r in rows] == [128, 256, 512, 1024, 2048, 4096]
+    for g, tokens, bf, tf, days, q_days, usd, q_usd in rows:
+        r = shardmeter.estimate(
+            _with_batch(scenario(inner_steps=300)), overrides=[("training.global_batch", int(g))]
+        )
+        q = r.quality
+        assert q["batch"]["batch_tokens"] == tokens
+        assert q["batch"]["batch_factor"] == pytest.approx(bf, abs=6e-4)
+        assert q["tokens_factor"] == pytest.approx(tf, abs=6e-4)
+        assert r.wall_clock_s / 86400 == pytest.approx(days, abs=6e-4)
+        assert q["wall_clock_to_quality_s"] / 86400 == pytest.approx(q_days, abs=6e-4)
+        assert r.cost_usd == pytest.approx(usd, abs=0.6)
+        assert q["cost_to_quality_usd"] == pytest.approx(q_usd, abs=0.6)
+    for col in (5, 7):  # the bold cell of each quality-adjusted column is its minimum
+        marked = [int(float(c[0])) for c in cells if "**" in c[col]]
+        assert marked == [int(rows[int(np.argmin([r[col] for r in rows]))][0])]
