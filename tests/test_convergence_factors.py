@@ -133,7 +133,12 @@ def test_by_default_the_batch_is_not_priced_and_the_report_is_unchanged():
 def test_without_tokens_the_batch_is_not_priced():
     sc = _with_batch(scenario(convergence=None))
     del sc["training"]["tokens"]
-    assert not shardmeter.estimate(sc).to_dict()["quality"]
+    rep = shardmeter.estimate(sc).to_dict()
+    assert not rep["quality"]
+    assert (
+        "training.critical_batch = 'kaplan-2020' is not priced: its target loss needs training.tokens"
+        in rep["notes"]
+    )
 
 
 def test_a_bad_critical_batch_name_is_a_one_line_error_naming_the_key():

@@ -115,6 +115,11 @@ def apply_quality(res: Any, report: Any) -> None:
     note when the plan lies outside the model's validity range, and drop the "convergence not
     priced" assumption (it is priced now). Nothing happens without a convergence model."""
     q = quality_figures(res, report)
+    tr = res.scenario.training
+    if report.feasible and tr.critical_batch != "none" and not tr.tokens:
+        report.notes.append(
+            f"training.critical_batch = '{tr.critical_batch}' is not priced: its target loss needs training.tokens"
+        )
     if not q:
         return
     report.quality = q
