@@ -225,6 +225,10 @@ QUALIFIES = "shardmeter.qualifies"
 QUALIFIES_WHEN = "shardmeter.qualifies_when"
 
 
+#: ``training.critical_batch`` values: not priced, or Kaplan et al. 2020's critical batch.
+CRITICAL_BATCH_MODELS = ("none", "kaplan-2020")
+
+
 @attrs.frozen(kw_only=True)
 class TrainingSpec:
     """``[training]``. Defaults: ``micro_batch = 1``, ``precision = "bf16"``,
@@ -259,6 +263,10 @@ class TrainingSpec:
     optimizer: str = attrs.field(default="adam", validator=_one_of("adam", "adamw", "sgd"))
     attention: str = attrs.field(default="flash", validator=_one_of("flash", "flash2", "materialized"))
     tokens: float | None = attrs.field(default=None, validator=_pos)
+    #: the global batch priced against a critical batch (``docs/convergence.md``, "The global
+    #: batch"): ``"kaplan-2020"`` (McCandlish et al. 2018 with Kaplan et al. 2020's B_crit(L)) adds
+    #: its factor to the report's ``quality``; ``"none"`` (default): not priced
+    critical_batch: str = attrs.field(default="none", validator=_one_of(*CRITICAL_BATCH_MODELS))
     #: a software-stack profile (``docs/frameworks.md``) whose defaults filled the keys not written
     framework: str | None = None
     #: the profile's state: ``"YYYY-MM"`` (as of the month's last day), ``"YYYY-MM-DD"`` or a

@@ -253,7 +253,7 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
     assumed.extend(assumption_notes(res, report))
     report.confidence = confidence_of(res, report)
     apply_reliability(res, report)
-    if res.convergence is not None:  # quality-adjusted figures; raw ones unchanged
+    if res.convergence is not None or sc.training.critical_batch != "none":  # raw figures unchanged
         from shardmeter.report.quality import apply_quality
 
         apply_quality(res, report)
