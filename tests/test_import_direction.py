@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("model",),
     ("report",),
     ("render",),
-    ("estimator",),
+    ("estimator", "hetero"),
     ("validate",),
     ("explore",),
     ("importers", "calibrate"),
