@@ -72,7 +72,7 @@ class PipelineSetup:
     scenario: Scenario
 
 
-def _group_scenario(sc: Scenario, g: StageGroupSpec, isl_index: int, dp: int) -> Scenario:
+def group_scenario(sc: Scenario, g: StageGroupSpec, isl_index: int, dp: int) -> Scenario:
     """The one-island scenario of stage group ``g``: its island alone, its layout."""
     isl = attrs.evolve(sc.islands[isl_index], parallelism=None, micro_batch=None, uplink=None)
     par = attrs.evolve(sc.parallelism, tp=g.tp or sc.parallelism.tp, pp=g.stages, dp=dp)
@@ -117,14 +117,14 @@ def pipeline_setup(
     setups = []
     for g in groups:
         j, _isl = by_name[g.island]
-        res = est.resolve(_group_scenario(sc, g, j, dp))
+        res = est.resolve(group_scenario(sc, g, j, dp))
         inp, table = build_inputs(res, table)
         setups.append(GroupSetup(spec=g, island=res.islands[0], inputs=inp, tp=g.tp or sc.parallelism.tp))
-    links = tuple(_link(whole, a.spec.island, b.spec.island) for a, b in itertools.pairwise(setups))
+    links = tuple(joining_link(whole, a.spec.island, b.spec.island) for a, b in itertools.pairwise(setups))
     return PipelineSetup(groups=tuple(setups), table=table, dp=dp, links=links, scenario=sc)
 
 
-def _link(res: Resolved, a: str, b: str) -> tuple[str, float, float] | None:
+def joining_link(res: Resolved, a: str, b: str) -> tuple[str, float, float] | None:
     """The link joining islands ``a`` and ``b``: the slower of their uplinks (each its own,
     else ``[network] link``) and the longer latency; ``None`` on one island."""
     if a == b:
@@ -158,19 +158,7 @@ def run_pipeline(setup: PipelineSetup, layers: Sequence[Any] | None = None) -> P
         stage_cost(g.inputs, setup.table, np.asarray(n, dtype=float), rank=r, stages=P)
         for r, ((g, _), n) in enumerate(zip(per_stage, counts, strict=True))
     )
-    sends = []
-    for r in range(P - 1):
-        (ga, _), (gb, _sb) = per_stage[r], per_stage[r + 1]
-        act = costs[r].activation_bytes
-        if ga is gb:
-            sends.append(inner_send_s(ga.inputs, act))
-            continue
-        link = setup.links[setup.groups.index(gb) - 1]
-        if link is None:  # two groups on one island: the tier holding both groups' ranks
-            ranks = ga.spec.stages + gb.spec.stages
-            sends.append(inner_send_s(gb.inputs, act, ranks=float(ranks)))
-        else:
-            sends.append(link_send_s(act, float(setup.dp), link[1], link[2]))
+    sends = boundary_sends(setup.groups, setup.links, setup.dp, costs[0].activation_bytes)
     step = pipeline_step(
         [c.micro_batch_s for c in costs],
         sends,
@@ -179,6 +167,27 @@ def run_pipeline(setup: PipelineSetup, layers: Sequence[Any] | None = None) -> P
         [c.optimizer_s for c in costs],
     )
     return PipelineResult(stages=costs, sends=tuple(sends), step=step)
+
+
+def boundary_sends(
+    groups: Sequence[GroupSetup], links: Sequence[tuple[str, float, float] | None], dp: int, act: Any
+) -> list[Any]:
+    """One send's seconds on each boundary between consecutive stages (``act``: one
+    micro-batch's activation bytes): inside a group on the tier holding its ``stages`` ranks,
+    between two groups on one island on the tier holding both groups' ranks, between islands
+    on the link joining them (:func:`~shardmeter.model.stage_groups.link_send_s`)."""
+    sends: list[Any] = []
+    for k, g in enumerate(groups):
+        inner = inner_send_s(g.inputs, act, ranks=float(g.spec.stages))
+        sends.extend([inner] * (g.spec.stages - 1))
+        if k + 1 == len(groups):
+            break
+        nxt, link = groups[k + 1], links[k]
+        if link is None:
+            sends.append(inner_send_s(nxt.inputs, act, ranks=float(g.spec.stages + nxt.spec.stages)))
+        else:
+            sends.append(link_send_s(act, float(dp), link[1], link[2]))
+    return sends
 
 
 def _num(x: Any) -> float:

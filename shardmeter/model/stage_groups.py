@@ -84,12 +84,21 @@ class StageCost:
     reasons: Array
 
 
-def stage_cost(inp: ModelInputs, parts: PartTable, layers: Array, *, rank: int, stages: int) -> StageCost:
+def stage_cost(
+    inp: ModelInputs,
+    parts: PartTable,
+    layers: Array,
+    *,
+    rank: int,
+    stages: int,
+    distance: Array | None = None,
+) -> StageCost:
     """Stage ``rank`` of a ``stages``-stage pipeline, ``layers`` layers on the GPUs of ``inp``
     (a one-island batch whose layout is the stage's group: its GPU, ``tp``, ``cp``, ``dp``).
     Rank 0 holds the embedding, rank ``stages - 1`` the output layer and loss; its activations
-    in flight are the schedule part's ``in_flight_at(rank)`` for the whole pipeline (1F1B:
-    ``min(p - rank, m)``)."""
+    in flight are the schedule part's ``in_flight_at`` for the whole pipeline (1F1B:
+    ``min(p - rank, m)``), at rank ``stages - distance`` where ``distance`` is given (rows
+    of several distances to the pipeline's end in one call, as the planner's tables)."""
     deg = attrs.evolve(degrees(inp.layout), pp=_f(stages) + 0.0 * _f(inp.layout.pp), v=1.0)
     tr, hw = inp.training, inp.hardware
     _, m, m_int = batch_split(_f(tr.global_batch), deg.dp, _f(tr.micro_batch))
@@ -109,7 +118,8 @@ def stage_cost(inp: ModelInputs, parts: PartTable, layers: Array, *, rank: int, 
 
     def held_of(code: int) -> tuple[Array, Array]:
         part, opts = parts.get("schedule", code)
-        return part.in_flight_at(pipe, opts, _f(rank)), part.loss_in_flight(pipe, opts)
+        at = _f(rank) if distance is None else _f(stages) - distance
+        return part.in_flight_at(pipe, opts, at), part.loss_in_flight(pipe, opts)
 
     held, loss_held = by_code(inp.layout.schedule, held_of)
     mem = rank_memory(inp, parts, deg, layers, first, last, held, loss_held, 0.0)

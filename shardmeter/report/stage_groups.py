@@ -68,7 +68,7 @@ class PipelineReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for ``--json`` (tuples as lists)."""
-        return attrs.asdict(self, retain_collection_types=False)
+        return attrs.asdict(self)
 
     def __str__(self) -> str:
         head = [
