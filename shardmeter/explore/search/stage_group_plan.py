@@ -48,10 +48,13 @@ from shardmeter.load.scenario import Scenario
 from shardmeter.load.specs import StageGroupSpec
 from shardmeter.model.stage_groups import StageCost, pipeline_step, stage_cost
 
-__all__ = ["search_stage_groups", "balance_layers", "MICRO_BATCHES"]
+__all__ = ["search_stage_groups", "balance_layers", "per_island_best", "MICRO_BATCHES", "SHARDINGS"]
 
 #: Micro-batch sizes tried (those that divide the global batch with ``dp``).
 MICRO_BATCHES = (1, 2, 4, 8)
+#: Sharding strategies tried besides the scenario's own: none, and ZeRO-1 (Megatron-LM's
+#: distributed optimizer, the usual partner of pipeline parallelism).
+SHARDINGS = ("none", "zero1")
 
 
 @attrs.frozen(kw_only=True)
@@ -74,8 +77,8 @@ class _Tables:
         self.est, self.sc, self.d_max = est, sc, d_max
         self.layers = sc.model.layers
         self.table = PartTable()
-        self._setups: dict[tuple[int, int, int, int], GroupSetup] = {}
-        self._tables: dict[tuple[int, int, int, int, str], _Table] = {}
+        self._setups: dict[tuple[int, int, int, int, str], GroupSetup] = {}
+        self._tables: dict[tuple[int, int, int, int, str, str], _Table] = {}
         self._whole = est.resolve(attrs.evolve(sc, stage_groups=()))
         self._links: dict[tuple[str, str], tuple[str, float, float] | None] = {}
 
@@ -85,26 +88,34 @@ class _Tables:
             self._links[(a, b)] = joining_link(self._whole, a, b)
         return self._links[(a, b)]
 
-    def inputs(self, g: int, tp: int, dp: int, mb: int) -> ModelInputs:
-        """The model inputs of group ``g`` with that layout (one stage; the tables pass ranks)."""
-        return self.setup(g, tp, dp, mb).inputs
+    def scenario(self, sharding: str) -> Scenario:
+        """The scenario with ``sharding`` (its options only where it is the scenario's own)."""
+        par = self.sc.parallelism
+        if sharding == par.sharding:
+            return self.sc
+        return attrs.evolve(self.sc, parallelism=attrs.evolve(par, sharding=sharding, options={}))
 
-    def setup(self, g: int, tp: int, dp: int, mb: int) -> GroupSetup:
+    def inputs(self, g: int, tp: int, dp: int, mb: int, sharding: str) -> ModelInputs:
+        """The model inputs of group ``g`` with that layout (one stage; the tables pass ranks)."""
+        return self.setup(g, tp, dp, mb, sharding).inputs
+
+    def setup(self, g: int, tp: int, dp: int, mb: int, sharding: str) -> GroupSetup:
         """Group ``g`` with that layout, resolved and built once."""
-        key = (g, tp, dp, mb)
+        key = (g, tp, dp, mb, sharding)
         if key not in self._setups:
             spec = self.sc.stage_groups[g]
             one = attrs.evolve(spec, tp=tp, micro_batch=mb, stages=1, layers=(1,))
             j = [isl.name for isl in self.sc.islands].index(spec.island)
-            res = self.est.resolve(group_scenario(attrs.evolve(self.sc, stage_groups=()), one, j, dp))
+            sc = attrs.evolve(self.scenario(sharding), stage_groups=())
+            res = self.est.resolve(group_scenario(sc, one, j, dp))
             inp, self.table = build_inputs(res, self.table)
             self._setups[key] = GroupSetup(spec=one, island=res.islands[0], inputs=inp, tp=tp)
         return self._setups[key]
 
-    def get(self, g: int, tp: int, dp: int, mb: int, kind: str) -> _Table:
-        key = (g, tp, dp, mb, kind)
+    def get(self, g: int, tp: int, dp: int, mb: int, sharding: str, kind: str) -> _Table:
+        key = (g, tp, dp, mb, sharding, kind)
         if key not in self._tables:
-            inp = self.inputs(g, tp, dp, mb)
+            inp = self.inputs(g, tp, dp, mb, sharding)
             L, D = self.layers, self.d_max
             ls = np.repeat(np.arange(1, L + 1, dtype=float), D).reshape(-1, 1)
             ds = np.tile(np.arange(1, D + 1, dtype=float), L).reshape(-1, 1)
@@ -182,8 +193,9 @@ def search_stage_groups(est: Estimator, sc: Scenario, *, top: int = 10) -> dict[
     d_max = min(sc.model.layers, sum(gpus.values()))
     tables = _Tables(est, sc, d_max)
     tps = {n: _tp_choices(sc, i.gpus_per_node) for n, i in isl.items()}
+    shardings = list(dict.fromkeys((par.sharding, *SHARDINGS)))
     dps = [d for d in range(1, min(gpus.values()) + 1) if tr.global_batch % d == 0]
-    scored: list[tuple[float, tuple[StageGroupSpec, ...], int]] = []
+    scored: list[tuple[float, tuple[StageGroupSpec, ...], int, str]] = []
     candidates = 0
     for order in itertools.permutations(range(G)):
         for tp_pick in itertools.product(*[tps[sc.stage_groups[g].island] for g in order]):
@@ -199,20 +211,31 @@ def search_stage_groups(est: Estimator, sc: Scenario, *, top: int = 10) -> dict[
                     ]
                 if min(stages) < 1 or sum(stages) < 2 or sum(stages) > sc.model.layers:
                     continue
-                for mb in MICRO_BATCHES:
+                for mb, sharding in itertools.product(MICRO_BATCHES, shardings):
                     if tr.global_batch % (dp * mb):
                         continue
                     candidates += 1
-                    got = _score(tables, sc, order, tp_pick, stages, dp, mb)
+                    got = _score(tables, sc, order, tp_pick, stages, dp, mb, sharding)
                     if got is not None:
-                        scored.append((got[0], got[1], dp))
+                        scored.append((got[0], got[1], dp, sharding))
     scored.sort(key=lambda x: x[0])
     plans = []
-    for step_est, groups, dp in scored[:top]:
-        plan_sc = attrs.evolve(sc, stage_groups=groups, parallelism=attrs.evolve(par, dp=dp, pp=1))
+    for step_est, groups, dp, sharding in scored[:top]:
+        own = tables.scenario(sharding)
+        plan_sc = attrs.evolve(
+            own, stage_groups=groups, parallelism=attrs.evolve(own.parallelism, dp=dp, pp=1)
+        )
         setup = pipeline_setup(est, plan_sc)
         rep = pipeline_report(setup, run_pipeline(setup))
-        plans.append({"step_time_s_searched": step_est, "report": rep.to_dict(), "groups": groups, "dp": dp})
+        plans.append(
+            {
+                "step_time_s_searched": step_est,
+                "report": rep.to_dict(),
+                "groups": groups,
+                "dp": dp,
+                "sharding": sharding,
+            }
+        )
     return {"plans": plans, "candidates": candidates, "feasible": len(scored)}
 
 
@@ -224,6 +247,7 @@ def _score(
     stages: Sequence[int],
     dp: int,
     mb: int,
+    sharding: str,
 ) -> tuple[float, tuple[StageGroupSpec, ...]] | None:
     """One candidate's balanced split and step (None: no split fits)."""
     P = sum(stages)
@@ -234,7 +258,7 @@ def _score(
             kind = "first" if r == 0 else "last" if r == P - 1 else "middle"
             kinds.append((k, g, kind))
             r += 1
-    tabs = [tables.get(g, tp_pick[k], dp, mb, kind) for k, g, kind in kinds]
+    tabs = [tables.get(g, tp_pick[k], dp, mb, sharding, kind) for k, g, kind in kinds]
     m = tabs[0].micro_batches
     split = balance_layers(tabs, [P - r for r in range(P)], sc.model.layers, m)
     if split is None:
@@ -248,7 +272,7 @@ def _score(
         )
         r += s
         groups.append(spec)
-        setups.append(attrs.evolve(tables.setup(g, tp_pick[k], dp, mb), spec=spec))
+        setups.append(attrs.evolve(tables.setup(g, tp_pick[k], dp, mb, sharding), spec=spec))
     links = [tables.link(a.island, b.island) for a, b in itertools.pairwise(groups)]
     sends = boundary_sends(setups, links, dp, tabs[0].act)
     idx = [n - 1 for n in split]
@@ -260,3 +284,30 @@ def _score(
         [tb.opt_s[i] for tb, i in zip(tabs, idx, strict=True)],
     )
     return float(step.step_s), tuple(groups)
+
+
+def per_island_best(est: Estimator, sc: Scenario) -> dict[str, Any] | None:
+    """The fastest plan the per-island planner finds on the same islands without the stage
+    groups (``plan --layouts per-island``, each island its own layout and batch share), with the
+    islands kept in step by a synchronous all-reduce: the same optimizer step as one pipeline's
+    (DiLoCo's local steps change what a step trains, so a time per step would not compare).
+    ``None`` when no per-island plan fits."""
+    from shardmeter.explore.search.plan import search
+
+    only: dict[str, Any] = {"strategy": ["allreduce"]} if len(sc.islands) > 1 else {}
+    doc = search(attrs.evolve(sc, stage_groups=()), estimator=est, objective="time", top=1, only=only)
+    if not doc["plans"]:
+        return None
+    best = doc["plans"][0]
+    return {
+        "step_time_s": best["report"]["step_time_s"],
+        "tokens_per_s": best["report"]["tokens_per_s"],
+        "islands": [
+            {
+                **{k: isl.get(k) for k in ("name", "nodes", "gpus", "batch_share", "micro_batch")},
+                "parallelism": isl.get("parallelism", best.get("parallelism")),
+            }
+            for isl in best["islands"]
+        ],
+        "evaluated": doc["evaluated"],
+    }
