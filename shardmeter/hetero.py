@@ -22,8 +22,6 @@ from shardmeter.inputs.build import build_inputs
 from shardmeter.inputs.bundles import ModelInputs, PartTable
 from shardmeter.load.specs import Scenario, StageGroupSpec, SyncSpec
 from shardmeter.load.stage_groups import group_gpus_per_replica
-from shardmeter.model.feasibility import reason_messages
-from shardmeter.model.flops import model_flops
 from shardmeter.model.stage_groups import (
     PipelineStep,
     StageCost,
@@ -32,7 +30,8 @@ from shardmeter.model.stage_groups import (
     pipeline_step,
     stage_cost,
 )
-from shardmeter.report.stage_groups import BoundaryReport, PipelineReport, StageGroupReport
+from shardmeter.records import Interconnect
+from shardmeter.report.stage_groups import PipelineReport
 from shardmeter.resolve.resolver import Resolved, ResolvedIsland
 
 if TYPE_CHECKING:
@@ -70,6 +69,8 @@ class PipelineSetup:
     dp: int
     links: tuple[tuple[str, float, float] | None, ...]
     scenario: Scenario
+    #: the scenario's ``[network] link`` (its egress price, where the islands' cost sources give none)
+    network: Interconnect | None = None
 
 
 def group_scenario(sc: Scenario, g: StageGroupSpec, isl_index: int, dp: int) -> Scenario:
@@ -121,7 +122,9 @@ def pipeline_setup(
         inp, table = build_inputs(res, table)
         setups.append(GroupSetup(spec=g, island=res.islands[0], inputs=inp, tp=g.tp or sc.parallelism.tp))
     links = tuple(joining_link(whole, a.spec.island, b.spec.island) for a, b in itertools.pairwise(setups))
-    return PipelineSetup(groups=tuple(setups), table=table, dp=dp, links=links, scenario=sc)
+    return PipelineSetup(
+        groups=tuple(setups), table=table, dp=dp, links=links, scenario=sc, network=whole.network
+    )
 
 
 def joining_link(res: Resolved, a: str, b: str) -> tuple[str, float, float] | None:
@@ -131,7 +134,11 @@ def joining_link(res: Resolved, a: str, b: str) -> tuple[str, float, float] | No
         return None
     ups = [isl.uplink or res.network for isl in res.islands if isl.name in (a, b)]
     if any(u is None for u in ups):
-        raise ScenarioError("stage groups on two islands need the link joining them", path="network.link")
+        raise ScenarioError(
+            "stage groups on two islands need the link joining them",
+            path="network.link",
+            file=res.scenario.file,
+        )
     slow = min(ups, key=lambda u: u.bandwidth_gb_s * u.efficiency)  # type: ignore[union-attr]
     assert slow is not None
     lat = max(u.latency_us for u in ups if u is not None)
@@ -194,109 +201,12 @@ def _num(x: Any) -> float:
     return float(np.asarray(x).reshape(-1)[0])
 
 
-def _reasons(setup: PipelineSetup, result: PipelineResult) -> tuple[str, ...]:
-    """Each group's reason bits as one-line messages naming the group and the key."""
-    out: list[str] = []
-    r = 0
-    ms = setup.scenario.model
-    for k, g in enumerate(setup.groups):
-        cs = result.stages[r : r + g.spec.stages]
-        r += g.spec.stages
-        bits = 0
-        for c in cs:
-            bits |= int(_num(c.reasons))
-        values = {
-            "tp": g.tp,
-            "heads": ms.heads,
-            "mem_gb": max(_num(c.memory_reserved_bytes) for c in cs) / 1e9,
-            "cap_gb": g.island.gpu.memory_gb,
-            "bi": setup.scenario.training.global_batch,
-            "mbs_dp": (g.spec.micro_batch or setup.scenario.training.micro_batch) * setup.dp,
-            "j": k,
-        }
-        for key, msg in reason_messages(bits, values):
-            key = {"parallelism.tp": "tp", "island[{j}].gpu.memory_gb": "layers"}.get(key, key)
-            out.append(f"stage_group[{k}] ({g.spec.name}) {key}: {msg}")
-    return tuple(out)
-
-
-def pipeline_report(setup: PipelineSetup, result: PipelineResult) -> PipelineReport:
-    """The :class:`~shardmeter.report.stage_groups.PipelineReport` of one evaluated pipeline."""
-    sc = setup.scenario
-    msgs = _reasons(setup, result)
-    step = result.step
-    step_s = _num(step.step_s)
-    mb = setup.groups[0].spec.micro_batch or sc.training.micro_batch
-    tokens = sc.training.global_batch * sc.model.seq_len
-    gpus = sum(group_gpus_per_replica(g.spec, sc.parallelism) * setup.dp for g in setup.groups)
-    first = setup.groups[0].inputs
-    flops = model_flops(first.model, first.training)
-    peak = sum(
-        group_gpus_per_replica(g.spec, sc.parallelism) * setup.dp * _num(g.inputs.hardware.peak_flops)
-        for g in setup.groups
-    )
-    tps = tokens / step_s
-    groups = []
-    r = 0
-    pacing = int(_num(step.pacing_stage))
-    for g in setup.groups:
-        cs = result.stages[r : r + g.spec.stages]
-        groups.append(
-            StageGroupReport(
-                name=g.spec.name,
-                island=g.island.name,
-                gpu=g.island.gpu.name,
-                stages=g.spec.stages,
-                tp=g.tp,
-                gpus=group_gpus_per_replica(g.spec, sc.parallelism) * setup.dp,
-                layers=tuple(g.spec.layers),
-                stage_time_s=tuple(_num(c.micro_batch_s) for c in cs),
-                memory_per_gpu_gb=max(_num(c.memory_bytes) for c in cs) / 1e9,
-                memory_reserved_gb=max(_num(c.memory_reserved_bytes) for c in cs) / 1e9,
-                memory_capacity_gb=g.island.gpu.memory_gb,
-                pacing=r <= pacing < r + g.spec.stages,
-            )
-        )
-        r += g.spec.stages
-    boundaries = []
-    r = 0
-    for k, (a, b) in enumerate(zip(setup.groups, setup.groups[1:], strict=False)):
-        r += a.spec.stages
-        link = setup.links[k]
-        name = link[0] if link is not None else f"{a.island.name} inside"
-        boundaries.append(
-            BoundaryReport(between=(a.spec.name, b.spec.name), link=name, send_s=_num(result.sends[r - 1]))
-        )
-    wall = sc.training.tokens / tps if sc.training.tokens else None
-    return PipelineReport(
-        feasible=not msgs,
-        reasons=msgs,
-        step_time_s=step_s,
-        tokens_per_s=tps,
-        tokens_per_s_per_gpu=tps / gpus,
-        mfu=tps * _num(flops.model_flops_per_token) / peak,
-        gpus=gpus,
-        dp=setup.dp,
-        micro_batch=mb,
-        micro_batches=int(_num(result.stages[0].micro_batches)),
-        breakdown_s={
-            "pipeline_s": _num(step.pipeline_s),
-            "bubble_s": _num(step.bubble_s),
-            "pp_comm_s": _num(step.p2p_s),
-            "dp_comm_s": _num(step.dp_comm_s),
-            "optimizer_s": _num(step.optimizer_s),
-        },
-        groups=tuple(groups),
-        boundaries=tuple(boundaries),
-        wall_clock_s=wall,
-        notes=sc.notes,
-    )
-
-
 def estimate_pipeline(est: Estimator, source: Any, overrides: Any = ()) -> PipelineReport:
     """Predict a ``[[stage_group]]`` scenario (a path, a dict or a loaded scenario)."""
     sc = est.load(source, overrides)
     if not sc.stage_groups:
         raise ScenarioError("the scenario has no [[stage_group]]", path="stage_group", file=sc.file)
+    from shardmeter.hetero_report import pipeline_report
+
     setup = pipeline_setup(est, sc)
     return pipeline_report(setup, run_pipeline(setup))

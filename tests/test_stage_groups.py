@@ -72,7 +72,8 @@ def test_step_by_hand_on_a_small_case():
     assert rep.feasible
     assert rep.micro_batches == 8
     assert math.isclose(rep.step_time_s, want, rel_tol=1e-12)
-    assert math.isclose(rep.breakdown_s["pipeline_s"], sum(t) + (m - 1) * max(t), rel_tol=1e-12)
+    assert math.isclose(rep.breakdown_s["pp_bubble"], sum(t) - max(t), rel_tol=1e-12)
+    assert math.isclose(sum(rep.breakdown_s.values()), rep.step_time_s, rel_tol=1e-12)
     assert [b.send_s for b in rep.boundaries] == pytest.approx([c_cross], rel=1e-12)
     assert rep.groups[0].stage_time_s == pytest.approx(t[:2], rel=1e-12)
     # the embedding rides on stage 0, the output layer and loss on stage 2: the A100 stage,

@@ -66,13 +66,20 @@ _f = ops.as_float
 @attrs.frozen(kw_only=True)
 class StageCost:
     """One stage of a heterogeneous pipeline on its group's GPUs: ``micro_batch_s`` (``t_i``,
-    forward + backward of one micro-batch with its exposed communication), ``forward_s``,
+    forward + backward of one micro-batch with its exposed communication) and its terms
+    (``compute_s``, ``memory_ops_s``, ``tp_comm_s``: exposed TP/CP/EP, ``fsdp_s``: the sharding
+    part's exposed per-micro-batch traffic, ``offload_s``), ``forward_s``,
     ``dp_exposed_s`` (its exposed gradient reduction per step), ``optimizer_s``, its GPU's
     ``memory_bytes`` and ``memory_reserved_bytes`` (the caching allocator's peak), the
     ``held`` micro-batches in flight, ``activation_bytes`` (one micro-batch's activation at a
     boundary) and ``reasons`` (:class:`~.feasibility.Reason` bits)."""
 
     micro_batch_s: Array
+    compute_s: Array
+    memory_ops_s: Array
+    tp_comm_s: Array
+    fsdp_s: Array
+    offload_s: Array
     forward_s: Array
     dp_exposed_s: Array
     optimizer_s: Array
@@ -129,6 +136,11 @@ def stage_cost(
     reasons = reasons | ops.where(reserved > hw.memory_bytes, int(Reason.MEMORY), 0)
     return StageCost(
         micro_batch_s=st.micro_batch_s,
+        compute_s=st.compute.compute,
+        memory_ops_s=st.compute.memory_ops,
+        tp_comm_s=st.comm.tp_exposed + st.comm.cp_exposed + st.comm.ep_exposed,
+        fsdp_s=st.fsdp_exposed_s,
+        offload_s=st.offload_exposed_s,
         forward_s=st.compute.forward,
         dp_exposed_s=st.dp_exposed_s,
         optimizer_s=optimizer_s(inp, st),

@@ -38,10 +38,10 @@ from shardmeter.hetero import (
     boundary_sends,
     group_scenario,
     joining_link,
-    pipeline_report,
     pipeline_setup,
     run_pipeline,
 )
+from shardmeter.hetero_report import pipeline_report
 from shardmeter.inputs.build import build_inputs
 from shardmeter.inputs.bundles import ModelInputs, PartTable
 from shardmeter.load.scenario import Scenario
