@@ -320,7 +320,16 @@ def test_the_scenario_reference_example_loads_with_every_key_it_shows():
 
 @pytest.mark.parametrize(
     "spec",
-    ["ModelSpec", "TrainingSpec", "IslandSpec", "OfferSpec", "NetworkSpec", "ParallelismSpec", "SyncSpec"],
+    [
+        "ModelSpec",
+        "TrainingSpec",
+        "IslandSpec",
+        "OfferSpec",
+        "NetworkSpec",
+        "ParallelismSpec",
+        "SyncSpec",
+        "StageGroupSpec",
+    ],
 )
 def test_every_key_the_loader_takes_is_in_the_scenario_reference(spec):
     """A key written as ``key =`` in the reference's scenario block (as a line, commented or not, or
