@@ -105,7 +105,7 @@ def _no_stage_groups(sc: Scenario) -> None:
     (``estimate`` and ``plan`` on the command line); the per-island model would ignore it."""
     if sc.stage_groups:
         raise ScenarioError(
-            "a pipeline of stage groups is estimated by `estimate` and searched by `plan --stage-groups` "
+            "a pipeline of stage groups is estimated by `estimate` and searched by `plan` "
             "(shardmeter.hetero.estimate_pipeline); this command prices per-island layouts only",
             path="stage_group",
             file=sc.file,
