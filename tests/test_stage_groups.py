@@ -241,3 +241,8 @@ def test_cli_estimate_and_plan_of_the_example():
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "stage_group[1].layers: the stage groups' layers sum to 17; model.layers is 48" in bad.stderr
+    plan = subprocess.run(
+        [*run, "plan", str(EXAMPLE), "--top", "3"], capture_output=True, text=True, check=True
+    )
+    assert "best per-island plan (all-reduce between islands" in plan.stdout
+    assert "the heterogeneous pipeline is 1.12x faster" in plan.stdout
