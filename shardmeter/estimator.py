@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shardmeter.errors import ScenarioError
 from shardmeter.inputs.build import build_inputs
 from shardmeter.inputs.bundles import ModelInputs, PartTable
 from shardmeter.load.scenario import Scenario, load_scenario
@@ -88,13 +89,27 @@ class Estimator:
         """Model inputs of shape (1, islands) and the part table their codes index."""
         if isinstance(res, Scenario):
             res = self.resolve(res)
+        _no_stage_groups(res.scenario)
         return _balanced(res, *build_inputs(res, table))
 
     def estimate(self, source: Any, overrides: Any = ()) -> Report:
         """Predict a scenario (a :class:`Scenario`, a path or a dict) -> :class:`Report`."""
         res = self.resolve(self.load(source, overrides))
+        _no_stage_groups(res.scenario)
         inp, table = _balanced(res, *build_inputs(res, scalar=True))
         return build_report(res, evaluate(inp, table), row=0)
+
+
+def _no_stage_groups(sc: Scenario) -> None:
+    """A ``[[stage_group]]`` pipeline is estimated by :func:`shardmeter.hetero.estimate_pipeline`
+    (``estimate`` and ``plan`` on the command line); the per-island model would ignore it."""
+    if sc.stage_groups:
+        raise ScenarioError(
+            "a pipeline of stage groups is estimated by `estimate` and searched by `plan` "
+            "(shardmeter.hetero.estimate_pipeline); this command prices per-island layouts only",
+            path="stage_group",
+            file=sc.file,
+        )
 
 
 def _balanced(res: Resolved, inp: ModelInputs, table: PartTable) -> tuple[ModelInputs, PartTable]:

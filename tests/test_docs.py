@@ -333,6 +333,7 @@ def test_the_scenario_reference_example_loads_with_every_key_it_shows():
         "SyncSpec",
         "ReliabilitySpec",
         "VariabilitySpec",
+        "StageGroupSpec",
     ],
 )
 def test_every_key_the_loader_takes_is_in_the_scenario_reference(spec):

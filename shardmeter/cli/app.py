@@ -30,9 +30,13 @@ class _Parser(argparse.ArgumentParser):
 def _cmd_estimate(args) -> int:
     from shardmeter.estimator import Estimator
 
+    est = Estimator()
+    sc = est.load(args.file, overrides=args.set or ())
+    if sc.stage_groups:
+        return _estimate_pipeline(est, sc, args)
     if args.plot is not None:
         _check_plot(args)
-    report = Estimator().estimate(args.file, overrides=args.set or ())
+    report = est.estimate(sc)
     if args.plot is not None:
         _plot(report, args.plot)
     if args.json:
@@ -41,6 +45,17 @@ def _cmd_estimate(args) -> int:
         print(report)
         if args.plot is not None:
             print(f"wrote {args.plot}")
+    return 0
+
+
+def _estimate_pipeline(est, sc, args) -> int:
+    """``estimate`` of a ``[[stage_group]]`` scenario: the heterogeneous pipeline's report."""
+    from shardmeter.hetero import estimate_pipeline
+
+    if args.plot is not None:
+        raise ShardMeterError("--plot does not draw a pipeline of stage groups yet; use --json")
+    report = estimate_pipeline(est, sc)
+    print(dump_json(report.to_dict()) if args.json else report)
     return 0
 
 

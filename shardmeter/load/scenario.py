@@ -47,6 +47,7 @@ from shardmeter.load.specs import (
 from shardmeter.load.specs import (
     TierSpec as TierSpec,  # re-exported: shardmeter.resolve.resolver imports it from here
 )
+from shardmeter.load.stage_groups import stage_group_records
 from shardmeter.parts import option_defaults
 from shardmeter.registry.convert import FLOAT_MAX, key_path, structure_record
 
@@ -81,6 +82,7 @@ _TOP = {
     "measured",
     "source",
     "catalog",
+    "stage_group",
 }
 
 
@@ -176,6 +178,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     network = data.get("network")
     net_rec = _network_record(network, file)
     sync_rec = _sync_record(data.get("sync", {}), reg, file, notes)
+    groups = stage_group_records(data, model_rec, training_rec, par_rec, isl_recs, file)
     if len(isl_recs) < 2 and (data.get("sync") or network is not None):
         notes.append(_SINGLE_ISLAND_NOTE)
     if len(isl_recs) < 2 and isl_recs[0].uplink is not None:
@@ -208,6 +211,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         notes=tuple(notes),
         framework_keys=framework_keys,
         file=file,
+        stage_groups=groups,
     )
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "IslandSpec",
     "OfferSpec",
     "NetworkSpec",
+    "StageGroupSpec",
     "MAX_COUNT",
 ]
 
@@ -433,6 +434,23 @@ class NetworkSpec:
 
 
 @attrs.frozen(kw_only=True)
+class StageGroupSpec:
+    """``[[stage_group]]``: consecutive pipeline stages of one heterogeneous pipeline on one
+    island's GPUs (Metis's *device group* running a *stage partition*, Sailor's per-stage GPU
+    type and TP degree): ``island`` (the ``[[island]]`` whose GPUs run them), ``stages`` (how
+    many), ``tp`` (each stage's tensor parallel degree; None: ``parallelism.tp``), ``layers``
+    (each stage's transformer layers, one count per stage, as loaded) and ``micro_batch``
+    (None: ``training.micro_batch``). :mod:`shardmeter.load.stage_groups` checks them."""
+
+    name: str = attrs.field(validator=_label)
+    island: str = attrs.field(validator=_label)
+    stages: int = attrs.field(validator=[_count, _bounded])
+    layers: tuple[int, ...]
+    tp: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    micro_batch: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+
+
+@attrs.frozen(kw_only=True)
 class Scenario:
     """A whole scenario. ``notes`` collects accepted-but-unused keys. ``islands`` ends with one
     island per ``offers`` entry (at its ``max_nodes``, named as the offer), which
@@ -456,6 +474,8 @@ class Scenario:
     #: the ``table.key`` values ``training.framework``'s profile set (not written in the file)
     framework_keys: tuple[str, ...] = ()
     file: str | None = None
+    #: ``[[stage_group]]``: one pipeline whose stages run on several islands (empty: none)
+    stage_groups: tuple[StageGroupSpec, ...] = ()
 
     def micro_batch(self, j: int) -> int:
         """Island ``j``'s sequences per micro-batch: its own ``micro_batch``, else
@@ -469,6 +489,9 @@ class Scenario:
         d.pop("notes", None)
         d.pop("file", None)
         d.pop("framework_keys", None)
+        groups = d.pop("stage_groups", None)
+        if groups:
+            d["stage_group"] = groups
         offered = {o.name for o in self.offers}
         d["island"] = [isl for isl in d.pop("islands") if isl.get("name") not in offered]
         if not d["island"]:

@@ -20,7 +20,7 @@ from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 from shardmeter.parts import ShardInputs, StateBytes
 
-__all__ = ["BusiestGpu", "busiest_gpu", "busiest_parts"]
+__all__ = ["BusiestGpu", "busiest_gpu", "busiest_parts", "rank_memory"]
 
 _f = ops.as_float
 
@@ -46,7 +46,6 @@ def busiest_gpu(
     """The busiest GPU of the first, middle (rank 1) and last stages (``stl``), with the
     schedule's micro-batches in flight per rank (``sch``); ``islands``: of the batch (a sync
     strategy keeps state only between several)."""
-    ms, tr, topo, lay = inp.model, inp.training, inp.topology, inp.layout
     pp = deg.pp
     one = pp == 1
     outer = _outer_state_bytes(parts, inp) if islands > 1 else 0.0
@@ -57,19 +56,37 @@ def busiest_gpu(
     )
     busiest: BusiestGpu | None = None
     for layers_r, emb_r, head_r, held_r in ranks:
-        sh_r = local_shapes(ms, tr, deg.tp, pp, deg.cp, deg.v, layers=layers_r)
-        shard_r = shard_inputs(ms, tr, sh_r, topo, deg, emb_here=emb_r, head=head_r)
-        st_r = sharding_state(parts, shard_r, lay.sharding)
-        logits_r = ops.where(ops.as_bool(head_r), _f(sch.loss_held), 0.0)
-        act_r = activation_memory(ms, tr, sh_r, deg.tp, deg.sp, held_r, logits_r)
-        extra_r = shard_r.params_per_gpu * outer / st_r.param_shards  # a sync strategy's
-        mem_r = total_memory(st_r.weights, st_r.gradients, st_r.optimizer + extra_r, st_r.extra, act_r)
-        cand = BusiestGpu(
-            state=st_r, activations_bytes=act_r, extra_state_bytes=extra_r, memory_bytes=mem_r, shard=shard_r
-        )
-        busiest = cand if busiest is None else pick(mem_r > busiest.memory_bytes, cand, busiest)
+        cand = rank_memory(inp, parts, deg, layers_r, emb_r, head_r, held_r, _f(sch.loss_held), outer)
+        busiest = cand if busiest is None else pick(cand.memory_bytes > busiest.memory_bytes, cand, busiest)
     assert busiest is not None
     return busiest
+
+
+def rank_memory(
+    inp: ModelInputs,
+    parts: PartTable,
+    deg: Degrees,
+    layers: Array,
+    emb: Array,
+    head: Array,
+    held: Array,
+    loss_held: Array,
+    outer: Array,
+) -> BusiestGpu:
+    """One pipeline rank's GPU: ``layers`` layers, the embedding (``emb``) and the output layer
+    (``head``) if it holds them, ``held`` micro-batches' activations in flight (``loss_held``
+    saved logits on the head's rank) and ``outer`` bytes per parameter of a sync strategy."""
+    ms, tr, topo, lay = inp.model, inp.training, inp.topology, inp.layout
+    sh_r = local_shapes(ms, tr, deg.tp, deg.pp, deg.cp, deg.v, layers=layers)
+    shard_r = shard_inputs(ms, tr, sh_r, topo, deg, emb_here=emb, head=head)
+    st_r = sharding_state(parts, shard_r, lay.sharding)
+    logits_r = ops.where(ops.as_bool(head), loss_held, 0.0)
+    act_r = activation_memory(ms, tr, sh_r, deg.tp, deg.sp, held, logits_r)
+    extra_r = shard_r.params_per_gpu * outer / st_r.param_shards  # a sync strategy's
+    mem_r = total_memory(st_r.weights, st_r.gradients, st_r.optimizer + extra_r, st_r.extra, act_r)
+    return BusiestGpu(
+        state=st_r, activations_bytes=act_r, extra_state_bytes=extra_r, memory_bytes=mem_r, shard=shard_r
+    )
 
 
 def busiest_parts(b: BusiestGpu) -> MemoryParts:
