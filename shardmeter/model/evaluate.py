@@ -58,7 +58,12 @@ _f = ops.as_float
 
 
 def evaluate(
-    inp: ModelInputs, parts: PartTable, *, detail: bool = True, islands_only: bool = False
+    inp: ModelInputs,
+    parts: PartTable,
+    *,
+    detail: bool = True,
+    islands_only: bool = False,
+    fallback: bool = True,
 ) -> Outputs:
     """Score every plan in the batch. See the module docstring. ``detail=False`` gives only
     what a search ranks by, skipping the breakdown (the report's fields of
@@ -69,7 +74,9 @@ def evaluate(
     Inputs built as Python floats (``build_inputs(scalar=True)``: one plan on one island) take
     the scalar fast path: the same formulas through :mod:`.ops` at a fraction of numpy's
     per-call cost, with plain numbers as outputs; a division by zero there (degenerate numbers)
-    falls back to the array path, whose inf / nan semantics decide.
+    falls back to the array path, whose inf / nan semantics decide. ``fallback=False`` raises
+    that error instead (tests and benchmarks hold the scalar path to completing: a quotient a
+    plan may take at zero goes through :func:`~shardmeter.numeric.ops.divide`).
 
     Infeasible rows may divide by zero on the way; their outputs are masked by
     ``feasible``/``reasons``, so those floating-point warnings are silenced here (and only here).
@@ -79,6 +86,8 @@ def evaluate(
             try:
                 return _evaluate(inp, parts, detail, islands_only)
             except (ZeroDivisionError, OverflowError, ValueError):
+                if not fallback:
+                    raise
                 inp = _as_arrays(inp)
         return _evaluate(inp, parts, detail, islands_only)
 

@@ -18,6 +18,7 @@ import numpy as np
 __all__ = [
     "is_scalar",
     "where",
+    "divide",
     "maximum",
     "minimum",
     "clip",
@@ -55,6 +56,23 @@ def where(c: Array, a: Array, b: Array) -> Array:
     if isinstance(c, (bool, np.bool_)) and isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
         return a if c else b
     return np.where(c, a, b)
+
+
+def divide(a: Array, b: Array) -> Array:
+    """``a / b`` with numpy's semantics where ``b`` is zero: ``+-inf`` by the signs of ``a`` and
+    of the zero (IEEE 754 division), ``nan`` for ``0 / 0`` or a nan; a plain division
+    otherwise. A quotient a plan may legitimately divide by zero (the throughput of an
+    infeasible plan, whose step is 0) goes through here, so the scalar path computes numpy's
+    answer instead of raising (and falling back to the 1-row array path)."""
+    if type(b) is float and type(a) is float and b:  # the common case first
+        return a / b
+    if isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
+        if b:
+            return a / b
+        if a != a or not a:
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return np.divide(a, b)
 
 
 def maximum(a: Array, b: Array) -> Array:
