@@ -11,9 +11,24 @@ follow numpy's semantics where they matter here: ``ceil``/``floor``/``round`` re
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+
+    class _Numpy:
+        """numpy, imported on the first attribute read, which also puts the module itself in
+        this module's globals: ``import shardmeter`` (a plugin, ``--help``) stays without
+        numpy until a model runs, and after that first read ``np`` costs what it always did."""
+
+        def __getattr__(self, name: str) -> Any:
+            import numpy
+
+            globals()["np"] = numpy
+            return getattr(numpy, name)
+
+    np = _Numpy()
 
 __all__ = [
     "is_scalar",
