@@ -34,7 +34,7 @@ from shardmeter.model.islands import IslandDetail, IslandSteps, combine_islands
 from shardmeter.model.outputs import BREAKDOWN_TERMS, HiddenTerms, MemoryProbe, Outputs, StepTerms
 from shardmeter.model.pick import pick
 from shardmeter.model.pipeline import PipelineTerms, pipeline_terms, schedule_terms
-from shardmeter.model.stage import StageTerms, peaks, stage_terms
+from shardmeter.model.stage import StageTerms, peaks, stage_compute, stage_terms
 from shardmeter.model.stages import StageLayers, stage_layers
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -141,10 +141,24 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # first) and the last (its layers, the output layer and the loss); see model/stages.py.
     stl = _stage_layers(ms, lay, deg)
     one = deg.pp == 1
+    body_layers = ops.maximum(stl.first, stl.middle)
+    body_compute = stage_compute(inp, deg, pk, body_layers)
+    # one plan whose last stage has as many layers as the largest other: the same shapes and
+    # compute (each stage then takes out the head it does not hold)
+    same = ops.is_scalar(body_layers) and body_layers == stl.last
     body = stage_terms(
-        inp, parts, deg, pk, ops.maximum(stl.first, stl.middle), emb=(stl.first >= stl.middle) | one, head=one
+        inp, parts, deg, pk, body_layers, emb=(stl.first >= stl.middle) | one, head=one, compute=body_compute
     )
-    tail = stage_terms(inp, parts, deg, pk, stl.last, emb=one, head=ops.where(deg.pp > 0, True, False))
+    tail = stage_terms(
+        inp,
+        parts,
+        deg,
+        pk,
+        stl.last,
+        emb=one,
+        head=ops.where(deg.pp > 0, True, False),
+        compute=body_compute if same else None,
+    )
     pace = pick(tail.micro_batch_s >= body.micro_batch_s, tail, body)
 
     # ---- pipeline: the schedule's bubble, activations in flight and transfers --------------------

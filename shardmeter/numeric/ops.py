@@ -62,11 +62,14 @@ _FAST = frozenset({float, int, bool})
 
 
 def is_scalar(x: Array) -> bool:
-    return isinstance(x, _SCALARS)
+    return type(x) is float or isinstance(x, _SCALARS)
 
 
 def where(c: Array, a: Array, b: Array) -> Array:
-    if type(c) is bool and type(a) in _FAST and type(b) in _FAST:
+    tc = type(c)
+    if tc is bool and type(a) is float and type(b) is float:  # the scalar path's usual call
+        return a if c else b
+    if tc is bool and type(a) in _FAST and type(b) in _FAST:
         return a if c else b
     if isinstance(c, (bool, np.bool_)) and isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
         return a if c else b
@@ -91,6 +94,10 @@ def divide(a: Array, b: Array) -> Array:
 
 
 def maximum(a: Array, b: Array) -> Array:
+    if type(a) is float and type(b) is float:  # the scalar path's usual call
+        if a >= b:
+            return a
+        return b if b > a else math.nan  # neither holds: a nan, which propagates as in numpy
     if (type(a) in _FAST and type(b) in _FAST) or (isinstance(a, _SCALARS) and isinstance(b, _SCALARS)):
         if a != a or b != b:  # nan propagates, as in numpy
             return math.nan
@@ -99,6 +106,10 @@ def maximum(a: Array, b: Array) -> Array:
 
 
 def minimum(a: Array, b: Array) -> Array:
+    if type(a) is float and type(b) is float:
+        if a <= b:
+            return a
+        return b if b < a else math.nan
     if (type(a) in _FAST and type(b) in _FAST) or (isinstance(a, _SCALARS) and isinstance(b, _SCALARS)):
         if a != a or b != b:
             return math.nan
@@ -115,12 +126,16 @@ _finite = math.isfinite
 
 
 def ceil(a: Array) -> Array:
+    if type(a) is float and a - a == 0.0:  # finite (inf - inf and nan - nan are nan)
+        return float(math.ceil(a))
     if isinstance(a, _SCALARS) and _finite(a):
         return float(math.ceil(a))
     return np.ceil(a)
 
 
 def floor(a: Array) -> Array:
+    if type(a) is float and a - a == 0.0:
+        return float(math.floor(a))
     if isinstance(a, _SCALARS) and _finite(a):
         return float(math.floor(a))
     return np.floor(a)
@@ -158,6 +173,8 @@ def logical_not(a: Array) -> Array:
 
 
 def as_bool(a: Array) -> Array:
+    if type(a) is bool:
+        return a
     if isinstance(a, _SCALARS):
         return bool(a)
     return np.asarray(a).astype(bool)
