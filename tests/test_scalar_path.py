@@ -82,7 +82,7 @@ def test_the_scalar_path_completes_on_every_bundled_model(name):
     )
 
 
-RUNS = [p for p in map(pathlib.Path, collect_files([bundled_validation_dir()]))]
+RUNS = [pathlib.Path(p) for p in collect_files([bundled_validation_dir()])]
 ONE_ISLAND_RUNS = [p for p in RUNS if len(shardmeter.load_scenario(p).islands) == 1]
 
 
@@ -113,3 +113,15 @@ def test_divide_has_numpys_semantics_at_zero():
                 assert (math.isnan(got) and math.isnan(want)) or (
                     got == want and math.copysign(1, got) == math.copysign(1, want)
                 ), (a, b, got, want)
+
+
+def test_the_same_loaded_scenario_is_prepared_once_and_estimated_alike():
+    est = shardmeter.Estimator()
+    sc = est.load(ROOT / "examples" / "gpt3-175b-a100.toml")
+    first = est.estimate(sc).to_dict()
+    prepared = est._prepared
+    assert prepared is not None and prepared[0] is sc
+    assert est.estimate(sc).to_dict() == first and est._prepared is prepared  # not resolved again
+    other = est.load(sc, overrides={"parallelism.tp": 4, "parallelism.dp": 32})
+    assert est.estimate(other).step_time_s != first["step_time_s"] and est._prepared[0] is other
+    assert est.estimate(sc).to_dict() == first
