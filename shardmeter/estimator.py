@@ -42,6 +42,9 @@ class Estimator:
         self.registry = registry if registry is not None else get_registry()
         self._levels = dict(levels or {})
         self._cost = cost_source
+        #: The last scenario estimated, with what it resolved to and its scalar-path inputs
+        #: (frozen records: estimating the same loaded Scenario again reuses them).
+        self._prepared: tuple[Scenario, Resolved, ModelInputs, PartTable] | None = None
 
     # -- recomposition -----------------------------------------------------------------------
     def with_part(self, kind: str, record: Any) -> Estimator:
@@ -93,10 +96,19 @@ class Estimator:
         return _balanced(res, *build_inputs(res, table))
 
     def estimate(self, source: Any, overrides: Any = ()) -> Report:
-        """Predict a scenario (a :class:`Scenario`, a path or a dict) -> :class:`Report`."""
-        res = self.resolve(self.load(source, overrides))
-        _no_stage_groups(res.scenario)
-        inp, table = _balanced(res, *build_inputs(res, scalar=True))
+        """Predict a scenario (a :class:`Scenario`, a path or a dict) -> :class:`Report`.
+
+        Load once, estimate many: the same loaded :class:`Scenario` (the same object, frozen)
+        estimated again is not resolved again nor its inputs rebuilt; the model and the
+        report run every time."""
+        sc = self.load(source, overrides)
+        prepared = self._prepared
+        if prepared is None or prepared[0] is not sc:
+            res = self.resolve(sc)
+            _no_stage_groups(res.scenario)
+            prepared = (sc, res, *_balanced(res, *build_inputs(res, scalar=True)))
+            self._prepared = prepared
+        _, res, inp, table = prepared
         return build_report(res, evaluate(inp, table), row=0)
 
 

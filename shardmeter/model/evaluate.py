@@ -34,7 +34,7 @@ from shardmeter.model.islands import IslandDetail, IslandSteps, combine_islands
 from shardmeter.model.outputs import BREAKDOWN_TERMS, HiddenTerms, MemoryProbe, Outputs, StepTerms
 from shardmeter.model.pick import pick
 from shardmeter.model.pipeline import PipelineTerms, pipeline_terms, schedule_terms
-from shardmeter.model.stage import StageTerms, peaks, stage_terms
+from shardmeter.model.stage import StageTerms, peaks, stage_compute, stage_terms
 from shardmeter.model.stages import StageLayers, stage_layers
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -60,7 +60,12 @@ _f = ops.as_float
 
 
 def evaluate(
-    inp: ModelInputs, parts: PartTable, *, detail: bool = True, islands_only: bool = False
+    inp: ModelInputs,
+    parts: PartTable,
+    *,
+    detail: bool = True,
+    islands_only: bool = False,
+    fallback: bool = True,
 ) -> Outputs:
     """Score every plan in the batch. See the module docstring. ``detail=False`` gives only
     what a search ranks by, skipping the breakdown (the report's fields of
@@ -71,7 +76,9 @@ def evaluate(
     Inputs built as Python floats (``build_inputs(scalar=True)``: one plan on one island) take
     the scalar fast path: the same formulas through :mod:`.ops` at a fraction of numpy's
     per-call cost, with plain numbers as outputs; a division by zero there (degenerate numbers)
-    falls back to the array path, whose inf / nan semantics decide.
+    falls back to the array path, whose inf / nan semantics decide. ``fallback=False`` raises
+    that error instead (tests and benchmarks hold the scalar path to completing: a quotient a
+    plan may take at zero goes through :func:`~shardmeter.numeric.ops.divide`).
 
     Infeasible rows may divide by zero on the way; their outputs are masked by
     ``feasible``/``reasons``, so those floating-point warnings are silenced here (and only here).
@@ -81,6 +88,8 @@ def evaluate(
             try:
                 return _evaluate(inp, parts, detail, islands_only)
             except (ZeroDivisionError, OverflowError, ValueError):
+                if not fallback:
+                    raise
                 inp = _as_arrays(inp)
         return _evaluate(inp, parts, detail, islands_only)
 
@@ -134,10 +143,24 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # first) and the last (its layers, the output layer and the loss); see model/stages.py.
     stl = _stage_layers(ms, lay, deg)
     one = deg.pp == 1
+    body_layers = ops.maximum(stl.first, stl.middle)
+    body_compute = stage_compute(inp, deg, pk, body_layers)
+    # one plan whose last stage has as many layers as the largest other: the same shapes and
+    # compute (each stage then takes out the head it does not hold)
+    same = ops.is_scalar(body_layers) and body_layers == stl.last
     body = stage_terms(
-        inp, parts, deg, pk, ops.maximum(stl.first, stl.middle), emb=(stl.first >= stl.middle) | one, head=one
+        inp, parts, deg, pk, body_layers, emb=(stl.first >= stl.middle) | one, head=one, compute=body_compute
     )
-    tail = stage_terms(inp, parts, deg, pk, stl.last, emb=one, head=ops.where(deg.pp > 0, True, False))
+    tail = stage_terms(
+        inp,
+        parts,
+        deg,
+        pk,
+        stl.last,
+        emb=one,
+        head=ops.where(deg.pp > 0, True, False),
+        compute=body_compute if same else None,
+    )
     pace = pick(tail.micro_batch_s >= body.micro_batch_s, tail, body)
 
     # ---- pipeline: the schedule's bubble, activations in flight and transfers --------------------

@@ -69,9 +69,13 @@ __all__ = ["search", "score_chunk", "DEFAULT_CHUNK", "OBJECTIVES", "MAX_TOP"]
 Best = tuple[np.ndarray, ...]
 #: Candidates per chunk (the unit of work of an executor task).
 DEFAULT_CHUNK = 1 << 18
-#: Candidates evaluated by the full model at once: bounds peak memory, and keeps the arrays in cache
-#: (16384 rows measured fastest on a quiet 2-core run: 1.09 M rows/s against 0.89 at 32768, 0.77 at 65536).
-EVAL_BATCH = 1 << 14
+#: Candidates evaluated by the full model at once: bounds peak memory. Each ``evaluate`` call runs
+#: some thousands of numpy operations whatever its size, so small batches pay that per call: on the
+#: GPT-3 175B / 1536 A100 space (benchmarks/release_figures.py, 2 busy cores, 2026-12-03) 16384
+#: rows gave 3.4-3.5 M candidates per CPU-second, 32768 5.0, 65536 4.7-5.5, 131072 5.6-5.7 (peak
+#: RSS 151 MB against 87 MB at 32768) and 262144 5.9 (the same RSS: a chunk's survivors fill
+#: no more). (16384 was the fastest when the model made fewer calls: 1.09 M rows/s then.)
+EVAL_BATCH = 1 << 17
 #: Model input cells (candidates x islands) evaluated at once: with several islands every
 #: per-island array grows with the islands, so fewer candidates go into one ``evaluate`` call.
 EVAL_CELLS = 4 * EVAL_BATCH
