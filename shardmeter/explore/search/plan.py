@@ -78,7 +78,7 @@ DEFAULT_CHUNK = 1 << 18
 EVAL_BATCH = 1 << 17
 #: Model input cells (candidates x islands) evaluated at once: with several islands every
 #: per-island array grows with the islands, so fewer candidates go into one ``evaluate`` call.
-EVAL_CELLS = 4 * EVAL_BATCH
+EVAL_CELLS = 1 << 16  # unchanged: caps one island at 65536 rows, and many islands hold no more than before
 OBJECTIVES = ("time", "cost", "pareto", *QUALITY_OBJECTIVES, *PESSIMISTIC_OBJECTIVES, *EXPECTED_OBJECTIVES)
 #: ``layouts``: each island its own layout and batch share (several islands), or one layout on
 #: every island split by replicas (the search before per-island layouts).
