@@ -233,14 +233,14 @@ def test_the_cost_line_between_islands_names_the_egress(two_dc):
     r, _ = two_dc
     text = str(r)
     assert _row(text, "cost") == (
-        "$7.24 M = 1.32 M GPU time (rate x GPU-hours per island below) + egress 5.92 M "
+        "$7.25 M = 1.33 M GPU time (rate x GPU-hours per island below) + egress 5.92 M "
         "(131.6 PB sent between islands)"
     )
     west = _row(text, "dc-west")
     assert re.search(
-        r"\b2\.69 +364,294 +\$979,951 +\$5,920,426 +\$6,900,378 +cloud-on-demand, 2026-06$", west
+        r"\b2\.69 +367,342 +\$988,150 +\$5,920,426 +\$6,908,576 +cloud-on-demand, 2026-06$", west
     )
-    assert re.search(r"\b0\.93 +364,294 +\$338,203 +\$0 +\$338,203 +owned, 2026-06$", _row(text, "dc-east"))
+    assert re.search(r"\b0\.93 +367,342 +\$341,032 +\$0 +\$341,032 +owned, 2026-06$", _row(text, "dc-east"))
 
 
 def test_the_table_shows_the_layout_and_memory_blocks(gpt3):
