@@ -25,6 +25,7 @@ __all__ = [
     "ZeroThreeOptions",
     "LAST_BUCKET_BYTES",
     "shard_group_size",
+    "expert_shard_group_size",
     "DEEPSPEED_MAX_LIVE_PARAMETERS",
     "DEEPSPEED_PREFETCH_PARAMETERS",
     "DEEPSPEED_REDUCE_BUCKET_ELEMENTS",
@@ -71,6 +72,21 @@ def shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
         return ops.maximum(dpcp, 1.0)
     per_domain = ops.clip(ops.floor(inp.domain_gpus / (inp.tp * inp.cp)), 1.0, inp.dp) * inp.cp
     return ops.maximum(per_domain, 1.0)
+
+
+def expert_shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
+    """Ranks one copy of the routed experts' state is sharded over: the shard group
+    (:func:`shard_group_size`) divided by ``ep``, since the ``ep`` ranks of each expert-parallel
+    group hold different experts (at least 1).
+
+    Megatron-Core lays the experts over ``tp x cp x dp`` and shards their distributed-optimizer
+    state over the expert-data-parallel group, ``world_size // (etp x ep x pp)``
+    (``megatron/core/parallel_state.py``, ``theoretical_memory_usage.py``'s
+    ``expert_data_parallel_size`` since NVIDIA/Megatron-LM#4687, a7c9e8c4); with the experts'
+    tensor parallelism equal to ``tp`` that is ``dp x cp / ep``. torchtitan's FSDP2 shards the
+    experts over the ``dp_shard_mod_ep`` mesh dimension (``efsdp``: the data-parallel shard
+    ranks divided by ``ep``), the same group."""
+    return ops.maximum(shard_group_size(inp, by_domain) / ops.maximum(inp.ep, 1.0), 1.0)
 
 
 @attrs.frozen(kw_only=True)
@@ -161,21 +177,31 @@ class ZeroSharding(ShardingPart):
         return ls, rec, ls - rec * ops.clip(kept, 0.0, 1.0)
 
     def state(self, inp: ShardInputs, opts: Any) -> StateBytes:
-        """Bytes per GPU: each sharded state divided by the shard group; ZeRO-3 / FSDP also hold
+        """Bytes per GPU: each sharded state divided by the shard group (a MoE stage's routed
+        experts by their expert-data-parallel group, :func:`expert_shard_group_size`); ZeRO-3 / FSDP also hold
         the gathered parameters (:meth:`gathered_bytes`) and DeepSpeed ZeRO-3 its reduce bucket
         (``reduce_bucket_size`` elements of the gradient dtype, allocated once with
         ``contiguous_gradients``: zero/stage3.py, DeepSpeed@edaa722), as ``extra``."""
-        n = shard_group_size(inp, self.shard_group == "node")
+        by_domain = self.shard_group == "node"
+        n = shard_group_size(inp, by_domain)
+        n_e = expert_shard_group_size(inp, by_domain)
         p, wb = inp.params_per_gpu, inp.weight_bytes
+        p_e = ops.minimum(ops.maximum(inp.expert_params_per_gpu, 0.0), p)
+
+        def sharded(on: bool) -> Array:
+            """Parameters' worth one GPU keeps of a state sharded (``on``) or not: the
+            dense part over ``n``, the routed experts over ``n_e``."""
+            return (p - p_e) / n + p_e / n_e if on else p
+
         w_shards = n if self.shard_parameters else 1.0
-        weights = p * wb / w_shards
+        weights = sharded(self.shard_parameters) * wb
         if self.shard_parameters:
             weights = weights + self.gathered_bytes(inp)
         return StateBytes(
             extra=self.reduce_bucket_elements * inp.grad_bytes,
             weights=weights,
-            gradients=p * inp.grad_bytes / (n if self.shard_gradients else 1.0),
-            optimizer=p * inp.optimizer_bytes_per_param / (n if self.shard_optimizer else 1.0),
+            gradients=sharded(self.shard_gradients) * inp.grad_bytes,
+            optimizer=sharded(self.shard_optimizer) * inp.optimizer_bytes_per_param,
             param_shards=w_shards,
             optimizer_shards=n if self.shard_optimizer else 1.0,
         )
