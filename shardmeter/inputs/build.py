@@ -11,6 +11,7 @@ import numpy as np
 from shardmeter.errors import ScenarioError
 from shardmeter.inputs.bundles import (
     FP8_RECIPE_CODES,
+    OPTIMIZER_CODES,
     RECOMPUTE_CODES,
     Hardware,
     Layout,
@@ -165,6 +166,7 @@ def _training(res: Resolved, row) -> Training:
         compiled_loss=row([_compiled_loss(res)] * n),
         op_saves_attention=row([_op_saves_attention(res, isl.gpu) for isl in isls]),
         expandable_segments=row([_expandable_segments(res)] * n),
+        optimizer=row([OPTIMIZER_CODES[t.optimizer]] * n),
     )
 
 

@@ -34,6 +34,8 @@ __all__ = [
     "Fp8Recipe",
     "RECOMPUTE_CODES",
     "FP8_RECIPE_CODES",
+    "OPTIMIZER_CODES",
+    "Optimizer",
 ]
 
 
@@ -57,6 +59,20 @@ class Fp8Recipe(enum.IntEnum):
     MXFP8 = 4
 
 
+class Optimizer(enum.IntEnum):
+    """``training.optimizer`` as the model's code (its state: :mod:`shardmeter.model.optimizers`)."""
+
+    ADAM = 0
+    ADAMW = 1
+    SGD = 2
+    SGD_MOMENTUM = 3
+    ADAFACTOR = 4
+    ADAM8BIT = 5
+    MUON = 6
+
+
+#: ``training.optimizer`` name -> :class:`Optimizer` code.
+OPTIMIZER_CODES = {m.name.lower().replace("_", "-"): int(m) for m in Optimizer}
 #: ``training.recompute`` name -> :class:`Recompute` code.
 RECOMPUTE_CODES = {m.name.lower(): int(m) for m in Recompute}
 #: ``training.fp8_recipe`` name -> :class:`Fp8Recipe` code.
@@ -131,6 +147,8 @@ class Training:
     compiled_loss: Array = 0.0
     op_saves_attention: Array = 1.0
     expandable_segments: Array = 0.0
+    #: ``training.optimizer`` (:data:`OPTIMIZER_CODES`)
+    optimizer: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)

@@ -109,6 +109,8 @@ def _dense_layers(inst, attribute, value):
 RECOMPUTE_MODES = ("none", "selective", "op", "full")
 #: ``training.fp8_recipe`` values.
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed", "blockwise", "mxfp8")
+#: ``training.optimizer`` values (the model's codes: ``shardmeter.inputs.bundles.Optimizer``)
+OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor", "adam8bit", "muon")
 
 
 def _with_full_recompute(inst, attribute, value):
@@ -235,7 +237,8 @@ class TrainingSpec:
     fp8_recipe: str = attrs.field(default="tensorwise", validator=_one_of(*FP8_RECIPES))
     #: weights held and all-gathered in fp8 (Megatron --fp8-param-gather, torchao fp8 all-gather)
     fp8_params: bool = False
-    optimizer: str = attrs.field(default="adam", validator=_one_of("adam", "adamw", "sgd"))
+    #: whose state the optimizer keeps per parameter (:mod:`shardmeter.model.optimizers`)
+    optimizer: str = attrs.field(default="adam", validator=_one_of(*OPTIMIZERS))
     attention: str = attrs.field(default="flash", validator=_one_of("flash", "flash2", "materialized"))
     tokens: float | None = attrs.field(default=None, validator=_pos)
     #: a software-stack profile (``docs/frameworks.md``) whose defaults filled the keys not written

@@ -13,6 +13,7 @@ from shardmeter.model.degrees import Degrees
 from shardmeter.model.dispatch import by_code
 from shardmeter.model.flops import attention_shape
 from shardmeter.model.formulas import params_per_layer
+from shardmeter.model.optimizers import optimizer_bytes_per_param
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 from shardmeter.parts import ShardInputs, StateBytes
@@ -83,7 +84,9 @@ def shard_inputs(
     the layers' weights are held and all-gathered in fp8 (1 byte; Megatron ``--fp8-param-gather``,
     torchao ``enable_fsdp_float8_all_gather``: only the linears' weights, the embeddings stay 16-bit),
     the gradients and the optimizer's fp32 master copy unchanged. Full recompute re-runs the
-    forward of ``training.recompute_layers`` (0: all) of the stage."""
+    forward of ``training.recompute_layers`` (0: all) of the stage. The optimizer's state per
+    parameter is ``training.optimizer``'s (:func:`~.optimizers.optimizer_bytes_per_param`: its
+    matrices ``hidden`` by the layer's mean other side, the embeddings' share for Muon)."""
     tp, pp = deg.tp, deg.pp
     wb, fp8_params = _f(tr.weight_bytes), ops.as_bool(tr.fp8_params)
     mats = ops.where(ms.swiglu, 3.0, 2.0)
@@ -120,7 +123,9 @@ def shard_inputs(
             fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * gather16) / p_gpu, gather16
         ),
         grad_bytes=ops.where(wb > 2, 4.0, 2.0),
-        optimizer_bytes_per_param=ops.where(wb > 2, 8.0, 12.0),
+        optimizer_bytes_per_param=optimizer_bytes_per_param(
+            tr.optimizer, wb, ms.hidden, p_layer / ((4.0 + mats) * ms.hidden), emb_gpu / p_gpu
+        ),
         tp=tp,
         dp=deg.dp,
         cp=deg.cp,
