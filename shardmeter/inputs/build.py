@@ -139,6 +139,12 @@ def _compiled_loss(res: Resolved) -> bool:
     return res.scenario.training.compile and _framework_says(res, "loss_compiled", default=False)
 
 
+def _fused_loss(res: Resolved) -> bool:
+    """Whether the stack's loss backward writes the logits' gradient in place
+    (``FrameworkPart.loss_fused``); False (``F.cross_entropy``) without a framework."""
+    return _framework_says(res, "loss_fused", default=False)
+
+
 def _expandable_segments(res: Resolved) -> bool:
     """Whether the stack's launcher sets ``expandable_segments:True`` for PyTorch's caching
     allocator (``FrameworkPart.expandable_segments``); False (PyTorch's default) without one."""
@@ -167,6 +173,7 @@ def _training(res: Resolved, row) -> Training:
         op_saves_attention=row([_op_saves_attention(res, isl.gpu) for isl in isls]),
         expandable_segments=row([_expandable_segments(res)] * n),
         optimizer=row([OPTIMIZER_CODES[t.optimizer]] * n),
+        fused_loss=row([_fused_loss(res)] * n),
     )
 
 
@@ -190,6 +197,7 @@ def _hardware(res: Resolved, row) -> Hardware:
         attention_efficiency=row(att),
         sm_count=row([g.sm_count for g in gpus]),
         host_bytes_s=row([g.host_link_gb_s * 1e9 for g in gpus]),
+        compute_capability=row([g.compute_capability or 0.0 for g in gpus]),
     )
 
 

@@ -149,6 +149,8 @@ class Training:
     expandable_segments: Array = 0.0
     #: ``training.optimizer`` (:data:`OPTIMIZER_CODES`)
     optimizer: Array = 0.0
+    #: the stack's loss backward writes the logits' gradient in place (``FrameworkPart.loss_fused``)
+    fused_loss: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -167,6 +169,8 @@ class Hardware:
     attention_efficiency: Array
     sm_count: Array
     host_bytes_s: Array = 32e9
+    #: CUDA compute capability (9.0 Hopper; 0 unknown): PyTorch sizes its cuBLAS workspace by it
+    compute_capability: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)
