@@ -67,6 +67,7 @@ class ShardInputs:
     experts' tensor parallelism is ``tp``): a strategy shards their state over that
     expert-data-parallel group, not the whole one (Megatron-Core's ``expert_data_parallel_size
     = world_size // (etp x ep x pp)``; :func:`shardmeter.strategies.zero.expert_shard_group_size`).
+    ``pp``: the pipeline-parallel degree (FSDP keeps a stage unsharded under a pipeline schedule).
 
     The island's network, as :class:`~shardmeter.inputs.bundles.Topology` gives it: the whole
     tier list, innermost first, on a trailing tier axis (in the scalar path a tuple, one value
@@ -94,6 +95,7 @@ class ShardInputs:
     params_last_module: Array = 0.0
     expert_params_per_gpu: Array = 0.0
     ep: Array = 1.0
+    pp: Array = 1.0
     param_gather_bytes: Array = attrs.field(
         default=attrs.Factory(lambda s: where(s.weight_bytes > 2, 4.0, 2.0), takes_self=True)
     )

@@ -455,6 +455,10 @@ class FrameworkPart(Part):
     #: stack changed this overrides :meth:`loss_fused` instead.
     fused_loss: ClassVar[bool] = False
 
+    #: Behaviour no key states unless ``training.fp8_backend`` is written: whose fp8 linears
+    #: the stack runs, ``"transformer-engine"`` or ``"torchao"`` (None: by the recipe).
+    fp8_backend_default: ClassVar[str | None] = None
+
     def loss_fused(self) -> bool:
         """Whether the stack's loss backward writes the logits' gradient in place (no transient
         copies); the default: :attr:`fused_loss`. A profile with :attr:`versions` adds

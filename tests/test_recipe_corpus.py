@@ -123,12 +123,6 @@ KNOWN: dict[str, str] = {
     "them); no scenario key says so, so full training is priced",
     r"deepseek_v3_pretrain_64gpu|qwen3_235b_a22b_pretrain_256gpu": "the layout rule asks ep to divide "
     "dp x cp; Megatron-Core's MoE parallel folding lays experts over TP x CP x DP (EP > DP is allowed)",
-    r"deepseek_v3_pretrain_1024gpu_h100_fp8sc": "recompute_modules = ['mla_up_proj', 'mlp'] also "
-    "recomputes the MoE MLPs, which the import's recompute = 'selective' (attention only) does not "
-    "price (68.7 GB of activations); with the experts' state sharded over dp / ep as Megatron shards it "
-    "(tests/test_moe_state.py: 8.7 GB of optimizer state, not 0.4) the plan no longer fits in 80 GB",
-    r"llama3_8b_pretrain_8gpu_h100_fp8cs": "fp8 current scaling on 8 H100 comes out 1.6 GB over 80: "
-    "the fp8 activation copies are priced on top of bf16 ones the recipe does not keep",
 }
 #: Shipped configs the stack itself refuses to run as written, by id pattern -> the words of the
 #: model's reason, which quote the stack's own check. NeMo 2's ``llama31_405b`` at 6b0f088 pairs

@@ -140,9 +140,26 @@ def _compiled_loss(res: Resolved) -> bool:
 
 
 def _fused_loss(res: Resolved) -> bool:
-    """Whether the stack's loss backward writes the logits' gradient in place
-    (``FrameworkPart.loss_fused``); False (``F.cross_entropy``) without a framework."""
+    """Whether the loss backward writes the logits' gradient in place: ``training.fused_loss``
+    where written, else the stack's (``FrameworkPart.loss_fused``); False (``F.cross_entropy``)
+    without either."""
+    written = res.scenario.training.fused_loss
+    if written is not None:
+        return bool(written)
     return _framework_says(res, "loss_fused", default=False)
+
+
+def _fp8_te(res: Resolved) -> bool:
+    """Whether the fp8 linears are Transformer Engine's: ``training.fp8_backend`` where written,
+    else the stack's (``FrameworkPart.fp8_backend_default``), else the recipe's usual home
+    (``delayed``: Transformer Engine; the others: torchao's)."""
+    t = res.scenario.training
+    backend = t.fp8_backend
+    if backend is None and isinstance(res.framework, FrameworkPart):
+        backend = type(res.framework).fp8_backend_default
+    if backend is None:
+        return t.fp8_recipe == "delayed"
+    return backend == "transformer-engine"
 
 
 def _expandable_segments(res: Resolved) -> bool:
@@ -174,6 +191,7 @@ def _training(res: Resolved, row) -> Training:
         expandable_segments=row([_expandable_segments(res)] * n),
         optimizer=row([OPTIMIZER_CODES[t.optimizer]] * n),
         fused_loss=row([_fused_loss(res)] * n),
+        fp8_te=row([_fp8_te(res)] * n),
     )
 
 

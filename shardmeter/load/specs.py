@@ -240,6 +240,16 @@ class TrainingSpec:
     #: whose state the optimizer keeps per parameter (:mod:`shardmeter.model.optimizers`)
     optimizer: str = attrs.field(default="adam", validator=_one_of(*OPTIMIZERS))
     attention: str = attrs.field(default="flash", validator=_one_of("flash", "flash2", "materialized"))
+    #: the loss writes the logits' gradient in place of what it saved (Megatron's vocab-parallel
+    #: cross-entropy, a fused or chunked loss): no transient copies in its backward; None: the
+    #: framework profile's behaviour (``FrameworkPart.loss_fused``), else ``F.cross_entropy``
+    fused_loss: bool | None = None
+    #: whose fp8 linears: ``"transformer-engine"`` (keeps the fp8 copy of each input for the
+    #: weight-gradient GEMM) or ``"torchao"`` (keeps the 16-bit input); None: the framework
+    #: profile's, else Transformer Engine for ``delayed`` and torchao for the other recipes
+    fp8_backend: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_one_of("transformer-engine", "torchao"))
+    )
     tokens: float | None = attrs.field(default=None, validator=_pos)
     #: a software-stack profile (``docs/frameworks.md``) whose defaults filled the keys not written
     framework: str | None = None

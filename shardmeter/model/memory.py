@@ -6,7 +6,7 @@ from __future__ import annotations
 from shardmeter.inputs.bundles import ModelShape, Recompute, Training
 from shardmeter.model.activations import activation_bytes_per_layer
 from shardmeter.model.branches import where_needed
-from shardmeter.model.fp8 import activation_saving
+from shardmeter.model.fp8 import activation_saving, full_layer_saving
 from shardmeter.model.recompute import full_recompute_share
 from shardmeter.model.shapes import Shapes
 from shardmeter.numeric import ops
@@ -71,6 +71,8 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: A
         )
         # fp8 GEMMs whose recipe keeps the fp8 copy of their inputs for backward (fp8.py)
         stored = stored - activation_saving(tr, sh.tokens, h_rep, sh.q_local, ffn_k, rec)
+        # a layer full recompute leaves alone, or re-runs in backward, saves them the same way
+        full = full - full_layer_saving(tr, sh.tokens, h_rep, sh.q_local, ffn_k)
         return share * stored + (1.0 - share) * full, full
 
     k_act = ops.where(sh.moe, ms.experts_per_token + ms.shared_experts, 1.0)

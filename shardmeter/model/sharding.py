@@ -117,6 +117,7 @@ def shard_inputs(
         params_per_layer=p_layer,
         expert_params_per_gpu=p_experts,
         ep=deg.ep,
+        pp=pp,
         layers_per_stage=sh.layers_per_stage,
         weight_bytes=ops.where(fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * wb) / p_gpu, wb),
         param_gather_bytes=ops.where(

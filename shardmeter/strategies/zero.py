@@ -106,6 +106,9 @@ class ZeroSharding(ShardingPart):
       held for the whole run.
     * ``regather_recompute``: full recompute gathers the layers' parameters again (DeepSpeed
       ZeRO-3's forward hooks fire in the recomputed forward; see :meth:`gathers_per_layer`).
+    * ``unsharded_under_pp``: under a pipeline schedule (``pp`` > 1) the stage stays unsharded
+      between micro-batches, its gradients accumulated unsharded in fp32 (PyTorch FSDP2 with
+      ``torch.distributed.pipelining``; :meth:`pipeline_unsharded_bytes`).
     """
 
     shard_optimizer: bool = False
@@ -118,6 +121,7 @@ class ZeroSharding(ShardingPart):
     prefetch_parameters: float = 0.0
     reduce_bucket_elements: float = 0.0
     regather_recompute: bool = False
+    unsharded_under_pp: bool = False
 
     def infeasible(self, inp: ShardInputs, opts: Any) -> Array:
         """HSDP (``shard_group = "node"``): the shard group (:func:`shard_group_size`, the
@@ -152,6 +156,26 @@ class ZeroSharding(ShardingPart):
         largest = inp.params_per_layer if inp.params_largest_module is None else inp.params_largest_module
         live = ops.maximum(self.max_live_parameters, largest + self.prefetch_parameters)
         return ops.minimum(live, two_layers) * inp.weight_bytes
+
+    def pipeline_unsharded_bytes(self, inp: ShardInputs) -> tuple[Array, Array]:
+        """``(weights, gradients)`` FSDP holds unsharded for the whole step under a pipeline
+        schedule: the stage's parameters in the gather dtype, and its gradient accumulators in
+        fp32, besides the sharded state (0, 0 where ``pp`` = 1 or not ``unsharded_under_pp``).
+
+        torchtitan shards each block with ``reshard_after_forward = not pp_enabled`` under its
+        ``"default"`` policy (torchtitan/models/llama3/infra/parallelize.py, ``apply_fsdp``), so
+        the gathered stage stays between micro-batches; ``torch.distributed.pipelining``'s stage
+        runs every backward but the last under ``set_requires_gradient_sync(False)`` and
+        ``set_reshard_after_backward(False)`` (torch/distributed/pipelining/stage.py,
+        ``backward_maybe_with_nosync``), and FSDP2 then keeps the gradient unsharded,
+        accumulated in the reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``:
+        ``self.unsharded_accumulated_grad = unsharded_grad.to(self.reduce_dtype)``), fp32 in
+        torchtitan (``mixed_precision_reduce = "float32"``)."""
+        if not (self.shard_parameters and self.unsharded_under_pp):
+            return 0.0, 0.0
+        on = ops.where(inp.pp > 1, 1.0, 0.0)
+        p = inp.params_per_gpu
+        return on * p * inp.param_gather_bytes, on * p * 4.0
 
     def gathers(self, inp: ShardInputs) -> tuple[Array, Array, Array]:
         """Parameter all-gathers of the stage per micro-batch, in layers' worth: ``(forward,
@@ -195,12 +219,14 @@ class ZeroSharding(ShardingPart):
 
         w_shards = n if self.shard_parameters else 1.0
         weights = sharded(self.shard_parameters) * wb
-        if self.shard_parameters:
-            weights = weights + self.gathered_bytes(inp)
+        unsharded_w, unsharded_g = self.pipeline_unsharded_bytes(inp)
+        if self.shard_parameters:  # the gathered layers, or the whole stage under a pipeline
+            gathered = self.gathered_bytes(inp)
+            weights = weights + ops.where(ops.as_float(unsharded_w) > 0, unsharded_w, gathered)
         return StateBytes(
             extra=self.reduce_bucket_elements * inp.grad_bytes,
             weights=weights,
-            gradients=sharded(self.shard_gradients) * inp.grad_bytes,
+            gradients=sharded(self.shard_gradients) * inp.grad_bytes + unsharded_g,
             optimizer=sharded(self.shard_optimizer) * inp.optimizer_bytes_per_param,
             param_shards=w_shards,
             optimizer_shards=n if self.shard_optimizer else 1.0,

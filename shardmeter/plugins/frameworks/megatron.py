@@ -84,6 +84,7 @@ class MegatronLM(FrameworkPart):
     #: gradient into it (megatron/core/tensor_parallel/cross_entropy.py, ``calculate_gradients``:
     #: ``grad_input = softmax`` ... ``grad_input.mul_(grad_output)``, NVIDIA/Megatron-LM@d98e8a64)
     fused_loss = True
+    fp8_backend_default = "transformer-engine"
 
     versions: ClassVar[tuple[StackVersion, ...]] = MEGATRON_LM_VERSIONS
 
@@ -201,6 +202,7 @@ class MegatronCore(FrameworkPart):
     #: gradient into it (megatron/core/tensor_parallel/cross_entropy.py, ``calculate_gradients``:
     #: ``grad_input = softmax`` ... ``grad_input.mul_(grad_output)``, NVIDIA/Megatron-LM@d98e8a64)
     fused_loss = True
+    fp8_backend_default = "transformer-engine"
 
     versions: ClassVar[tuple[StackVersion, ...]] = MEGATRON_CORE_VERSIONS
 
@@ -284,6 +286,7 @@ class MegatronDeepSpeed(FrameworkPart):
     #: gradient into it (megatron/core/tensor_parallel/cross_entropy.py, ``calculate_gradients``:
     #: ``grad_input = softmax`` ... ``grad_input.mul_(grad_output)``, NVIDIA/Megatron-LM@d98e8a64)
     fused_loss = True
+    fp8_backend_default = "transformer-engine"
 
     versions: ClassVar[tuple[StackVersion, ...]] = MEGATRON_DEEPSPEED_VERSIONS
 
