@@ -488,6 +488,23 @@ class FrameworkPart(Part):
         default: :attr:`compiled_loss`. A profile with :attr:`versions` adds ``version``."""
         return self.compiled_loss
 
+    #: Behaviour no key states: the stack's cross-entropy writes the logits' gradient in place of
+    #: what its forward saved (Megatron's vocab-parallel cross-entropy: ``grad_input = softmax``
+    #: then in-place updates; a fused or chunked loss), so the loss's backward adds no transient
+    #: copy of the logits (:func:`~shardmeter.model.memory.loss_transient_bytes`). A profile whose
+    #: stack changed this overrides :meth:`loss_fused` instead.
+    fused_loss: ClassVar[bool] = False
+
+    #: Behaviour no key states unless ``training.fp8_backend`` is written: whose fp8 linears
+    #: the stack runs, ``"transformer-engine"`` or ``"torchao"`` (None: by the recipe).
+    fp8_backend_default: ClassVar[str | None] = None
+
+    def loss_fused(self) -> bool:
+        """Whether the stack's loss backward writes the logits' gradient in place (no transient
+        copies); the default: :attr:`fused_loss`. A profile with :attr:`versions` adds
+        ``version``."""
+        return self.fused_loss
+
     #: Behaviour no key states: the stack's launcher runs PyTorch's caching allocator with
     #: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (one growing segment per stream
     #: instead of one ``cudaMalloc`` per large block; :mod:`~shardmeter.model.allocator`).

@@ -123,8 +123,6 @@ KNOWN: dict[str, str] = {
     "them); no scenario key says so, so full training is priced",
     r"deepseek_v3_pretrain_64gpu|qwen3_235b_a22b_pretrain_256gpu": "the layout rule asks ep to divide "
     "dp x cp; Megatron-Core's MoE parallel folding lays experts over TP x CP x DP (EP > DP is allowed)",
-    r"llama3_8b_pretrain_8gpu_h100_fp8cs": "fp8 current scaling on 8 H100 comes out 1.6 GB over 80: "
-    "the fp8 activation copies are priced on top of bf16 ones the recipe does not keep",
 }
 #: Shipped configs the stack itself refuses to run as written, by id pattern -> the words of the
 #: model's reason, which quote the stack's own check. NeMo 2's ``llama31_405b`` at 6b0f088 pairs

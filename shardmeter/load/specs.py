@@ -114,6 +114,8 @@ def _dense_layers(inst, attribute, value):
 RECOMPUTE_MODES = ("none", "selective", "op", "full")
 #: ``training.fp8_recipe`` values.
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed", "blockwise", "mxfp8")
+#: ``training.optimizer`` values (the model's codes: ``shardmeter.inputs.bundles.Optimizer``)
+OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor", "adam8bit", "muon")
 
 
 def _with_full_recompute(inst, attribute, value):
@@ -261,8 +263,19 @@ class TrainingSpec:
     fp8_recipe: str = attrs.field(default="tensorwise", validator=_one_of(*FP8_RECIPES))
     #: weights held and all-gathered in fp8 (Megatron --fp8-param-gather, torchao fp8 all-gather)
     fp8_params: bool = False
-    optimizer: str = attrs.field(default="adam", validator=_one_of("adam", "adamw", "sgd"))
+    #: whose state the optimizer keeps per parameter (:mod:`shardmeter.model.optimizers`)
+    optimizer: str = attrs.field(default="adam", validator=_one_of(*OPTIMIZERS))
     attention: str = attrs.field(default="flash", validator=_one_of("flash", "flash2", "materialized"))
+    #: the loss writes the logits' gradient in place of what it saved (Megatron's vocab-parallel
+    #: cross-entropy, a fused or chunked loss): no transient copies in its backward; None: the
+    #: framework profile's behaviour (``FrameworkPart.loss_fused``), else ``F.cross_entropy``
+    fused_loss: bool | None = None
+    #: whose fp8 linears: ``"transformer-engine"`` (keeps the fp8 copy of each input for the
+    #: weight-gradient GEMM) or ``"torchao"`` (keeps the 16-bit input); None: the framework
+    #: profile's, else Transformer Engine for ``delayed`` and torchao for the other recipes
+    fp8_backend: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_one_of("transformer-engine", "torchao"))
+    )
     tokens: float | None = attrs.field(default=None, validator=_pos)
     #: the global batch priced against a critical batch (``docs/convergence.md``, "The global
     #: batch"): ``"kaplan-2020"`` (McCandlish et al. 2018 with Kaplan et al. 2020's B_crit(L)) adds

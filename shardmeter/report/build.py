@@ -131,6 +131,12 @@ class Report:
     #: segment slack (:mod:`~shardmeter.model.allocator`); feasibility compares it with the
     #: GPU's memory. None without a prediction.
     memory_reserved_gb: float | None = None
+    #: Of ``memory_per_gpu_gb`` (and ``memory_reserved_gb``), what the process holds outside
+    #: PyTorch's caching allocator: the CUDA context and NCCL's buffers (in the breakdown's
+    #: ``other``; :mod:`~shardmeter.model.overheads`). A measured ``max_memory_allocated`` or
+    #: ``max_memory_reserved`` leaves it out, and ``validate`` compares them without it. None
+    #: without a prediction.
+    memory_outside_allocator_gb: float | None = None
     #: The busiest GPU's memory by part (``weights``, ``gradients``, ``optimizer``,
     #: ``activations``, ``other``: the strategy's buffers and the
     #: framework's reservation), GB, adding up to ``memory_per_gpu_gb``.
@@ -222,6 +228,7 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
         "assumptions": assumed,
         "layout": layout_of(res, out, row),
         "memory_breakdown_gb": _memory_breakdown(out, row, len(islands)),
+        "memory_outside_allocator_gb": _outside_allocator(out, row, len(islands)),
     }
     if not feasible:
         return _infeasible_report(res, out, row, reasons, common)
@@ -267,14 +274,27 @@ def _cost_split(res: Resolved, isl_reports: list[dict[str, Any]], wall: float | 
     return cost_breakdown(res, wall, isl_reports[0]["egress_gb"])
 
 
+def _busiest_island(out: Outputs, row: int, n_isl: int) -> int:
+    """The island whose GPU ``memory_per_gpu_gb`` reports."""
+    mem = [_gb(out.island.memory_bytes, row, j) for j in range(n_isl)]
+    return max(range(n_isl), key=lambda j: mem[j] if math.isfinite(mem[j]) else math.inf)
+
+
 def _memory_breakdown(out: Outputs, row: int, n_isl: int) -> dict[str, float]:
     """The busiest island's memory parts (its GPU is the one ``memory_per_gpu_gb`` reports)."""
     parts = out.island.memory_parts
     if parts is None:
         return {}
-    mem = [_gb(out.island.memory_bytes, row, j) for j in range(n_isl)]
-    busiest = max(range(n_isl), key=lambda j: mem[j] if math.isfinite(mem[j]) else math.inf)
+    busiest = _busiest_island(out, row, n_isl)
     return {k: _gb(v, row, busiest) for k, v in parts.parts().items()}
+
+
+def _outside_allocator(out: Outputs, row: int, n_isl: int) -> float | None:
+    """The busiest GPU's memory outside PyTorch's caching allocator, GB (None without detail)."""
+    parts = out.island.memory_parts
+    if parts is None:
+        return None
+    return _num(_gb(parts.outside_allocator_bytes, row, _busiest_island(out, row, n_isl)))
 
 
 def batch_split_key(sc: Any, j: int) -> str:

@@ -72,6 +72,7 @@ def shardmeter_sharding_strategies():
         shard_gradients=True,
         shard_parameters=True,
         gather_per_layer=True,
+        unsharded_under_pp=True,
         description="PyTorch FSDP FULL_SHARD (same traffic as ZeRO-3).",
         source="Zhao et al. 2023, PyTorch FSDP (arXiv 2304.11277)",
     )
@@ -81,6 +82,7 @@ def shardmeter_sharding_strategies():
         shard_gradients=True,
         shard_parameters=True,
         gather_per_layer=True,
+        unsharded_under_pp=True,
         shard_group="node",
         description="FSDP HYBRID_SHARD: full sharding inside a node, replicas across nodes "
         "(gradients all-reduced across nodes once per step).",
