@@ -34,7 +34,9 @@ class ShardingTerms:
 
 def _state(st: StateBytes) -> StateBytes:
     """A part's state as a plain :class:`~shardmeter.parts.StateBytes` (one record type for every
-    code, so :func:`~.dispatch.by_code` merges them field by field)."""
+    code, so :func:`~.dispatch.by_code` merges them field by field); one already is, as is."""
+    if type(st) is StateBytes:
+        return st
     return StateBytes(
         weights=st.weights,
         gradients=st.gradients,

@@ -23,7 +23,6 @@ from shardmeter.model.compute import (
 from shardmeter.model.degrees import Degrees
 from shardmeter.model.formulas import offload_exposed_s
 from shardmeter.model.memory import layer_activations
-from shardmeter.model.outputs import map_fields
 from shardmeter.model.sharding import shard_inputs, sharding_terms
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -138,7 +137,7 @@ def stage_terms(
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
     shard = shard_inputs(ms, tr, sh, topo, deg, emb_here=emb, head=head)
     sd = sharding_terms(parts, shard, topo, lay.sharding)
-    priced = map_fields(_f, sd.traffic)
+    priced = sd.traffic  # price_traffic's figures are floats already (ops.as_float)
     mb_window = ct.compute + ct.memory_ops + mb_comm
     # each pass's share of the micro-batch's work: its compute, with the elementwise kernels and
     # exposed TP/CP/EP communication shared out in proportion (the head runs with the backward)
