@@ -70,6 +70,11 @@ class ShardInputs:
     expert-data-parallel group, not the whole one (Megatron-Core's ``expert_data_parallel_size
     = world_size // (etp x ep x pp)``; :func:`shardmeter.strategies.zero.expert_shard_group_size`).
     ``pp``: the pipeline-parallel degree (FSDP keeps a stage unsharded under a pipeline schedule).
+    ``trainable_fraction``: of ``params_per_gpu``, the share that is trained (1; LoRA's adapters
+    on frozen weights, ``training.peft``): ``grad_bytes`` and ``optimizer_bytes_per_param`` are
+    already averaged over all the GPU's parameters, so a strategy that prices them per parameter
+    needs nothing more; it matters where a strategy moves or keeps trained-only state by its
+    own dtype (ZeRO-1/2's all-gather of the updated parameters).
 
     The island's network, as :class:`~shardmeter.inputs.bundles.Topology` gives it: the whole
     tier list, innermost first, on a trailing tier axis (in the scalar path a tuple, one value
@@ -98,6 +103,7 @@ class ShardInputs:
     expert_params_per_gpu: Array = 0.0
     ep: Array = 1.0
     pp: Array = 1.0
+    trainable_fraction: Array = 1.0
     param_gather_bytes: Array = attrs.field(
         default=attrs.Factory(lambda s: where(s.weight_bytes > 2, 4.0, 2.0), takes_self=True)
     )

@@ -119,8 +119,6 @@ def _corpus() -> list[tuple[str, str, pathlib.Path, str | None, str, int, list[s
 
 #: Corpus entries the model still gets wrong, by id pattern -> the mechanism at fault.
 KNOWN: dict[str, str] = {
-    r"_peft_": "PEFT (LoRA) recipes freeze the base weights (no gradients or optimizer state for "
-    "them); no scenario key says so, so full training is priced",
     r"deepseek_v3_pretrain_64gpu|qwen3_235b_a22b_pretrain_256gpu": "the layout rule asks ep to divide "
     "dp x cp; Megatron-Core's MoE parallel folding lays experts over TP x CP x DP (EP > DP is allowed)",
 }

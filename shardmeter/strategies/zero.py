@@ -170,12 +170,13 @@ class ZeroSharding(ShardingPart):
         ``backward_maybe_with_nosync``), and FSDP2 then keeps the gradient unsharded,
         accumulated in the reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``:
         ``self.unsharded_accumulated_grad = unsharded_grad.to(self.reduce_dtype)``), fp32 in
-        torchtitan (``mixed_precision_reduce = "float32"``)."""
+        torchtitan (``mixed_precision_reduce = "float32"``); for the trained parameters only
+        (``trainable_fraction``: a frozen one has no gradient)."""
         if not (self.shard_parameters and self.unsharded_under_pp):
             return 0.0, 0.0
         on = ops.where(inp.pp > 1, 1.0, 0.0)
         p = inp.params_per_gpu
-        return on * p * inp.param_gather_bytes, on * p * 4.0
+        return on * p * inp.param_gather_bytes, on * p * inp.trainable_fraction * 4.0
 
     def gathers(self, inp: ShardInputs) -> tuple[Array, Array, Array]:
         """Parameter all-gathers of the stage per micro-batch, in layers' worth: ``(forward,
@@ -267,8 +268,12 @@ class ZeroSharding(ShardingPart):
                     group_stride=inp.tp,
                     **bucket,
                 ),
-                CommEvent(
-                    collective="all_gather", bytes=param_msg, group_size=dpcp, group_stride=inp.tp, **bucket
+                CommEvent(  # the updated parameters: the trained ones only
+                    collective="all_gather",
+                    bytes=param_msg * inp.trainable_fraction,
+                    group_size=dpcp,
+                    group_stride=inp.tp,
+                    **bucket,
                 ),
             ]
         return [
