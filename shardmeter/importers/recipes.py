@@ -347,6 +347,9 @@ def _map(f: dict[str, Any], d: Draft, file: str, fn: str, gpus: int | None, node
         deg[key] = _int(f, field, file, 1) or 1
         if deg[key] > 1:
             d.set(f"parallelism.{key}", deg[key], field)
+    etp = _int(f, "expert_tensor_parallel_size", file)
+    if etp and etp != deg["tp"]:
+        d.set("parallelism.expert_tp", etp, "expert_tensor_parallel_size")
     vp = _int(f, "virtual_pipeline_model_parallel_size", file)
     if vp and vp > 1 and deg["pp"] > 1:
         d.set("parallelism.schedule", "interleaved", "virtual_pipeline_model_parallel_size")

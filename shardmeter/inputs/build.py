@@ -255,6 +255,7 @@ def _layout(res: Resolved, row, table: PartTable) -> Layout:
         dp=row([isl.dp for isl in isls]),
         cp=row([isl.parallelism.cp for isl in isls]),
         ep=row([isl.parallelism.ep for isl in isls]),
+        expert_tp=row([isl.parallelism.expert_tp or 0 for isl in isls]),
         sequence_parallel=row([isl.parallelism.sequence_parallel for isl in isls]),
         virtual_stages=row([isl.parallelism.virtual_stages for isl in isls]),
         tp_comm_overlap=row([isl.parallelism.tp_comm_overlap for isl in isls]),

@@ -227,6 +227,8 @@ class Layout:
     last_stage_layers: Array = 0.0
     embedding_in_split: Array = 0.0
     loss_in_split: Array = 0.0
+    #: the routed experts' tensor parallelism (``parallelism.expert_tp``); 0 = ``tp``
+    expert_tp: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)

@@ -342,6 +342,10 @@ class ParallelismSpec:
     dp: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
     cp: int = attrs.field(default=1, validator=[_count, _bounded])
     ep: int = attrs.field(default=1, validator=[_count, _bounded])
+    #: the routed experts' own tensor parallelism (Megatron-Core ``expert_tensor_parallel_size``);
+    #: None: ``tp``, Megatron-Core's default. The experts' ``expert_tp x ep`` ranks are laid over
+    #: a stage's ``tp x cp x dp`` ("MoE parallel folding"), so ``ep`` may exceed ``dp x cp``
+    expert_tp: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
     sequence_parallel: bool = False
     sharding: str = "none"
     schedule: str = "1f1b"

@@ -286,7 +286,9 @@ def structural_reasons(inp: ModelInputs, parts: PartTable, deg: Degrees, m: Arra
     first_l, last_l = _f(lay.first_stage_layers), _f(lay.last_stage_layers)
     gpus = _f(topo.nodes) * _f(topo.gpus_per_node)
     return (
-        layout_reasons(ms.heads, ms.seq_len, _f(ms.experts), deg.tp, deg.pp, deg.cp, deg.dp, deg.ep, gpus)
+        layout_reasons(
+            ms.heads, ms.seq_len, _f(ms.experts), deg.tp, deg.pp, deg.cp, deg.dp, deg.ep, gpus, deg.etp
+        )
         | batch_reasons(
             m, deg.pp, deg.v, ms.layers, first_l, last_l, _f(lay.embedding_in_split), _f(lay.loss_in_split)
         )

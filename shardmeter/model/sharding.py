@@ -80,7 +80,8 @@ def shard_inputs(
     element of weights, gradients and the optimizer. A MoE layer's
     shared experts are tensor-parallel like a dense MLP, not spread over ``ep``; the stage's dense
     layers (``dense_layers_local``) hold one ``ffn_hidden`` MLP each; the routed experts' share
-    (``expert_params_per_gpu``) is sharded over the expert-data-parallel group
+    (``expert_params_per_gpu``, split by the experts' own tensor parallelism ``etp``,
+    ``parallelism.expert_tp``) is sharded over the expert-data-parallel group
     (:func:`~shardmeter.strategies.zero.expert_shard_group_size`). With ``training.fp8_params``
     the layers' weights are held and all-gathered in fp8 (1 byte; Megatron ``--fp8-param-gather``,
     torchao ``enable_fsdp_float8_all_gather``: only the linears' weights, the embeddings stay 16-bit),
@@ -97,11 +98,13 @@ def shard_inputs(
     ffn = sh.ffn_local * tp  # an expert's width in a MoE layer
     mlp = mats * ms.hidden * ffn
     attn = attention_shape(ms)
+    # a MoE layer's routed experts are split by their own tensor parallelism (``etp``)
+    routed = ops.where(sh.moe, mlp * ms.experts / deg.ep / deg.etp, 0.0)
     p_layer = (
         params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ffn, ms.swiglu, 1.0, **attn)
         - mlp
-        + mlp * ops.where(sh.moe, ms.experts / deg.ep + ms.shared_experts, 1.0)
-    ) / tp
+        + mlp * ops.where(sh.moe, ms.shared_experts, 1.0)
+    ) / tp + routed
     p_dense = params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0, **attn) / tp
     Ld = sh.dense_layers_local
     emb = ms.vocab * ms.hidden / tp
@@ -118,7 +121,7 @@ def shard_inputs(
     trained = trainable_fraction(p_gpu, a_gpu)
     # the stage's routed experts (its MoE layers' experts / ep), sharded over dp x cp / ep
     moe_layers = ops.maximum(sh.layers_per_stage - Ld, 0.0)
-    p_experts = ops.where(sh.moe, moe_layers * mlp * ms.experts / deg.ep / tp, 0.0)
+    p_experts = moe_layers * routed
     gather16 = ops.where(wb > 2, 4.0, 2.0)
     return ShardInputs(
         recompute_layers=_recompute_layers(tr, sh),
@@ -128,6 +131,7 @@ def shard_inputs(
         params_per_layer=p_layer + a_layer,
         expert_params_per_gpu=p_experts,
         ep=deg.ep,
+        expert_tp=deg.etp,
         pp=pp,
         layers_per_stage=sh.layers_per_stage,
         weight_bytes=ops.where(fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * wb) / p_gpu, wb),

@@ -83,10 +83,13 @@ def expert_shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
     state over the expert-data-parallel group, ``world_size // (etp x ep x pp)``
     (``megatron/core/parallel_state.py``, ``theoretical_memory_usage.py``'s
     ``expert_data_parallel_size`` since NVIDIA/Megatron-LM#4687, a7c9e8c4); with the experts'
-    tensor parallelism equal to ``tp`` that is ``dp x cp / ep``. torchtitan's FSDP2 shards the
+    tensor parallelism equal to ``tp`` that is ``dp x cp / ep``, and ``tp x cp x dp / (etp x
+    ep)`` with their own (``expert_tp``, parallel folding). torchtitan's FSDP2 shards the
     experts over the ``dp_shard_mod_ep`` mesh dimension (``efsdp``: the data-parallel shard
     ranks divided by ``ep``), the same group."""
-    return ops.maximum(shard_group_size(inp, by_domain) / ops.maximum(inp.ep, 1.0), 1.0)
+    etp = inp.tp if inp.expert_tp is None else inp.expert_tp
+    folded = inp.tp / ops.maximum(etp, 1.0)  # experts over tp x cp x dp, each split etp ways
+    return ops.maximum(shard_group_size(inp, by_domain) * folded / ops.maximum(inp.ep, 1.0), 1.0)
 
 
 @attrs.frozen(kw_only=True)
