@@ -326,11 +326,9 @@ def _parallel(a: Args, d: Draft, gpus: int | None, node: int) -> None:
         deg[key] = v
         if v != 1:
             d.set(f"parallelism.{key}", v, f"--{flag}")
-    etp = a.int("expert-tensor-parallel-size")
+    etp = a.int("expert-tensor-parallel-size", minimum=1)
     if etp is not None and etp != deg["tp"]:
-        d.unmapped(
-            "parallelism", f"--expert-tensor-parallel-size {etp}", f"the experts priced at tp {deg['tp']}"
-        )
+        d.set("parallelism.expert_tp", etp, "--expert-tensor-parallel-size")
     world = _world(a, d, deg, gpus, node)
     fixed = deg["tp"] * deg["pp"] * deg["cp"]
     if world % fixed:

@@ -23,6 +23,7 @@ from shardmeter.inputs.bundles import (
     Training,
 )
 from shardmeter.load.scenario import framework_failed
+from shardmeter.load.specs import LORA_DEFAULT_RANK, LORA_TARGETS
 from shardmeter.parts import FrameworkPart, call_framework
 from shardmeter.records import Interconnect
 from shardmeter.resolve.resolver import Resolved, ResolvedIsland
@@ -192,7 +193,18 @@ def _training(res: Resolved, row) -> Training:
         optimizer=row([OPTIMIZER_CODES[t.optimizer]] * n),
         fused_loss=row([_fused_loss(res)] * n),
         fp8_te=row([_fp8_te(res)] * n),
+        **_lora(res, row, n),
     )
+
+
+def _lora(res: Resolved, row, n: int) -> dict[str, Any]:
+    """``training.peft = "lora"`` as the rank and the four target flags (zeros: full training)."""
+    t = res.scenario.training
+    lora = t.peft == "lora"
+    rank = (t.lora_rank or LORA_DEFAULT_RANK) if lora else 0
+    targets = set(t.lora_targets or LORA_TARGETS) if lora else set()
+    flags = {f"lora_{name.removeprefix('linear_')}": row([name in targets] * n) for name in LORA_TARGETS}
+    return {"lora_rank": row([rank] * n), **flags}
 
 
 def _hardware(res: Resolved, row) -> Hardware:
@@ -243,6 +255,7 @@ def _layout(res: Resolved, row, table: PartTable) -> Layout:
         dp=row([isl.dp for isl in isls]),
         cp=row([isl.parallelism.cp for isl in isls]),
         ep=row([isl.parallelism.ep for isl in isls]),
+        expert_tp=row([isl.parallelism.expert_tp or 0 for isl in isls]),
         sequence_parallel=row([isl.parallelism.sequence_parallel for isl in isls]),
         virtual_stages=row([isl.parallelism.virtual_stages for isl in isls]),
         tp_comm_overlap=row([isl.parallelism.tp_comm_overlap for isl in isls]),

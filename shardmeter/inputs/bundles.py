@@ -154,6 +154,13 @@ class Training:
     #: the fp8 linears are Transformer Engine's, which keep the fp8 copy of their input
     #: (``training.fp8_backend``; :func:`~shardmeter.model.fp8.saved_input_bytes_per_byte`)
     fp8_te: Array = 0.0
+    #: ``training.peft = "lora"``: the adapters' rank (``training.lora_rank``); 0 = full training
+    lora_rank: Array = 0.0
+    #: with LoRA, 1 where the linear carries an adapter (``training.lora_targets``)
+    lora_qkv: Array = 0.0
+    lora_proj: Array = 0.0
+    lora_fc1: Array = 0.0
+    lora_fc2: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -220,6 +227,8 @@ class Layout:
     last_stage_layers: Array = 0.0
     embedding_in_split: Array = 0.0
     loss_in_split: Array = 0.0
+    #: the routed experts' tensor parallelism (``parallelism.expert_tp``); 0 = ``tp``
+    expert_tp: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)

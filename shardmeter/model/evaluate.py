@@ -230,10 +230,11 @@ def _step_terms(
 
 def optimizer_s(inp: ModelInputs, stage: StageTerms) -> Array:
     """The optimizer's seconds on one GPU of ``stage``: memory-bound Adam over its optimizer
-    shard (:data:`ADAM_BYTES_PER_PARAM` at the achieved HBM rate) and ten kernel launches."""
+    shard (:data:`ADAM_BYTES_PER_PARAM` at the achieved HBM rate; the trained parameters only,
+    LoRA's adapters under ``training.peft``) and ten kernel launches."""
     hw = inp.hardware
     hbm = hw.hbm_bytes_s * hw.hbm_efficiency
-    p_gpu = stage.shard.params_per_gpu
+    p_gpu = stage.shard.params_per_gpu * stage.shard.trainable_fraction
     return p_gpu / stage.state.optimizer_shards * ADAM_BYTES_PER_PARAM / hbm + 10 * KERNEL_OVERHEAD_S
 
 
@@ -285,7 +286,9 @@ def structural_reasons(inp: ModelInputs, parts: PartTable, deg: Degrees, m: Arra
     first_l, last_l = _f(lay.first_stage_layers), _f(lay.last_stage_layers)
     gpus = _f(topo.nodes) * _f(topo.gpus_per_node)
     return (
-        layout_reasons(ms.heads, ms.seq_len, _f(ms.experts), deg.tp, deg.pp, deg.cp, deg.dp, deg.ep, gpus)
+        layout_reasons(
+            ms.heads, ms.seq_len, _f(ms.experts), deg.tp, deg.pp, deg.cp, deg.dp, deg.ep, gpus, deg.etp
+        )
         | batch_reasons(
             m, deg.pp, deg.v, ms.layers, first_l, last_l, _f(lay.embedding_in_split), _f(lay.loss_in_split)
         )

@@ -108,6 +108,7 @@ def stage_compute(inp: ModelInputs, deg: Degrees, pk: Peaks, layers: Array) -> S
         full_recompute_share(tr, sh),
         async_tp=ops.as_bool(lay.async_tp) & deg.sp & ops.as_bool(tr.compile),
         hbm_bytes_s=hw.hbm_bytes_s * hw.hbm_efficiency,
+        etp=deg.etp,
     )
     return StageCompute(
         shapes=sh, compute=ct, comm=lc, offload_exposed_s=_offload_exposed(ms, tr, hw, sh, ct, deg)
