@@ -118,11 +118,7 @@ def _corpus() -> list[tuple[str, str, pathlib.Path, str | None, str, int, list[s
 
 
 #: Corpus entries the model still gets wrong, by id pattern -> the mechanism at fault.
-KNOWN: dict[str, str] = {
-    r"deepseek_v3_pretrain_1024gpu_h100_bf16_config": "recompute_modules = ['mla_up_proj', 'mlp'] is "
-    "not priced (Megatron-Core's selective recompute of the MoE MLPs and MLA's up-projections): their "
-    "activations are counted as kept, 80.0 GB with the experts unsplit by TP (expert_tp 1)",
-}
+KNOWN: dict[str, str] = {}
 #: Shipped configs the stack itself refuses to run as written, by id pattern -> the words of the
 #: model's reason, which quote the stack's own check. NeMo 2's ``llama31_405b`` at 6b0f088 pairs
 #: trainer(num_nodes=72) with tp 8 x pp 9 x cp 4 (dp 2) and global batch 512: 256 micro-batches,

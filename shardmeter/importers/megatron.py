@@ -25,7 +25,13 @@ from collections.abc import Mapping
 
 from shardmeter.importers.draft import Draft
 from shardmeter.importers.files import ConfigError, number_text, read_text
-from shardmeter.importers.megatron_model import GPT2_VOCAB, model_keys, padded_vocab, vocab_keys
+from shardmeter.importers.megatron_model import (
+    GPT2_VOCAB,
+    model_keys,
+    padded_vocab,
+    recompute_modules,
+    vocab_keys,
+)
 from shardmeter.importers.shell import END, MARK, ShellLimit, logical_lines, missing_in, read_script
 
 __all__ = ["draft_from_file", "draft_from_text", "parse_args_text", "padded_vocab", "GPT2_VOCAB", "Args"]
@@ -465,11 +471,8 @@ def _recompute(a: Args, d: Draft) -> None:
                 f"--recompute-method {method} --recompute-num-layers {layers}: every layer recomputed",
             )
         modules = a.value("recompute-modules")
-        if gran == "selective" and modules and modules != "core_attn":
-            d.note(
-                "training",
-                f"--recompute-modules {modules}: priced as the attention core's selective recompute",
-            )
+        if gran == "selective" and modules:
+            recompute_modules(modules.split(), d, "--recompute-modules")
     elif gran:
         d.unmapped("training", f"--recompute-granularity {gran}")
     a.value("recompute-modules")

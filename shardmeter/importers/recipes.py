@@ -26,6 +26,7 @@ from typing import Any
 
 from shardmeter.importers.draft import Draft
 from shardmeter.importers.files import ConfigError, number, read_text
+from shardmeter.importers.megatron_model import recompute_modules
 from shardmeter.importers.pyconfig import BadNumber, Opaque, Rec, evaluate, parse_tree
 from shardmeter.importers.torchtitan_models import model_keys
 from shardmeter.importers.torchtitan_registry import registry_functions
@@ -371,6 +372,7 @@ _READ = {
     "sequence_parallel", "use_megatron_fsdp", "fsdp", "data_parallel_sharding_strategy",
     "use_distributed_optimizer", "tp_comm_overlap", "overlap_grad_reduce", "micro_batch_size",
     "global_batch_size", "recompute_granularity", "recompute_method", "recompute_num_layers", "train_iters",
+    "recompute_modules",
     "mtp_num_layers",
 }  # fmt: skip
 
@@ -470,6 +472,9 @@ def _training(f: dict[str, Any], d: Draft, file: str) -> None:
         layers = _int(f, "recompute_num_layers", file)
         if gran == "full" and f.get("recompute_method") == "block" and layers:
             d.set("training.recompute_layers", layers, "recompute_method block, recompute_num_layers")
+        mods = f.get("recompute_modules")
+        if gran == "selective" and isinstance(mods, list):
+            recompute_modules(mods, d, "recompute_modules")
     iters, seq = _int(f, "train_iters", file), d.get("model.seq_len")
     gb = d.get("training.global_batch")
     if iters and isinstance(seq, int) and isinstance(gb, int) and iters * gb * seq <= 1e18:

@@ -23,7 +23,7 @@ from shardmeter.inputs.bundles import (
     Training,
 )
 from shardmeter.load.scenario import framework_failed
-from shardmeter.load.specs import LORA_DEFAULT_RANK, LORA_TARGETS
+from shardmeter.load.specs import LORA_DEFAULT_RANK, LORA_TARGETS, RECOMPUTE_MODULES
 from shardmeter.parts import FrameworkPart, call_framework
 from shardmeter.records import Interconnect
 from shardmeter.resolve.resolver import Resolved, ResolvedIsland
@@ -194,7 +194,14 @@ def _training(res: Resolved, row) -> Training:
         fused_loss=row([_fused_loss(res)] * n),
         fp8_te=row([_fp8_te(res)] * n),
         **_lora(res, row, n),
+        **_recompute_modules(res, row, n),
     )
+
+
+def _recompute_modules(res: Resolved, row, n: int) -> dict[str, Any]:
+    """``training.recompute_modules`` as one flag per module (None: the attention core only)."""
+    mods = set(res.scenario.training.recompute_modules or ("core_attn",))
+    return {f"rc_{m}": row([m in mods] * n) for m in RECOMPUTE_MODULES}
 
 
 def _lora(res: Resolved, row, n: int) -> dict[str, Any]:

@@ -154,6 +154,15 @@ class Training:
     #: the fp8 linears are Transformer Engine's, which keep the fp8 copy of their input
     #: (``training.fp8_backend``; :func:`~shardmeter.model.fp8.saved_input_bytes_per_byte`)
     fp8_te: Array = 0.0
+    #: ``training.recompute_modules`` under selective recompute, 1 where recomputed
+    #: (:mod:`~shardmeter.model.selective`); the attention core by default
+    rc_core_attn: Array = 1.0
+    rc_mlp: Array = 0.0
+    rc_moe: Array = 0.0
+    rc_shared_experts: Array = 0.0
+    rc_moe_act: Array = 0.0
+    rc_layernorm: Array = 0.0
+    rc_mla_up_proj: Array = 0.0
     #: ``training.peft = "lora"``: the adapters' rank (``training.lora_rank``); 0 = full training
     lora_rank: Array = 0.0
     #: with LoRA, 1 where the linear carries an adapter (``training.lora_targets``)

@@ -112,6 +112,9 @@ def _dense_layers(inst, attribute, value):
 
 #: ``training.recompute`` values (SCENARIO "What the training keys mean").
 RECOMPUTE_MODES = ("none", "selective", "op", "full")
+#: ``training.recompute_modules`` values: Megatron-Core's ``recompute_modules`` that the model
+#: prices (megatron/core/transformer/transformer_config.py @d98e8a64; :mod:`shardmeter.model.selective`)
+RECOMPUTE_MODULES = ("core_attn", "mlp", "moe", "shared_experts", "moe_act", "layernorm", "mla_up_proj")
 #: ``training.fp8_recipe`` values.
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed", "blockwise", "mxfp8")
 #: ``training.peft`` values: full training, or LoRA adapters on frozen weights (Hu et al. 2021)
@@ -144,6 +147,21 @@ def _lora_targets(inst, attribute, value):
     if bad or not value or len(set(value)) != len(value):
         raise ValueError(
             f"{attribute.name}: expected distinct names among {', '.join(repr(t) for t in LORA_TARGETS)}, "
+            f"got {list(value)!r}"
+        )
+
+
+def _recompute_modules(inst, attribute, value):
+    if value is None:
+        return
+    if inst.recompute != "selective":
+        raise ValueError(
+            f'{attribute.name}: only with recompute = "selective" (got recompute = {inst.recompute!r})'
+        )
+    bad = [m for m in value if m not in RECOMPUTE_MODULES]
+    if bad or len(set(value)) != len(value):
+        raise ValueError(
+            f"{attribute.name}: expected distinct names among {', '.join(repr(m) for m in RECOMPUTE_MODULES)}, "
             f"got {list(value)!r}"
         )
 
@@ -277,6 +295,13 @@ class TrainingSpec:
         default=None,
         validator=[_non_negative_or_none, _bounded, _with_full_recompute],
         metadata={QUALIFIES: "recompute", QUALIFIES_WHEN: ("full",)},
+    )
+    #: with ``recompute = "selective"``: the submodules recomputed (Megatron-Core's
+    #: ``recompute_modules``); None: ``["core_attn"]``, the attention core, Megatron's default
+    recompute_modules: tuple[str, ...] | None = attrs.field(
+        default=None,
+        validator=_recompute_modules,
+        metadata={QUALIFIES: "recompute", QUALIFIES_WHEN: ("selective",)},
     )
     #: layers per stage whose activations wait in host memory (Megatron-Core cpu_offloading_num_layers)
     offload_layers: int = attrs.field(default=0, validator=[_non_negative, _bounded])
