@@ -249,16 +249,27 @@ def _details(
     total_gpus = over_islands(np.add, isl_gpus_full)
     w_gpu = isl_gpus_full / total_gpus
 
-    def _mean(x: Array) -> Array:
-        return ops.col0(over_islands(np.add, ops.broadcast(x, full) * w_gpu))
-
     col = np.shape(slow) if full else ()
+    if full:
 
-    def g(x: Array) -> Array:  # a global (N, 1) value as (N,)
-        return ops.col0(ops.broadcast(x, col))
+        def _mean(x: Array) -> Array:
+            return ops.col0(over_islands(np.add, ops.broadcast(x, full) * w_gpu))
 
-    def b(x: Array) -> Array:
-        return ops.broadcast(x, full)
+        def g(x: Array) -> Array:  # a global (N, 1) value as (N,)
+            return ops.col0(ops.broadcast(x, col))
+
+        def b(x: Array) -> Array:
+            return ops.broadcast(x, full)
+
+    else:  # the scalar path, one island: each figure its plain number (GPU weight 1)
+
+        def _mean(x: Array) -> Array:
+            return x * w_gpu
+
+        def g(x: Array) -> Array:
+            return x
+
+        b = g
 
     tokens_step = _first(inp.training.global_batch * inp.model.seq_len, full)
     mf_tok, hw_tok = _first(st.model_flops_per_token, full), _first(st.hardware_flops_per_token, full)
