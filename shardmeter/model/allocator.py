@@ -53,9 +53,9 @@ blocks, which no retry gives back) with the GPU's memory; the reported reserved 
 the fragmentation, capped at the GPU's memory, and never below what is required.
 
 Measured against the 30 bundled torchtitan / torchao runs that log ``max_memory_reserved``
-(``tools/memory_table.py``): 26 within 10 %; under it by 11-17 % are the 405B pipeline runs with
-8 micro-batches of 4 (1F1B) and at cp 8, and the 70B TP 8 x FSDP 32 runs, whose tensor-parallel
-collectives' buffers are not itemised. Not counted: the rounding of the activations' blocks (the
+(``tools/memory_table.py``): 28 within 10 %; under it by 16-18 % are the 2024-12 405B pipeline
+rows with 8 micro-batches of 4 (1F1B) and at cp 8, whose siblings (cp 1-4, the same tokens per
+micro-batch) are met within 10 %. Not counted: the rounding of the activations' blocks (the
 model does not itemise the tensors a layer saves; Llama-shaped activations are multiples of
 2 MiB), and a schedule's own share (interleaved pipeline chunks with partial recompute: Huang et
 al. 2025, STAlloc, arXiv 2507.16274, measure up to 43 % of memory wasted by the default
@@ -112,7 +112,7 @@ FSDP_SIDE_STREAMS = 3.0
 #: peak: fitted by ``tools/fit_fragmentation.py`` over the bundled runs reporting
 #: ``max_memory_reserved`` (least squares of the relative error; it prints the fit, the
 #: leave-one-source-group-out errors and the share within 10 %). Not a constant of PyTorch's.
-FRAGMENTATION = 0.271
+FRAGMENTATION = 0.256
 
 
 def block_bytes(request: Array) -> Array:
