@@ -192,6 +192,7 @@ def _training(res: Resolved, row) -> Training:
         expandable_segments=row([_expandable_segments(res)] * n),
         optimizer=row([OPTIMIZER_CODES[t.optimizer]] * n),
         fused_loss=row([_fused_loss(res)] * n),
+        loss_parallel=row([_framework_says(res, "loss_parallel_enabled", default=False)] * n),
         fp8_te=row([_fp8_te(res)] * n),
         **_lora(res, row, n),
         **_recompute_modules(res, row, n),

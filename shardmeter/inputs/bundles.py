@@ -151,6 +151,9 @@ class Training:
     optimizer: Array = 0.0
     #: the stack's loss backward writes the logits' gradient in place (``FrameworkPart.loss_fused``)
     fused_loss: Array = 0.0
+    #: with ``tp`` > 1 the loss runs under DTensor's ``loss_parallel()``
+    #: (``FrameworkPart.loss_parallel_enabled``; :func:`~.memory.loss_transient_bytes`)
+    loss_parallel: Array = 0.0
     #: the fp8 linears are Transformer Engine's, which keep the fp8 copy of their input
     #: (``training.fp8_backend``; :func:`~shardmeter.model.fp8.saved_input_bytes_per_byte`)
     fp8_te: Array = 0.0

@@ -23,7 +23,7 @@ import attrs
 import numpy as np
 
 from shardmeter.inputs.bundles import ModelInputs, PartTable
-from shardmeter.model.allocator import stage_reserved_bytes
+from shardmeter.model.allocator import churn_bytes, stage_required_bytes, stage_reserved_bytes
 from shardmeter.model.busiest import BusiestGpu, busiest_gpu, busiest_parts
 from shardmeter.model.compute import full_recompute_share
 from shardmeter.model.degrees import Degrees, degrees
@@ -47,6 +47,7 @@ __all__ = [
     "batch_shape",
     "optimizer_s",
     "reserved_bytes",
+    "required_bytes",
     "BREAKDOWN_TERMS",
     "ADAM_BYTES_PER_PARAM",
 ]
@@ -174,7 +175,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # ---- memory of the busiest GPU: the first, middle (rank 1) and last stages -------------------
     busiest = busiest_gpu(inp, parts, deg, stl, pipe.schedule, shape[-1] if shape else 1)
     reserved = reserved_bytes(inp, busiest)
-    reasons = reasons | ops.where(reserved > hw.memory_bytes, int(Reason.MEMORY), 0)
+    reasons = reasons | ops.where(required_bytes(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
 
     flops = model_flops(ms, tr, full_recompute_share(tr, pace.shapes))
     steps = IslandSteps(
@@ -206,11 +207,21 @@ def _same_layers(a: Array, b: Array) -> bool:
     return np.shape(a) == np.shape(b) and bool(np.array_equal(a, b))
 
 
-def reserved_bytes(inp: ModelInputs, busiest: BusiestGpu) -> Array:
-    """What the caching allocator reserves on the busiest GPU at the peak
-    (:func:`~.allocator.stage_reserved_bytes`): what feasibility compares with the GPU's memory."""
+def required_bytes(inp: ModelInputs, busiest: BusiestGpu) -> Array:
+    """What the caching allocator must hold on the busiest GPU at the peak, its blocks' rounding
+    included (:func:`~.allocator.stage_required_bytes`): what feasibility compares with the
+    GPU's memory."""
     assert busiest.shard is not None
-    return stage_reserved_bytes(inp.model, inp.training, busiest.shard, busiest.state, busiest.memory_bytes)
+    return stage_required_bytes(inp.model, inp.training, busiest.shard, busiest.state, busiest.memory_bytes)
+
+
+def reserved_bytes(inp: ModelInputs, busiest: BusiestGpu) -> Array:
+    """What the caching allocator reserves on the busiest GPU at the peak: what is required plus
+    the fragmentation of the step's churn, capped at the GPU's memory
+    (:func:`~.allocator.stage_reserved_bytes`)."""
+    assert busiest.shard is not None
+    churn = churn_bytes(busiest.shard, busiest.state, busiest.activations_bytes, busiest.transient_bytes)
+    return stage_reserved_bytes(required_bytes(inp, busiest), churn, inp.hardware.memory_bytes)
 
 
 def _step_terms(
@@ -335,6 +346,6 @@ def island_memory(inp: ModelInputs, parts: PartTable) -> MemoryProbe:
         reasons = reasons | ops.where(_f(sch.infeasible) > 0, int(Reason.SCHEDULE), 0)
         busiest = busiest_gpu(inp, parts, deg, stl, sch, shape[-1])
         mem = busiest.memory_bytes
-        reasons = reasons | ops.where(reserved_bytes(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
+        reasons = reasons | ops.where(required_bytes(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
         full = np.broadcast_shapes(shape, np.shape(reasons), np.shape(mem))
         return MemoryProbe(reasons=ops.broadcast(reasons, full), memory_bytes=ops.broadcast(mem, full))

@@ -141,12 +141,20 @@ def loss_transient_bytes(ms: ModelShape, tr: Training, sh: Shapes, tp: Array) ->
       of the log-softmax and ``log_softmax``'s fp32 gradient of its input (its backward,
       ``_log_softmax_backward_data``, reads its saved output and writes a new tensor), both
       alive at once beside the saved fp32 log-softmax;
+    * 12 bytes with the same loss on vocab-sharded logits under DTensor's ``loss_parallel()``
+      (``tr.loss_parallel`` and ``tp`` > 1: torchtitan's TP): its ``nll_loss_backward`` handler
+      computes both backwards at once, unfused, ``grad_input = torch.zeros_like(x)`` ...
+      ``return (grad_input + torch.exp(x)) * grad_output`` with ``x`` the saved log-softmax
+      (``_nll_loss_and_log_softmax_backward``, torch/distributed/tensor/parallel/loss.py @
+      02eef6b8), so ``grad_input``, ``exp(x)`` and their sum (then the sum and the product) are
+      three fp32 copies alive at once beside ``x``;
     * 2 under a compiled loss (``tr.compiled_loss``): Inductor's fused backward reads the bf16
       logits and the saved row statistics and writes the bf16 gradient of the logits;
     * 0 with a loss that writes the gradient in place (``tr.fused_loss``: Megatron's
       vocab-parallel cross-entropy, ``grad_input = softmax`` ... ``grad_input.mul_(grad_output)``,
       megatron/core/tensor_parallel/cross_entropy.py @ d98e8a64)."""
-    per = ops.where(ops.as_bool(tr.fused_loss), 0.0, ops.where(ops.as_bool(tr.compiled_loss), 2.0, 8.0))
+    eager = ops.where(ops.as_bool(tr.loss_parallel) & (tp > 1), 12.0, 8.0)
+    per = ops.where(ops.as_bool(tr.fused_loss), 0.0, ops.where(ops.as_bool(tr.compiled_loss), 2.0, eager))
     return sh.tokens * ms.vocab / tp * per
 
 
