@@ -115,6 +115,16 @@ def test_divide_has_numpys_semantics_at_zero():
                 ), (a, b, got, want)
 
 
+def test_floor_and_ceil_of_a_float_stay_python_floats_with_numpys_values():
+    # the outermost tier joins inf GPUs: floor(inf / stride) must not hand the scalar path a
+    # numpy scalar (which divides by zero with a warning instead of raising)
+    for a in (math.inf, -math.inf, math.nan, 2.5, -2.5, 7.0, 0.3):
+        for op, ref in ((ops.floor, np.floor), (ops.ceil, np.ceil)):
+            got, want = op(a), float(ref(np.float64(a)))
+            assert type(got) is float, (op, a, type(got))
+            assert got == want or (math.isnan(got) and math.isnan(want)), (op, a, got, want)
+
+
 def test_the_same_loaded_scenario_is_prepared_once_and_estimated_alike():
     est = shardmeter.Estimator()
     sc = est.load(ROOT / "examples" / "gpt3-175b-a100.toml")

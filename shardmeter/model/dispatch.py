@@ -15,6 +15,7 @@ option axis, or a sweep's rows); codes that vary along several axes fall back to
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -50,8 +51,15 @@ def _gather(vals: list[Any], pos: np.ndarray, axis: int, ndim: int, length: int)
     full = np.broadcast_shapes(*shapes, (1,) * ndim)
     full = full[len(full) - ndim :] if len(full) > ndim else full
     if len(full) == ndim and full[axis] == 1:  # results do not vary along the codes' axis
-        stacked = np.concatenate([np.broadcast_to(v, full) for v in vals], axis=axis)
-        return np.take(stacked, pos, axis=axis)
+        if all(v is vals[0] for v in vals):  # one value for every code (a constant of the part)
+            return np.broadcast_to(vals[0], full).take(np.zeros_like(pos), axis=axis)
+        size = math.prod(full)
+        arrs = [np.asarray(v) for v in vals]
+        # each value as the full shape: a reshape (no copy) where it holds every element
+        stacked = np.concatenate(
+            [a.reshape(full) if a.size == size else np.broadcast_to(a, full) for a in arrs], axis=axis
+        )
+        return stacked.take(pos, axis=axis)
     shape = list(np.broadcast_shapes(*shapes, (1,) * ndim))
     shape[len(shape) - ndim + axis] = length
     out = np.empty(shape)
@@ -79,13 +87,13 @@ def by_code(codes: Any, fn: Callable[[int], R]) -> R:
     results = [fn(int(c)) for c in uniq]
     one_axis = _varying_axis(codes)
     idx = np.searchsorted(uniq, codes)
+    # along the one varying axis: each position's index into ``uniq`` (the same for every field)
+    pos = None if one_axis is None else np.searchsorted(uniq, one_axis[1])
 
     def take(vals: list[Any]) -> Any:
         """Each row's own code's value of one field."""
-        if one_axis is not None and all(np.ndim(v) <= codes.ndim for v in vals):
-            axis, line = one_axis
-            pos = np.searchsorted(uniq, line)
-            return _gather(vals, pos, axis, codes.ndim, len(line))
+        if one_axis is not None and pos is not None and all(np.ndim(v) <= codes.ndim for v in vals):
+            return _gather(vals, pos, one_axis[0], codes.ndim, len(pos))
         if _WHERE_MAX < len(vals) <= _CHOOSE_MAX:
             shape = np.broadcast_shapes(idx.shape, *(np.shape(v) for v in vals))
             return np.choose(np.broadcast_to(idx, shape), [np.broadcast_to(v, shape) for v in vals])

@@ -146,9 +146,10 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     one = deg.pp == 1
     body_layers = ops.maximum(stl.first, stl.middle)
     body_compute = stage_compute(inp, deg, pk, body_layers)
-    # one plan whose last stage has as many layers as the largest other: the same shapes and
-    # compute (each stage then takes out the head it does not hold)
-    same = ops.is_scalar(body_layers) and body_layers == stl.last
+    # the last stage has as many layers as the largest other (one plan, or every row of a batch
+    # at the same shape): the same shapes, compute and communication (each stage then takes out
+    # the head it does not hold)
+    same = _same_layers(body_layers, stl.last)
     body = stage_terms(
         inp, parts, deg, pk, body_layers, emb=(stl.first >= stl.middle) | one, head=one, compute=body_compute
     )
@@ -197,6 +198,13 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
         detail=_island_detail(pace, busiest, stl) if detail else None,
     )
     return combine_islands(parts, inp, shape, steps, detail, islands_only)
+
+
+def _same_layers(a: Array, b: Array) -> bool:
+    """Whether two stages' layer counts are equal on every row, at the same shape."""
+    if ops.is_scalar(a) and ops.is_scalar(b):
+        return bool(a == b)
+    return np.shape(a) == np.shape(b) and bool(np.array_equal(a, b))
 
 
 def required_bytes(inp: ModelInputs, busiest: BusiestGpu) -> Array:

@@ -185,24 +185,27 @@ def combine_islands(
     same values as without it."""
     island_step = st.terms.total()
     n_isl = shape[-1] if shape else 1
-    full = np.broadcast_shapes(shape, np.shape(st.reasons), np.shape(island_step))
+    # the scalar path (shape ()): every figure a plain number, nothing to broadcast
+    full = np.broadcast_shapes(shape, np.shape(st.reasons), np.shape(island_step)) if shape else ()
     reasons, island_step = ops.broadcast(st.reasons, full), ops.broadcast(island_step, full)
     feasible_isl = reasons == 0
     feasible = over_islands(np.logical_and, feasible_isl)
     slow = over_islands(np.maximum, ops.where(feasible_isl, island_step, 0.0))
-    island = IslandOutputs(
-        feasible=feasible_isl,
-        step_s=island_step,
-        gpus=ops.broadcast(st.gpus, full),
-        memory_bytes=ops.broadcast(st.memory_bytes, full),
-        memory_reserved_bytes=ops.broadcast(st.memory_reserved_bytes, full),
-        memory_capacity_bytes=ops.broadcast(inp.hardware.memory_bytes, full),
-        ar_window_s=ops.broadcast(st.ar_window, full),
-        grad_bytes=ops.broadcast(st.grad_bytes, full),
-    )
-    params = ops.col0(ops.broadcast(_first(st.params, full), np.shape(slow)))
+    island: dict[str, Array] = {
+        "feasible": feasible_isl,
+        "step_s": island_step,
+        "gpus": ops.broadcast(st.gpus, full),
+        "memory_bytes": ops.broadcast(st.memory_bytes, full),
+        "memory_reserved_bytes": ops.broadcast(st.memory_reserved_bytes, full),
+        "memory_capacity_bytes": ops.broadcast(inp.hardware.memory_bytes, full),
+        "ar_window_s": ops.broadcast(st.ar_window, full),
+        "grad_bytes": ops.broadcast(st.grad_bytes, full),
+    }
+    params = ops.col0(ops.broadcast(_first(st.params, full), np.shape(slow) if full else ()))
     if islands_only and not detail:
-        return Outputs(feasible=ops.col0(feasible), reasons=reasons, params=params, island=island)
+        return Outputs(
+            feasible=ops.col0(feasible), reasons=reasons, params=params, island=IslandOutputs(**island)
+        )
     wan = cross_island(
         parts,
         inp,
@@ -210,47 +213,63 @@ def combine_islands(
         slow,
         ops.where(feasible_isl, island_step, 0.0),
         _first(st.params, full),
-        island.grad_bytes,
+        island["grad_bytes"],
         st.ar_window,
         full,
     )
     step = slow + wan.exposed_s
-    out = Outputs(
+    more = _details(inp, st, island, full, slow, step, wan) if detail else {}
+    return Outputs(
         feasible=ops.col0(feasible),
         reasons=reasons,
         params=params,
-        island=island,
+        island=IslandOutputs(**island),
         step_time_s=ops.col0(step),
         egress_bytes_per_step=wan.egress_bytes,
+        **more,
     )
-    return _details(inp, st, out, full, slow, step, wan) if detail else out
 
 
 def _details(
     inp: ModelInputs,
     st: IslandSteps,
-    out: Outputs,
+    island: dict[str, Array],
     full: tuple[int, ...],
     slow: Array,
     step: Array,
     wan: CrossIsland,
-) -> Outputs:
-    """``out`` with the report's fields: the breakdown of the average GPU, throughput, FLOP
-    rates, utilisation and memory, and each island's."""
+) -> dict[str, Array]:
+    """The report's fields of :class:`~.outputs.Outputs`: the breakdown of the average GPU,
+    throughput, FLOP rates, utilisation and memory; each island's are added to ``island`` (the
+    :class:`~.outputs.IslandOutputs` fields so far)."""
     assert st.hidden is not None and st.detail is not None
-    island_step, sync = out.island.step_s, wan.exposed_s
+    island_step, sync = island["step_s"], wan.exposed_s
     idle = slow - island_step
-    isl_gpus_full = out.island.gpus
+    isl_gpus_full = island["gpus"]
     total_gpus = over_islands(np.add, isl_gpus_full)
     w_gpu = isl_gpus_full / total_gpus
 
-    def _mean(x: Array) -> Array:
-        return ops.col0(over_islands(np.add, ops.broadcast(x, full) * w_gpu))
+    col = np.shape(slow) if full else ()
+    if full:
 
-    col = np.shape(slow)
+        def _mean(x: Array) -> Array:
+            return ops.col0(over_islands(np.add, ops.broadcast(x, full) * w_gpu))
 
-    def g(x: Array) -> Array:  # a global (N, 1) value as (N,)
-        return ops.col0(ops.broadcast(x, col))
+        def g(x: Array) -> Array:  # a global (N, 1) value as (N,)
+            return ops.col0(ops.broadcast(x, col))
+
+        def b(x: Array) -> Array:
+            return ops.broadcast(x, full)
+
+    else:  # the scalar path, one island: each figure its plain number (GPU weight 1)
+
+        def _mean(x: Array) -> Array:
+            return x * w_gpu
+
+        def g(x: Array) -> Array:
+            return x
+
+        b = g
 
     tokens_step = _first(inp.training.global_batch * inp.model.seq_len, full)
     mf_tok, hw_tok = _first(st.model_flops_per_token, full), _first(st.hardware_flops_per_token, full)
@@ -258,49 +277,52 @@ def _details(
     tps_gpu = tps / total_gpus
     model_tf = tps_gpu * mf_tok / 1e12
     hw_tf = tps_gpu * hw_tok / 1e12
-    gpu_peak_mean = over_islands(np.add, ops.broadcast(st.peak_flops * st.gpus, full)) / total_gpus
+    gpu_peak_mean = over_islands(np.add, b(st.peak_flops * st.gpus)) / total_gpus
     cu_isl = ops.divide(island_step, step)
-    cu = over_islands(np.add, ops.broadcast(cu_isl * st.gpus, full)) / total_gpus
-    island = attrs.evolve(
-        out.island,
+    cu = over_islands(np.add, b(cu_isl * st.gpus)) / total_gpus
+    terms = _values(st.terms)
+    island.update(
         breakdown=Breakdown(
-            **attrs.asdict(map_fields(lambda x: ops.broadcast(x, full), st.terms), recurse=False),
-            island_sync_s=ops.broadcast(sync, full),
-            idle_s=ops.broadcast(idle, full),
+            **{k: b(v) for k, v in terms.items()},
+            island_sync_s=b(sync),
+            idle_s=b(idle),
         ),
-        utilization=ops.broadcast(cu_isl, full),
-        idle_s=ops.broadcast(idle, full),
-        tokens_per_s=ops.broadcast(ops.divide(st.island_batch * inp.model.seq_len, step), full),
-        batch_sequences=ops.broadcast(st.island_batch, full),
-        micro_batches=ops.broadcast(st.micro_batches, full),
+        utilization=b(cu_isl),
+        idle_s=b(idle),
+        tokens_per_s=b(ops.divide(st.island_batch * inp.model.seq_len, step)),
+        batch_sequences=b(st.island_batch),
+        micro_batches=b(st.micro_batches),
         **_island_layout(st.detail, full),
     )
-    return attrs.evolve(
-        out,
-        island=island,
-        breakdown=Breakdown(
-            **attrs.asdict(map_fields(_mean, st.terms), recurse=False),
+    return {
+        "breakdown": Breakdown(
+            **{k: _mean(v) for k, v in terms.items()},
             island_sync_s=g(sync),
             idle_s=_mean(idle),
         ),
-        overlapped=Overlapped(
-            **attrs.asdict(map_fields(_mean, st.hidden), recurse=False),
+        "overlapped": Overlapped(
+            **{k: _mean(v) for k, v in _values(st.hidden).items()},
             island_sync_s=g(ops.maximum(wan.wan_s - sync, 0.0)),
         ),
-        tokens_per_s=g(tps),
-        tokens_per_s_per_gpu=g(tps_gpu),
-        model_tflops_per_gpu=g(model_tf),
-        hardware_tflops_per_gpu=g(hw_tf),
-        mfu=g(model_tf * 1e12 / gpu_peak_mean),
-        hfu=g(hw_tf * 1e12 / gpu_peak_mean),
-        compute_utilization=g(cu),
-        memory_bytes=over_islands(np.maximum, out.island.memory_bytes, keepdims=False),
-        memory_reserved_bytes=over_islands(np.maximum, out.island.memory_reserved_bytes, keepdims=False),
-        gpus=g(total_gpus),
-        wan_s=g(wan.wan_s),
-        wan_round_s=g(wan.round_s),
-        model_flops_per_token=g(mf_tok),
-    )
+        "tokens_per_s": g(tps),
+        "tokens_per_s_per_gpu": g(tps_gpu),
+        "model_tflops_per_gpu": g(model_tf),
+        "hardware_tflops_per_gpu": g(hw_tf),
+        "mfu": g(model_tf * 1e12 / gpu_peak_mean),
+        "hfu": g(hw_tf * 1e12 / gpu_peak_mean),
+        "compute_utilization": g(cu),
+        "memory_bytes": over_islands(np.maximum, island["memory_bytes"], keepdims=False),
+        "memory_reserved_bytes": over_islands(np.maximum, island["memory_reserved_bytes"], keepdims=False),
+        "gpus": g(total_gpus),
+        "wan_s": g(wan.wan_s),
+        "wan_round_s": g(wan.round_s),
+        "model_flops_per_token": g(mf_tok),
+    }
+
+
+def _values(rec: StepTerms | HiddenTerms) -> dict[str, Array]:
+    """``{field: value}`` of a record of terms (what its subclass with more terms is built from)."""
+    return {f.name: getattr(rec, f.name) for f in attrs.fields(type(rec))}
 
 
 def _island_layout(d: IslandDetail, full: tuple[int, ...]) -> dict[str, Array]:

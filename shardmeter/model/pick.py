@@ -22,7 +22,10 @@ R = TypeVar("R")
 def pick(c: Any, a: R, b: R) -> R:
     """``a`` where ``c``, else ``b``: elementwise through attrs records of arrays (nested ones
     too), each field ``ops.where(c, a's, b's)`` computed on its first read; an array or number
-    picked at once. Typed as the records it picks from."""
+    picked at once; a plain ``bool`` ``c`` (the scalar path: one plan) is the whole record
+    ``a`` or ``b``, the same values as picking each field. Typed as the records it picks from."""
+    if type(c) is bool:
+        return a if c else b
     if isinstance(a, _Picked) or attrs.has(type(a)):
         return cast(R, _Picked(c, a, b))
     return cast(R, ops.where(c, a, b))

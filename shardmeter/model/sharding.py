@@ -7,13 +7,14 @@ from __future__ import annotations
 import attrs
 
 from shardmeter.inputs.bundles import ModelShape, PartTable, Recompute, Topology, Training
+from shardmeter.model.branches import where_needed
 from shardmeter.model.comm import PricedTraffic, price_traffic
 from shardmeter.model.compute import Shapes
 from shardmeter.model.degrees import Degrees
 from shardmeter.model.dispatch import by_code
 from shardmeter.model.flops import attention_shape
 from shardmeter.model.formulas import params_per_layer
-from shardmeter.model.lora import adapter_params_per_layer, trainable_fraction
+from shardmeter.model.lora import adapter_params_per_layer, is_lora, trainable_fraction
 from shardmeter.model.optimizers import optimizer_bytes_per_param
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -35,7 +36,9 @@ class ShardingTerms:
 
 def _state(st: StateBytes) -> StateBytes:
     """A part's state as a plain :class:`~shardmeter.parts.StateBytes` (one record type for every
-    code, so :func:`~.dispatch.by_code` merges them field by field)."""
+    code, so :func:`~.dispatch.by_code` merges them field by field); one already is, as is."""
+    if type(st) is StateBytes:
+        return st
     return StateBytes(
         weights=st.weights,
         gradients=st.gradients,
@@ -112,11 +115,16 @@ def shard_inputs(
         ops.as_bool(head) & ((pp > 1) | ops.logical_not(ops.as_bool(ms.tied))), 1.0, 0.0
     )
     p_base = sh.layers_per_stage * p_layer + ops.where(Ld > 0, Ld * (p_dense - p_layer), 0.0) + emb_gpu
-    # LoRA's adapters on the stage's layers (:mod:`.lora`; 0 in full training), split like their linears
-    mlps = ops.where(sh.moe, ms.experts / deg.ep + ms.shared_experts, 1.0)
-    a_layer = adapter_params_per_layer(ms, tr, ffn, mlps) / tp
-    a_dense = adapter_params_per_layer(ms, tr, ms.ffn_hidden, 1.0) / tp
-    a_gpu = sh.layers_per_stage * a_layer + ops.where(Ld > 0, Ld * (a_dense - a_layer), 0.0)
+
+    def adapters() -> tuple[Array, Array]:
+        """LoRA's adapters of one layer and of the stage (:mod:`.lora`), split like their linears."""
+        mlps = ops.where(sh.moe, ms.experts / deg.ep + ms.shared_experts, 1.0)
+        a_layer = adapter_params_per_layer(ms, tr, ffn, mlps) / tp
+        a_dense = adapter_params_per_layer(ms, tr, ms.ffn_hidden, 1.0) / tp
+        return a_layer, sh.layers_per_stage * a_layer + ops.where(Ld > 0, Ld * (a_dense - a_layer), 0.0)
+
+    # none in full training (rank 0: the adapters' count is 0), computed only where a row has them
+    a_layer, a_gpu = where_needed(is_lora(tr), adapters, lambda: (0.0, 0.0))
     p_gpu = p_base + a_gpu
     trained = trainable_fraction(p_gpu, a_gpu)
     # the stage's routed experts (its MoE layers' experts / ep), sharded over dp x cp / ep

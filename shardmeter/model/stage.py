@@ -23,13 +23,12 @@ from shardmeter.model.compute import (
 from shardmeter.model.degrees import Degrees
 from shardmeter.model.formulas import offload_exposed_s
 from shardmeter.model.memory import layer_activations
-from shardmeter.model.outputs import map_fields
 from shardmeter.model.sharding import shard_inputs, sharding_terms
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 from shardmeter.parts import ShardInputs, StateBytes
 
-__all__ = ["stage_compute", "Peaks", "peaks", "StageTerms", "stage_terms"]
+__all__ = ["stage_compute", "StageCompute", "Peaks", "peaks", "StageTerms", "stage_terms"]
 
 _f = ops.as_float
 
@@ -74,33 +73,27 @@ class StageTerms:
     micro_batch_s: Array
 
 
-def stage_compute(inp: ModelInputs, deg: Degrees, pk: Peaks, layers: Array) -> tuple[Shapes, ComputeTerms]:
-    """The local shapes of a stage of ``layers`` layers and one micro-batch's compute through
-    them, the output layer and loss included (:func:`stage_terms` takes the head out where the
-    stage does not hold it): what two stages of as many layers share."""
-    ms, tr = inp.model, inp.training
-    sh = local_shapes(ms, tr, deg.tp, deg.pp, deg.cp, deg.v, layers=layers)
-    return sh, micro_batch_compute(ms, tr, inp.hardware, sh, deg.tp, deg.ep, deg.sp, pk.flops, pk.flops16)
+@attrs.frozen(kw_only=True)
+class StageCompute:
+    """What two stages of as many layers share (:func:`stage_compute`): their local ``shapes``,
+    one micro-batch's ``compute`` through them with the output layer and loss (``head``; each
+    stage takes it out where it does not hold it), the core's TP/CP/EP ``comm`` and the
+    activation offload not hidden (``offload_exposed_s``, per micro-batch). None of these reads
+    the head's seconds, so a stage with the head and one without share them."""
+
+    shapes: Shapes
+    compute: ComputeTerms
+    comm: LayerComm
+    offload_exposed_s: Array
 
 
-def stage_terms(
-    inp: ModelInputs,
-    parts: PartTable,
-    deg: Degrees,
-    pk: Peaks,
-    layers: Array,
-    *,
-    emb: Array,
-    head: Array,
-    compute: tuple[Shapes, ComputeTerms] | None = None,
-) -> StageTerms:
-    """One pipeline stage of ``layers`` layers, holding the embedding (``emb``) and the output
-    layer and loss (``head``); see :class:`StageTerms`. ``compute``: :func:`stage_compute` of
-    ``layers``, when another stage of as many layers has it already."""
+def stage_compute(inp: ModelInputs, deg: Degrees, pk: Peaks, layers: Array) -> StageCompute:
+    """The local shapes of a stage of ``layers`` layers, one micro-batch's compute through them
+    (the output layer and loss included), its TP/CP/EP communication and exposed activation
+    offload: what two stages of as many layers share (:class:`StageCompute`)."""
     ms, tr, hw, topo, lay = inp.model, inp.training, inp.hardware, inp.topology, inp.layout
-    sh, ct = compute if compute is not None else stage_compute(inp, deg, pk, layers)
-    no_head = ops.where(ops.as_bool(head), 0.0, ct.head)  # the logits and loss run on the last stage
-    ct = attrs.evolve(ct, compute=ct.compute - no_head, head=ct.head - no_head)
+    sh = local_shapes(ms, tr, deg.tp, deg.pp, deg.cp, deg.v, layers=layers)
+    ct = micro_batch_compute(ms, tr, hw, sh, deg.tp, deg.ep, deg.sp, pk.flops, pk.flops16)
     lc = layer_comm(
         ms,
         sh,
@@ -117,11 +110,35 @@ def stage_terms(
         hbm_bytes_s=hw.hbm_bytes_s * hw.hbm_efficiency,
         etp=deg.etp,
     )
+    return StageCompute(
+        shapes=sh, compute=ct, comm=lc, offload_exposed_s=_offload_exposed(ms, tr, hw, sh, ct, deg)
+    )
+
+
+def stage_terms(
+    inp: ModelInputs,
+    parts: PartTable,
+    deg: Degrees,
+    pk: Peaks,
+    layers: Array,
+    *,
+    emb: Array,
+    head: Array,
+    compute: StageCompute | None = None,
+) -> StageTerms:
+    """One pipeline stage of ``layers`` layers, holding the embedding (``emb``) and the output
+    layer and loss (``head``); see :class:`StageTerms`. ``compute``: :func:`stage_compute` of
+    ``layers``, when another stage of as many layers has it already."""
+    ms, tr, topo, lay = inp.model, inp.training, inp.topology, inp.layout
+    core = compute if compute is not None else stage_compute(inp, deg, pk, layers)
+    sh, ct, lc, offload_mb = core.shapes, core.compute, core.comm, core.offload_exposed_s
+    if not (type(head) is bool and head):  # a plain True (one plan holding the head) takes out 0
+        no_head = ops.where(ops.as_bool(head), 0.0, ct.head)  # the logits and loss run on the last stage
+        ct = attrs.evolve(ct, compute=ct.compute - no_head, head=ct.head - no_head)
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
-    offload_mb = _offload_exposed(ms, tr, hw, sh, ct, deg)
     shard = shard_inputs(ms, tr, sh, topo, deg, emb_here=emb, head=head)
     sd = sharding_terms(parts, shard, topo, lay.sharding)
-    priced = map_fields(_f, sd.traffic)
+    priced = sd.traffic  # price_traffic's figures are floats already (ops.as_float)
     mb_window = ct.compute + ct.memory_ops + mb_comm
     # each pass's share of the micro-batch's work: its compute, with the elementwise kernels and
     # exposed TP/CP/EP communication shared out in proportion (the head runs with the backward)

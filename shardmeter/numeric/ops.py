@@ -126,16 +126,17 @@ _finite = math.isfinite
 
 
 def ceil(a: Array) -> Array:
-    if type(a) is float and a - a == 0.0:  # finite (inf - inf and nan - nan are nan)
-        return float(math.ceil(a))
+    if type(a) is float:
+        # finite (inf - inf and nan - nan are nan); numpy's ceil of inf or nan is itself
+        return float(math.ceil(a)) if a - a == 0.0 else a
     if isinstance(a, _SCALARS) and _finite(a):
         return float(math.ceil(a))
     return np.ceil(a)
 
 
 def floor(a: Array) -> Array:
-    if type(a) is float and a - a == 0.0:
-        return float(math.floor(a))
+    if type(a) is float:
+        return float(math.floor(a)) if a - a == 0.0 else a
     if isinstance(a, _SCALARS) and _finite(a):
         return float(math.floor(a))
     return np.floor(a)
