@@ -118,14 +118,14 @@ def stage_terms(
     )
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
     offload_mb = _offload_exposed(ms, tr, hw, sh, ct, deg)
-    shard = shard_inputs(ms, tr, sh, topo, deg, emb_here=emb, head=head)
-    sd = sharding_terms(parts, shard, topo, lay.sharding)
-    priced = map_fields(_f, sd.traffic)
     mb_window = ct.compute + ct.memory_ops + mb_comm
     # each pass's share of the micro-batch's work: its compute, with the elementwise kernels and
     # exposed TP/CP/EP communication shared out in proportion (the head runs with the backward)
     scale = mb_window / ops.maximum(ct.compute, 1e-30)
     passes = (ct.forward * scale, ct.recompute * scale, (ct.backward + ct.head) * scale)
+    shard = shard_inputs(ms, tr, sh, topo, deg, emb_here=emb, head=head)
+    sd = sharding_terms(parts, shard, topo, lay.sharding, windows=passes)
+    priced = map_fields(_f, sd.traffic)
     fsdp_mb, dp_exposed, ar_window = exposed_traffic(
         priced,
         mb_window,
