@@ -61,7 +61,9 @@ class ShardInputs:
     ZeRO-3 gathers; None: unknown, a layer); ``recompute_layers``: layers of the stage whose
     forward full recompute re-runs in the backward pass (0: none); ``params_last_module``: of a
     layer's last linear in forward order (the MLP's output projection; 0: unknown, or a MoE
-    layer's experts).
+    layer's experts). ``params_layer_linears``: of each weight matrix of one layer in forward
+    order (fused QKV, the attention's output projection, the MLP's input and output
+    projections; ``()``: not known, or not one dense layer's four, e.g. MoE or MLA).
 
     MoE: ``expert_params_per_gpu`` of ``params_per_gpu`` are the stage's routed experts (its
     ``experts / ep`` of each MoE layer), replicated over only ``dp x cp / ep`` of the
@@ -104,6 +106,7 @@ class ShardInputs:
     params_largest_module: Array | None = None
     recompute_layers: Array = 0.0
     params_last_module: Array = 0.0
+    params_layer_linears: tuple[Array, ...] = ()
     expert_params_per_gpu: Array = 0.0
     ep: Array = 1.0
     expert_tp: Array | None = None
@@ -152,6 +155,11 @@ class CommEvent:
       ``"recompute"`` or ``"backward"`` (the head's included), for a strategy that synchronises
       the device between passes' layers so no transfer outlives its pass (DeepSpeed ZeRO-3 before
       4912e0ad7, ``fetch_sync``).
+    * ``paired`` (a pass ``window`` only): ``(transfer share, work share)`` of each segment of a
+      layer, for a strategy that keeps one transfer in flight and synchronises the device at
+      each segment's start (DeepSpeed ZeRO-3 before 4912e0ad7): a segment's transfer runs
+      beside that segment's share of the pass's work only, so the pass takes
+      ``sum_k max(transfer_k, work_k)``, not ``max(transfer, work)``. ``()``: not paired.
     * ``exposed_fraction``: the share that can never hide (the first layer's gather, which
       nothing precedes); ``bucket_bytes`` / ``bucket_ranks``: the last gradient bucket, reduced
       after the backward pass ends and so always exposed (``None``: not bucketed).
@@ -170,6 +178,7 @@ class CommEvent:
         validator=attrs.validators.in_(("micro_batch", "forward", "recompute", "backward")),
     )
     exposed_fraction: ArrayLike = 0.0
+    paired: tuple[tuple[ArrayLike, ArrayLike], ...] = ()
     bucket_bytes: ArrayLike | None = None
     bucket_ranks: ArrayLike = 1.0
     term: str = attrs.field(default="dp_comm", validator=attrs.validators.in_(("dp_comm",)))

@@ -62,6 +62,9 @@ class HardwareProfile:
       asynchronous tensor cores, so well below the native kernel there (FlashAttention-3,
       Shah et al. 2024: FA2 reaches about 35 % of H100 peak against 75 %); None = the
       GPU's ``attention_efficiency`` (Ampere and older, where FA2 is the native kernel).
+      The bundled Hopper entries derive it, ``attention_efficiency`` x
+      :data:`~shardmeter.model.attention.HOPPER_FLASH2_OVER_CUDNN` (0.621, the same paper's
+      FA2 vs cuDNN timings), so one attention figure per chip is fitted.
     * ``hbm_efficiency`` = 0.90: achievable fraction of HBM bandwidth for
       streaming kernels (scaling-book measures ~94 % on H100).
     * ``sm_count`` = 0 (unknown): streaming multiprocessors, used for GEMM

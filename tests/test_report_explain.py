@@ -240,14 +240,14 @@ def test_the_cost_line_between_islands_names_the_egress(two_dc):
     r, _ = two_dc
     text = str(r)
     assert _row(text, "cost") == (
-        "$7.25 M = 1.33 M GPU time (rate x GPU-hours per island below) + egress 5.92 M "
+        "$7.27 M = 1.35 M GPU time (rate x GPU-hours per island below) + egress 5.92 M "
         "(131.6 PB sent between islands)"
     )
     west = _row(text, "dc-west")
     assert re.search(
-        r"\b2\.69 +367,342 +\$988,150 +\$5,920,426 +\$6,908,576 +cloud-on-demand, 2026-06$", west
+        r"\b2\.69 +373,261 +\$1,004,071 +\$5,920,426 +\$6,924,498 +cloud-on-demand, 2026-06$", west
     )
-    assert re.search(r"\b0\.93 +367,342 +\$341,032 +\$0 +\$341,032 +owned, 2026-06$", _row(text, "dc-east"))
+    assert re.search(r"\b0\.93 +373,261 +\$346,527 +\$0 +\$346,527 +owned, 2026-06$", _row(text, "dc-east"))
 
 
 def test_the_table_shows_the_layout_and_memory_blocks(gpt3):
@@ -337,7 +337,9 @@ def test_allreduce_between_islands_prices_no_convergence_change(two_dc):
 
 
 def test_communication_hidden_under_most_of_compute_is_noted(gpt3):
-    r = shardmeter.estimate(ZERO3)
+    # the micro-batch 2 run: communication-bound, its gathers hide under 98 % of the compute (the
+    # micro-batch 4 run hides 79 % since each matrix hides only the next one's gather)
+    r = shardmeter.estimate(str(ZERO3).replace("n384", "n768"))
     hidden, compute = sum(r.overlapped_s.values()), r.breakdown_s["compute"]
     assert hidden > 0.8 * compute
     (note,) = [a for a in r.assumptions if "hidden" in a]

@@ -156,9 +156,11 @@ def test_plan_beats_the_per_island_plan_on_the_example():
     # what the search scored is what estimate says of the plan
     for p in doc["plans"]:
         assert math.isclose(p["step_time_s_searched"], p["report"]["step_time_s"], rel_tol=1e-12)
-    # the example's own layout is the plan's best and beats the per-island plan too
+    # the example's own layout is one the search scored (second since the 2026-12-03 attention
+    # tie, 0.5 % behind the best), estimated the same, and beats the per-island plan too
     own = estimate_pipeline(est, sc)
-    assert math.isclose(own.step_time_s, het["step_time_s"], rel_tol=1e-12)
+    assert any(math.isclose(own.step_time_s, p["report"]["step_time_s"], rel_tol=1e-12) for p in doc["plans"])
+    assert own.step_time_s <= 1.01 * het["step_time_s"]
     assert own.step_time_s < best["step_time_s"]
 
 
@@ -245,4 +247,4 @@ def test_cli_estimate_and_plan_of_the_example():
         [*run, "plan", str(EXAMPLE), "--top", "3"], capture_output=True, text=True, check=True
     )
     assert "best per-island plan (all-reduce between islands" in plan.stdout
-    assert "the heterogeneous pipeline is 1.10x faster" in plan.stdout
+    assert "the heterogeneous pipeline is 1.11x faster" in plan.stdout

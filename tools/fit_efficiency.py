@@ -16,9 +16,12 @@ Parameters fitted (and only these):
   ``matmul_efficiency_fp8``, the achievable fraction of dense peak of large
   GEMMs in real training stacks;
 * per GPU: ``attention_efficiency``, the fraction of the 16-bit peak fused
-  attention achieves at long sequences, and where the catalogue has it,
-  ``attention_efficiency_flash2``, the same for the FlashAttention-2 kernels
-  (cases with ``training.attention = "flash2"``).
+  attention achieves at long sequences. Where the catalogue has
+  ``attention_efficiency_flash2`` (Hopper), cases with ``training.attention =
+  "flash2"`` read the same parameter times the published FA2/cuDNN share
+  (``shardmeter.model.attention.HOPPER_FLASH2_OVER_CUDNN``), so the FA2 and the
+  cuDNN runs inform one figure; the FA2 value is printed, derived, for the
+  catalogue.
 
 Procedure: every single-island scenario with ``[measured] tokens_per_s_per_gpu``
 is turned into one row of the model's input arrays; the rows are evaluated
@@ -48,16 +51,23 @@ import numpy as np
 
 from shardmeter.estimator import Estimator
 from shardmeter.inputs.bundles import COLUMNS, PartTable
+from shardmeter.model.attention import HOPPER_FLASH2_OVER_CUDNN
 from shardmeter.model.evaluate import evaluate_columns
 from shardmeter.validate.run import bundled_validation_dir, collect_files
 
 
 def _kernel(sc, isl):
-    """Which attention parameter a case reads: "flash2" where the scenario runs the FlashAttention-2
+    """Which attention kernel a case runs: "flash2" where the scenario runs the FlashAttention-2
     kernels on a GPU that has a separate figure for them, "" (the GPU's own kernel) otherwise."""
     if sc.training.attention == "flash2" and isl.gpu.attention_efficiency_flash2 is not None:
         return "flash2"
     return ""
+
+
+def _scale(m, kind):
+    """What a case's input column holds per unit of its parameter: the FA2 share of the native
+    kernel for a "flash2" case's attention (:data:`HOPPER_FLASH2_OVER_CUDNN`), else 1."""
+    return HOPPER_FLASH2_OVER_CUDNN if kind == "attention" and m["kernel"] == "flash2" else 1.0
 
 
 def load_multi(paths):
@@ -144,13 +154,10 @@ def objective(batch, meta, weights, multi=(), values=None, cap=None):
         for (inp, table), m in multi:
             trial = dict(inp)
             trial["_table"] = table
-            for (kind, gpu, prec), v in (values or {}).items():
-                if gpu == SAME_CHIP.get(m["gpu"], m["gpu"]) and (
-                    (kind == "attention" and prec == m["kernel"])
-                    or (kind == "matmul" and (prec == "fp8") == m["fp8"])
-                ):
-                    col = _col((kind,))
-                    trial[col] = np.full_like(inp[col], v)
+            for key in _param_keys(m):
+                if key in (values or {}):
+                    col = _col(key)
+                    trial[col] = np.full_like(inp[col], values[key] * _scale(m, key[0]))
             o = _evaluate(trial)
             if bool(o.feasible[0]):
                 errs.append(abs(float(o.compute_utilization[0]) - m["measured"]) / m["measured"])
@@ -185,8 +192,29 @@ SAME_CHIP = {
 
 
 def _param_keys(m):
+    """The parameters a case reads: its GPU's matmul figure of its precision class and its GPU's
+    one attention figure (a "flash2" case reads it through :func:`_scale`)."""
     gpu = SAME_CHIP.get(m["gpu"], m["gpu"])
-    return (("matmul", gpu, "fp8" if m["fp8"] else "16bit"), ("attention", gpu, m["kernel"]))
+    return (("matmul", gpu, "fp8" if m["fp8"] else "16bit"), ("attention", gpu, ""))
+
+
+def _flash2_gpus(meta, multi=()):
+    """The fitted chips some "flash2" case reads (their catalogue FA2 figure is derived)."""
+    cases = [*meta, *(m for _, m in multi)]
+    return sorted({SAME_CHIP.get(m["gpu"], m["gpu"]) for m in cases if m["kernel"] == "flash2"})
+
+
+def with_derived(values, flash2_gpus):
+    """``values`` plus, per chip of ``flash2_gpus``, the FA2 attention figure the catalogue
+    stores: the fitted one times :data:`HOPPER_FLASH2_OVER_CUDNN` (key ``attention/GPU/flash2``,
+    as ``shardmeter.validate.confidence_table.param_keys`` reads it), rounded to 3 decimals."""
+    out = dict(values)
+    for gpu in flash2_gpus:
+        if ("attention", gpu, "") in values:
+            out[("attention", gpu, "flash2")] = round(
+                values[("attention", gpu, "")] * HOPPER_FLASH2_OVER_CUDNN, 3
+            )
+    return out
 
 
 def _col(key):
@@ -201,7 +229,10 @@ def fit(batch, meta, weights, multi, cap, rounds, verbose=True):
         for key in _param_keys(m):
             params.setdefault(key, []).append(i)
     grid = np.round(np.arange(0.10, 1.0001, 0.01), 2)
-    values = {key: float(batch[_col(key)][idx[0], 0]) for key, idx in params.items()}
+    scales = {key: np.array([_scale(meta[i], key[0]) for i in idx])[:, None] for key, idx in params.items()}
+    values = {
+        key: float(batch[_col(key)][idx[0], 0]) / float(scales[key][0, 0]) for key, idx in params.items()
+    }
     for _ in range(rounds):
         for key, idx in sorted(params.items()):
             col = _col(key)
@@ -209,7 +240,7 @@ def fit(batch, meta, weights, multi, cap, rounds, verbose=True):
             for v in grid:
                 trial = dict(batch)
                 arr = batch[col].copy()
-                arr[idx] = v
+                arr[idx] = v * scales[key]
                 trial[col] = arr
                 o, _, _ = objective(trial, meta, weights, multi, {**values, key: float(v)}, cap)
                 seen.append(o)
@@ -220,7 +251,7 @@ def fit(batch, meta, weights, multi, cap, rounds, verbose=True):
                     print(f"  {key[0]} {key[1]} {key[2]}: no case depends on it; kept at {values[key]:.2f}")
                 continue
             arr = batch[col].copy()
-            arr[idx] = best_v
+            arr[idx] = best_v * scales[key]
             batch[col] = arr
             values[key] = float(best_v)
     return values, params, batch
@@ -249,7 +280,9 @@ def holdout(batch, meta, multi, cap, rounds, groups):
         values, _, _ = fit(
             _subset(batch, train), tmeta, np.ones(len(train)), tmulti, cap, rounds, verbose=False
         )
-        fits[g] = {_key_text(k): v for k, v in sorted(values.items())}
+        fits[g] = {
+            _key_text(k): v for k, v in sorted(with_derived(values, _flash2_gpus(meta, multi)).items())
+        }
         if test:
             tb = _subset(batch, test)
             known = np.ones(len(test), dtype=bool)
@@ -257,7 +290,7 @@ def holdout(batch, meta, multi, cap, rounds, groups):
                 for key in _param_keys(meta[i]):
                     if key in values:
                         tb[_col(key)] = tb[_col(key)].copy()
-                        tb[_col(key)][j] = values[key]
+                        tb[_col(key)][j] = values[key] * _scale(meta[i], key[0])
                     else:
                         known[j] = False
             out = _evaluate(tb)
@@ -286,7 +319,7 @@ def holdout(batch, meta, multi, cap, rounds, groups):
                 known1 = True
                 for key in _param_keys(m):
                     if key in values:
-                        trial[_col(key)] = np.full_like(inp[_col(key)], values[key])
+                        trial[_col(key)] = np.full_like(inp[_col(key)], values[key] * _scale(m, key[0]))
                     else:
                         known1 = False
                 o = _evaluate(trial)
@@ -401,6 +434,11 @@ def main(argv=None):
     print(f"objective after: {final:.2%}")
     for key, idx in sorted(params.items()):
         print(f"  {key[0]:9s} {key[1]:16s} {key[2]:6s} = {values[key]:.2f}   ({len(idx)} cases)")
+    for key, v in sorted(with_derived(values, _flash2_gpus(meta, multi)).items()):
+        if key not in values:
+            print(
+                f"  {key[0]:9s} {key[1]:16s} {key[2]:6s} = {v:.3f}  (derived: x {HOPPER_FLASH2_OVER_CUDNN})"
+            )
     by = defaultdict(list)
     for m, e, k in zip(meta, err, ok, strict=True):
         if k:

@@ -25,6 +25,9 @@ __all__ = [
     "FUSED_HEAD_DIM_MULTIPLE",
     "padded_head_dim_share",
     "head_dim_pad_s",
+    "HOPPER_FLASH2_OVER_CUDNN",
+    "FA3_PAPER_H100_HD128_TFLOPS",
+    "flash2_over_cudnn",
 ]
 
 #: Fused attention kernels run on head dims padded to a multiple of 8 (16 bytes of a 16-bit
@@ -48,6 +51,42 @@ FLASH_BWD_FACTOR = 2.5
 #: ``E / (1 + k / kv)`` to those 24 points gives k = 730 (752 at head_dim 128, 704 at 64), mean
 #: error 3.5 %.
 ATTENTION_RAMP_KEYS = 730.0
+
+#: Published A/B of the two fused-attention kernels on one H100 SXM5, head dim 128, bf16, the
+#: same inputs (batch x seq = 16k tokens, 2048 wide): TFLOP/s of FlashAttention-2 and of cuDNN by
+#: sequence length (Shah et al. 2024, FlashAttention-3, arXiv:2407.08608, Fig. 5 "forward,
+#: causal, head dim 128" and Fig. 6 "backward, head dim 128"; the values printed on the bars).
+#: ``{seq: ((fa2_fwd, fa2_bwd), (cudnn_fwd, cudnn_bwd))}``.
+FA3_PAPER_H100_HD128_TFLOPS: dict[int, tuple[tuple[float, float], tuple[float, float]]] = {
+    2048: ((298.0, 291.0), (484.0, 465.0)),
+    4096: ((319.0, 310.0), (518.0, 499.0)),
+    8192: ((333.0, 318.0), (529.0, 518.0)),
+    16384: ((335.0, 322.0), (539.0, 516.0)),
+}
+
+
+def flash2_over_cudnn(table: dict[int, tuple[tuple[float, float], tuple[float, float]]]) -> float:
+    """FlashAttention-2's forward+backward rate as a share of cuDNN's, averaged over the
+    table's sequence lengths: each kernel's rate is the FLOP-weighted harmonic mean of its
+    forward and backward rates, ``(1 + b) / (1 / fwd + b / bwd)`` with ``b =``
+    :data:`FLASH_BWD_FACTOR` (a training step runs one of each)."""
+    b = FLASH_BWD_FACTOR
+
+    def rate(fwd: float, bwd: float) -> float:
+        return (1.0 + b) / (1.0 / fwd + b / bwd)
+
+    shares = [rate(*fa2) / rate(*cudnn) for fa2, cudnn in table.values()]
+    return sum(shares) / len(shares)
+
+
+#: On Hopper the FlashAttention-2 kernels run at this share of the native fused kernel
+#: (cuDNN, which Transformer Engine prefers on sm90, and the FA3-class kernels of the same
+#: rate): 0.621 from :data:`FA3_PAPER_H100_HD128_TFLOPS` (0.62-0.63 at every length from 2k
+#: to 16k, forward and backward alike, so one share serves the ramp of both). The catalogue's
+#: ``attention_efficiency_flash2`` is ``attention_efficiency`` times this share, not a figure
+#: fitted of its own: one attention efficiency per Hopper chip is fitted
+#: (``tools/fit_efficiency.py``), informed by the FA2 and the cuDNN runs together.
+HOPPER_FLASH2_OVER_CUDNN = round(flash2_over_cudnn(FA3_PAPER_H100_HD128_TFLOPS), 3)
 
 
 @attrs.frozen(kw_only=True)

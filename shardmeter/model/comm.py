@@ -20,7 +20,9 @@ Overlap rules (each a window of work the transfer runs beside):
   whole work, its exposed TP/CP/EP communication included (a window of compute alone would hide
   the same time twice and make a faster GPU slow the step); their ``exposed_fraction`` never
   hides; an event whose ``window`` is one pass (``forward``, ``recompute``, ``backward``) hides
-  only under that pass's share of the micro-batch's work, each pass on its own;
+  only under that pass's share of the micro-batch's work, each pass on its own; a ``paired``
+  one (:func:`paired_exposed_s`) segment by segment, each segment's transfer under its own
+  segment's share of that work;
 * its per-step events (bucketed gradient reduction) hide, with ``dp_comm_overlap``, under the
   last micro-batch's backward pass and recompute with their exposed communication; the last
   bucket never hides.
@@ -55,6 +57,7 @@ __all__ = [
     "ep_exposed_s",
     "PricedTraffic",
     "price_traffic",
+    "paired_exposed_s",
     "exposed_traffic",
 ]
 
@@ -318,7 +321,9 @@ class PricedTraffic:
     """A sharding strategy's events priced, by when they run: ``micro_batch_s`` (per micro-batch,
     every window) and its never-hidden share ``micro_batch_fixed_s``; of it, ``forward_s``,
     ``recompute_s`` and ``backward_s``: the events confined to one pass; ``step_s`` (per step)
-    and ``bucket_s`` (its last bucket)."""
+    and ``bucket_s`` (its last bucket); ``forward_paired_s``, ``recompute_paired_s`` and
+    ``backward_paired_s``: what the pass's ``paired`` events leave exposed segment by segment
+    (:func:`paired_exposed_s`; 0 without them)."""
 
     micro_batch_s: Array
     micro_batch_fixed_s: Array
@@ -327,12 +332,36 @@ class PricedTraffic:
     forward_s: Array = 0.0
     recompute_s: Array = 0.0
     backward_s: Array = 0.0
+    forward_paired_s: Array = 0.0
+    recompute_paired_s: Array = 0.0
+    backward_paired_s: Array = 0.0
 
 
-def price_traffic(events: Sequence[CommEvent], topo: Topology) -> PricedTraffic:
-    """Seconds of each event on the topology, summed by when it runs."""
+def paired_exposed_s(transfer_s: Array, window_s: Array, paired: Sequence[tuple[Array, Array]]) -> Array:
+    """Seconds of ``transfer_s`` that the pass's work ``window_s`` leaves exposed when they run
+    segment by segment (``paired``: ``(transfer share, work share)`` of each segment):
+    ``sum_k max(0, a_k T - c_k W)``. With one segment of shares ``(1, 1)`` this is the
+    pass-level ``max(0, T - W)``; splitting never hides more. :func:`price_traffic` sums the
+    transfers of a pass's paired events segment by segment first (they run beside the same
+    segments; the work shares are the first event's), so two events never hide under the same
+    work twice."""
+    out: Array = 0.0
+    for a, c in paired:
+        out = out + ops.maximum(0.0, a * transfer_s - c * window_s)
+    return out
+
+
+def price_traffic(
+    events: Sequence[CommEvent], topo: Topology, windows: tuple[Array, Array, Array] | None = None
+) -> PricedTraffic:
+    """Seconds of each event on the topology, summed by when it runs. ``windows``: the forward,
+    recompute and backward passes' work, which a ``paired`` event's segments are set against
+    (None: paired events are priced like the others of their pass)."""
     mb = fixed = step = bucket = 0.0
     passes: dict[str, Array] = {"forward": 0.0, "recompute": 0.0, "backward": 0.0}
+    # per pass, each segment's transfers summed over the pass's paired events, and its work share
+    segments: dict[str, list[list[Array]]] = {}
+    pass_window = dict(zip(("forward", "recompute", "backward"), windows or (), strict=False))
     slow_bw, outer_lat = slowest_link(topo)
     for ev in events:
         t = ev.count * collective_time(
@@ -343,12 +372,19 @@ def price_traffic(events: Sequence[CommEvent], topo: Topology) -> PricedTraffic:
             fixed = fixed + t * ev.exposed_fraction
             if ev.window in passes:
                 passes[ev.window] = passes[ev.window] + t
+                if ev.paired and ev.window in pass_window:
+                    seg = segments.setdefault(ev.window, [[0.0, c] for _, c in ev.paired])
+                    for k, (a, _) in enumerate(ev.paired):
+                        seg[k][0] = seg[k][0] + a * t
             continue
         step = step + t
         if ev.bucket_bytes is not None:
             bucket = ops.maximum(
                 bucket, ring_collective_time(ev.bucket_bytes, ev.bucket_ranks, slow_bw, outer_lat, 2.0)
             )
+    paired = {
+        w: paired_exposed_s(1.0, pass_window[w], [(g, c) for g, c in seg]) for w, seg in segments.items()
+    }
     return PricedTraffic(
         micro_batch_s=ops.as_float(mb),
         micro_batch_fixed_s=ops.as_float(fixed),
@@ -357,6 +393,9 @@ def price_traffic(events: Sequence[CommEvent], topo: Topology) -> PricedTraffic:
         forward_s=ops.as_float(passes["forward"]),
         recompute_s=ops.as_float(passes["recompute"]),
         backward_s=ops.as_float(passes["backward"]),
+        forward_paired_s=ops.as_float(paired.get("forward", 0.0)),
+        recompute_paired_s=ops.as_float(paired.get("recompute", 0.0)),
+        backward_paired_s=ops.as_float(paired.get("backward", 0.0)),
     )
 
 
@@ -370,8 +409,9 @@ def exposed_traffic(
     """``(micro-batch exposed, step exposed, window left)`` seconds of a strategy's traffic.
 
     The micro-batch events beyond ``mb_window``, plus their fixed share; those confined to one
-    pass beyond that pass's window instead (``pass_windows``: the forward, recompute and
-    backward shares of ``mb_window``; ``None``: each pass's events hide under the whole window);
+    pass beyond that pass's window instead, or, where more, what its paired events leave
+    segment by segment (``pass_windows``: the forward, recompute and backward shares of
+    ``mb_window``; ``None``: each pass's events hide under the whole window);
     the step events beyond the last backward pass (``bwd_window`` plus the micro-batch's exposed
     events, with ``dp_overlap``), at least the last bucket; and what is left of that window
     after them (where a cross-island all-reduce may still hide).
@@ -384,9 +424,9 @@ def exposed_traffic(
         confined = pt.forward_s + pt.recompute_s + pt.backward_s
         free = mb - confined  # events that may hide anywhere in the micro-batch
         beyond = (
-            ops.maximum(0.0, pt.forward_s - w_f)
-            + ops.maximum(0.0, pt.recompute_s - w_r)
-            + ops.maximum(0.0, pt.backward_s - w_b)
+            ops.maximum(ops.maximum(0.0, pt.forward_s - w_f), pt.forward_paired_s)
+            + ops.maximum(ops.maximum(0.0, pt.recompute_s - w_r), pt.recompute_paired_s)
+            + ops.maximum(ops.maximum(0.0, pt.backward_s - w_b), pt.backward_paired_s)
         )
         # what the confined events leave of the whole window is where the free ones hide
         hidden = confined - beyond

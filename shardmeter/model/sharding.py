@@ -49,13 +49,21 @@ def _state(st: StateBytes) -> StateBytes:
     )
 
 
-def sharding_terms(parts: PartTable, shard: ShardInputs, topo: Topology, codes: Array) -> ShardingTerms:
-    """State bytes and priced traffic of each row's sharding strategy (``codes``)."""
+def sharding_terms(
+    parts: PartTable,
+    shard: ShardInputs,
+    topo: Topology,
+    codes: Array,
+    windows: tuple[Array, Array, Array] | None = None,
+) -> ShardingTerms:
+    """State bytes and priced traffic of each row's sharding strategy (``codes``); ``windows``:
+    the forward, recompute and backward passes' work (:func:`~.comm.price_traffic`)."""
 
     def run(code: int) -> ShardingTerms:
         part, opts = parts.get("sharding", code)
         return ShardingTerms(
-            state=_state(part.state(shard, opts)), traffic=price_traffic(part.traffic(shard, opts), topo)
+            state=_state(part.state(shard, opts)),
+            traffic=price_traffic(part.traffic(shard, opts), topo, windows),
         )
 
     return by_code(codes, run)
@@ -131,7 +139,18 @@ def shard_inputs(
     moe_layers = ops.maximum(sh.layers_per_stage - Ld, 0.0)
     p_experts = moe_layers * routed
     gather16 = ops.where(wb > 2, 4.0, 2.0)
+    # a dense layer's four matrices (not a MoE layer's experts, nor MLA's low-rank projections)
+    dense_four = ops.logical_not(ops.as_bool(sh.moe)) & (_f(ms.q_rank) + _f(ms.kv_rank) <= 0)
     return ShardInputs(
+        params_layer_linears=tuple(
+            ops.where(dense_four, m, 0.0) / tp
+            for m in (
+                ms.hidden * (ms.q_dim + ms.kv_dim + ms.v_dim),
+                ms.o_dim * ms.hidden,
+                ops.where(ms.swiglu, 2.0, 1.0) * ms.hidden * ffn,
+                ms.hidden * ffn,
+            )
+        ),
         recompute_layers=_recompute_layers(tr, sh),
         params_last_module=ops.where(sh.moe, 0.0, ms.hidden * ms.ffn_hidden / tp),
         params_largest_module=_largest_matrix(ms, ffn) / tp,

@@ -136,14 +136,14 @@ def stage_terms(
         no_head = ops.where(ops.as_bool(head), 0.0, ct.head)  # the logits and loss run on the last stage
         ct = attrs.evolve(ct, compute=ct.compute - no_head, head=ct.head - no_head)
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
-    shard = shard_inputs(ms, tr, sh, topo, deg, emb_here=emb, head=head)
-    sd = sharding_terms(parts, shard, topo, lay.sharding)
-    priced = sd.traffic  # price_traffic's figures are floats already (ops.as_float)
     mb_window = ct.compute + ct.memory_ops + mb_comm
     # each pass's share of the micro-batch's work: its compute, with the elementwise kernels and
     # exposed TP/CP/EP communication shared out in proportion (the head runs with the backward)
     scale = mb_window / ops.maximum(ct.compute, 1e-30)
     passes = (ct.forward * scale, ct.recompute * scale, (ct.backward + ct.head) * scale)
+    shard = shard_inputs(ms, tr, sh, topo, deg, emb_here=emb, head=head)
+    sd = sharding_terms(parts, shard, topo, lay.sharding, windows=passes)
+    priced = sd.traffic  # price_traffic's figures are floats already (ops.as_float)
     fsdp_mb, dp_exposed, ar_window = exposed_traffic(
         priced,
         mb_window,

@@ -64,6 +64,65 @@ class ZeroThreeOptions:
     fetch_sync: bool = False
 
 
+def fetch_sync_pairs(
+    linears: tuple[Array, ...],
+) -> tuple[tuple[tuple[Array, Array], ...], tuple[tuple[Array, Array], ...]]:
+    """``(forward, backward)`` segment pairs (:class:`~shardmeter.parts.CommEvent` ``paired``)
+    of DeepSpeed ZeRO-3's parameter fetch before 4912e0ad7 (``fetch_sync``), from one layer's
+    matrices in forward order (``linears``: fused QKV, attention output, MLP in, MLP out; ``()``:
+    unknown, no pairs).
+
+    Read at v0.3.13 (12a53b43, deepspeed/runtime/zero/stage3.py): every submodule's pre-forward
+    (pre-backward) hook runs ``fetch_sub_module``, which for parameters in flight waits for them
+    and ``torch.cuda.synchronize()`` (``_synchronize_communication``), then
+    ``prefetch_next_sub_modules`` starts ONE all-gather of the next parameters of the trace not
+    yet available, up to ``prefetch_bucket_size`` (5e7) elements, only when none is in flight
+    (``if not self.in_flight_handles``). A matrix of a large model (GPT-3 175B: 1.5e8 to 6e8
+    elements) fills a bucket alone, so between two synchronisations a matrix's compute runs
+    beside the gather of the NEXT matrix only: a layer's pass takes ``sum_k max(g_(k+1), c_k)``.
+    Forward (and the recompute's forward): QKV beside the output projection's gather, the
+    output projection beside the MLP-in's, MLP-in beside MLP-out's, MLP-out beside the next
+    layer's QKV; backward in reverse order, each matrix beside the gather of the one before it.
+    Shares: each matrix's parameters of the layer's (the gather), and its GEMMs' share of the
+    pass's work, taken as the same share (a linear's FLOPs are ``2 x tokens x parameters``; the
+    attention core and elementwise work are spread in proportion)."""
+    if not linears:
+        return (), ()
+    total = linears[0]
+    for m in linears[1:]:
+        total = total + m
+    total = ops.maximum(total, 1e-30)
+    share = [m / total for m in linears]
+    n = len(share)
+    fwd = tuple((share[(k + 1) % n], share[k]) for k in range(n))
+    bwd = tuple((share[(k - 1) % n], share[k]) for k in range(n))
+    return fwd, bwd
+
+
+def fetch_sync_reduce_pairs(linears: tuple[Array, ...]) -> tuple[tuple[Array, Array], ...]:
+    """Backward segment pairs of DeepSpeed ZeRO-3's gradient reduce-scatters with
+    ``fetch_sync`` (:func:`fetch_sync_pairs`' segments and shares; ``()`` where unknown).
+
+    Read at v0.3.13 (12a53b43, deepspeed/runtime/zero/stage3.py): a parameter's gradient joins
+    the reduce bucket (``reduce_bucket_size``, 5e8 elements) in its post-backward hook
+    (``reduce_independent_p_g_buckets_and_remove_grads``), and the bucket is reduced on the
+    ``reduction_stream`` when the NEXT gradient would overflow it (``reduce_ipg_grads``), i.e.
+    once the next matrix's backward has produced it. A large model's matrix (1.5e8-6e8 elements)
+    is about a bucket, so the reduction of a matrix's gradient is issued as the matrix after it
+    (in backward order) finishes, runs beside the compute of the one after that, and is caught
+    by that segment's end (the next fetch's ``torch.cuda.synchronize()``): the segment of
+    forward index ``k`` carries the reduction of matrix ``k + 2``."""
+    if not linears:
+        return ()
+    total = linears[0]
+    for m in linears[1:]:
+        total = total + m
+    total = ops.maximum(total, 1e-30)
+    share = [m / total for m in linears]
+    n = len(share)
+    return tuple((share[(k + 2) % n], share[k]) for k in range(n))
+
+
 def shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
     """Ranks one copy of the state is sharded over: the data x context-parallel group, or with
     ``by_domain`` (HSDP) the replicas of it inside one innermost network domain (a node)."""
@@ -309,11 +368,12 @@ class ZeroSharding(ShardingPart):
             flat=self.flat_collectives,
             per="micro_batch",
         )
-        if sync:  # each pass's gathers on their own (:class:`ZeroThreeOptions`)
+        if sync:  # each pass's gathers on their own, submodule by submodule (:class:`ZeroThreeOptions`)
+            fwd, bwd = fetch_sync_pairs(inp.params_layer_linears)
             gathers = [
-                CommEvent(count=g_f, window="forward", exposed_fraction=1.0 / g_f, **layer_ag),
-                CommEvent(count=g_r, window="recompute", **layer_ag),
-                CommEvent(count=g_b, window="backward", **layer_ag),
+                CommEvent(count=g_f, window="forward", exposed_fraction=1.0 / g_f, paired=fwd, **layer_ag),
+                CommEvent(count=g_r, window="recompute", paired=fwd, **layer_ag),
+                CommEvent(count=g_b, window="backward", paired=bwd, **layer_ag),
             ]
         else:  # one event: all hide under the micro-batch's work, the first never
             total = g_f + g_r + g_b
@@ -330,5 +390,6 @@ class ZeroSharding(ShardingPart):
                 per="micro_batch",
                 window="backward" if sync else "micro_batch",
                 exposed_fraction=1.0 / ls,
+                paired=fetch_sync_reduce_pairs(inp.params_layer_linears) if sync else (),
             ),
         ]
