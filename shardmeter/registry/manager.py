@@ -26,6 +26,7 @@ import pluggy
 from shardmeter import hookspecs
 from shardmeter.errors import PluginError, ScenarioError
 from shardmeter.records import PART_KINDS, as_part, part_kinds
+from shardmeter.registry.guard import remember
 from shardmeter.registry.names import Provided, case_clash, kind_of, suggest, unique_names
 from shardmeter.registry.names import bad_name as _bad_name
 
@@ -245,6 +246,9 @@ class Registry:
         self._entries = {k: dict(v) for k, v in entries.items()}
         for k in PART_KINDS:
             self._entries.setdefault(k, {})
+        for provided in self._entries.values():
+            for p in provided.values():
+                remember(p.record, p.plugin, p.distribution)
 
     @classmethod
     def from_plugin_manager(cls, pm: pluggy.PluginManager) -> Registry:

@@ -24,6 +24,7 @@ import numpy as np
 
 from shardmeter.model.convergence import convergence_inputs
 from shardmeter.parts import ConvergencePart
+from shardmeter.registry.guard import run_part
 
 __all__ = ["quality_figures", "apply_quality"]
 
@@ -60,7 +61,7 @@ def quality_figures(res: Any, report: Any) -> dict[str, Any]:
     code = table.code("sync", res.sync, res.sync_options)
     replicas = float(len(res.islands))
     inp = convergence_inputs(table, np.array([code]), params=np.array([report.params]), replicas=replicas)
-    terms = model.terms(inp, model.options())
+    terms = run_part("convergence", model, "terms", inp, model.options())
     factor = float(np.asarray(terms.tokens_factor, dtype=float).reshape(-1)[0])
     in_range = bool(np.asarray(terms.in_range).reshape(-1)[0])
     local = bool(np.asarray(inp.local_steps).reshape(-1)[0])
