@@ -3,36 +3,35 @@
 from __future__ import annotations
 
 from shardmeter.errors import PluginError, ScenarioError, ShardMeterError
-from shardmeter.hookspecs import hookimpl
-from shardmeter.parts import (
-    CommEvent,
-    FrameworkPart,
-    PipeInputs,
-    PipeTerms,
-    SchedulePart,
-    ShardingPart,
-    ShardInputs,
-    StackVersion,
-    StateBytes,
-    SyncPart,
-    SyncTerms,
-    WanInputs,
-)
-from shardmeter.records import (
-    CostSource,
-    HardwareProfile,
-    Interconnect,
-    PipelineSchedule,
-    ShardingStrategy,
-    SyncStrategy,
-)
-from shardmeter.registry.manager import Registry, get_registry, make_plugin_manager
 
 __version__ = "0.1.0"
 
-#: The Python API, imported on first use (``shardmeter.estimate``, ``shardmeter.sweep``, ...) so that
-#: ``import shardmeter`` in a plugin stays light and free of import cycles.
+#: The Python API, imported on first use (``shardmeter.estimate``, ``shardmeter.sweep``,
+#: ``shardmeter.hookimpl``, the records and parts, ...) so that ``import shardmeter`` in a plugin
+#: or ``shardmeter --help`` stays light and free of import cycles.
 _LAZY = {
+    "hookimpl": "shardmeter.hookspecs",
+    "CommEvent": "shardmeter.parts",
+    "FrameworkPart": "shardmeter.parts",
+    "PipeInputs": "shardmeter.parts",
+    "PipeTerms": "shardmeter.parts",
+    "SchedulePart": "shardmeter.parts",
+    "ShardingPart": "shardmeter.parts",
+    "ShardInputs": "shardmeter.parts",
+    "StackVersion": "shardmeter.parts",
+    "StateBytes": "shardmeter.parts",
+    "SyncPart": "shardmeter.parts",
+    "SyncTerms": "shardmeter.parts",
+    "WanInputs": "shardmeter.parts",
+    "CostSource": "shardmeter.records",
+    "HardwareProfile": "shardmeter.records",
+    "Interconnect": "shardmeter.records",
+    "PipelineSchedule": "shardmeter.records",
+    "ShardingStrategy": "shardmeter.records",
+    "SyncStrategy": "shardmeter.records",
+    "Registry": "shardmeter.registry.manager",
+    "get_registry": "shardmeter.registry.manager",
+    "make_plugin_manager": "shardmeter.registry.manager",
     "load_scenario": "shardmeter.load.scenario",
     "Scenario": "shardmeter.load.scenario",
     "estimate": "shardmeter.estimator",

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shardmeter.errors import ScenarioError
 from shardmeter.inputs.build import build_inputs
 from shardmeter.inputs.bundles import ModelInputs, PartTable
 from shardmeter.load.scenario import Scenario, load_scenario
@@ -41,6 +42,9 @@ class Estimator:
         self.registry = registry if registry is not None else get_registry()
         self._levels = dict(levels or {})
         self._cost = cost_source
+        #: The last scenario estimated, with what it resolved to and its scalar-path inputs
+        #: (frozen records: estimating the same loaded Scenario again reuses them).
+        self._prepared: tuple[Scenario, Resolved, ModelInputs, PartTable] | None = None
 
     # -- recomposition -----------------------------------------------------------------------
     def with_part(self, kind: str, record: Any) -> Estimator:
@@ -88,13 +92,36 @@ class Estimator:
         """Model inputs of shape (1, islands) and the part table their codes index."""
         if isinstance(res, Scenario):
             res = self.resolve(res)
+        _no_stage_groups(res.scenario)
         return _balanced(res, *build_inputs(res, table))
 
     def estimate(self, source: Any, overrides: Any = ()) -> Report:
-        """Predict a scenario (a :class:`Scenario`, a path or a dict) -> :class:`Report`."""
-        res = self.resolve(self.load(source, overrides))
-        inp, table = _balanced(res, *build_inputs(res, scalar=True))
+        """Predict a scenario (a :class:`Scenario`, a path or a dict) -> :class:`Report`.
+
+        Load once, estimate many: the same loaded :class:`Scenario` (the same object, frozen)
+        estimated again is not resolved again nor its inputs rebuilt; the model and the
+        report run every time."""
+        sc = self.load(source, overrides)
+        prepared = self._prepared
+        if prepared is None or prepared[0] is not sc:
+            res = self.resolve(sc)
+            _no_stage_groups(res.scenario)
+            prepared = (sc, res, *_balanced(res, *build_inputs(res, scalar=True)))
+            self._prepared = prepared
+        _, res, inp, table = prepared
         return build_report(res, evaluate(inp, table), row=0)
+
+
+def _no_stage_groups(sc: Scenario) -> None:
+    """A ``[[stage_group]]`` pipeline is estimated by :func:`shardmeter.hetero.estimate_pipeline`
+    (``estimate`` and ``plan`` on the command line); the per-island model would ignore it."""
+    if sc.stage_groups:
+        raise ScenarioError(
+            "a pipeline of stage groups is estimated by `estimate` and searched by `plan` "
+            "(shardmeter.hetero.estimate_pipeline); this command prices per-island layouts only",
+            path="stage_group",
+            file=sc.file,
+        )
 
 
 def _balanced(res: Resolved, inp: ModelInputs, table: PartTable) -> tuple[ModelInputs, PartTable]:

@@ -31,6 +31,8 @@ __all__ = [
     "SyncHyperparameters",
     "ConvergenceInputs",
     "ConvergenceTerms",
+    "FailureInputs",
+    "FailureTerms",
 ]
 
 #: A numpy array over the rows of a batch, or a Python float in the scalar path (one plan).
@@ -61,6 +63,14 @@ class ShardInputs:
     layer's last linear in forward order (the MLP's output projection; 0: unknown, or a MoE
     layer's experts).
 
+    MoE: ``expert_params_per_gpu`` of ``params_per_gpu`` are the stage's routed experts (its
+    ``experts / ep`` of each MoE layer), replicated over only ``dp x cp / ep`` of the
+    data x context-parallel ranks (``ep`` the expert-parallel degree, laid over them; the
+    experts' tensor parallelism is ``tp``): a strategy shards their state over that
+    expert-data-parallel group, not the whole one (Megatron-Core's ``expert_data_parallel_size
+    = world_size // (etp x ep x pp)``; :func:`shardmeter.strategies.zero.expert_shard_group_size`).
+    ``pp``: the pipeline-parallel degree (FSDP keeps a stage unsharded under a pipeline schedule).
+
     The island's network, as :class:`~shardmeter.inputs.bundles.Topology` gives it: the whole
     tier list, innermost first, on a trailing tier axis (in the scalar path a tuple, one value
     per tier; :func:`shardmeter.numeric.ops.tier` and :func:`~shardmeter.numeric.ops.n_tiers`
@@ -85,6 +95,9 @@ class ShardInputs:
     params_largest_module: Array | None = None
     recompute_layers: Array = 0.0
     params_last_module: Array = 0.0
+    expert_params_per_gpu: Array = 0.0
+    ep: Array = 1.0
+    pp: Array = 1.0
     param_gather_bytes: Array = attrs.field(
         default=attrs.Factory(lambda s: where(s.weight_bytes > 2, 4.0, 2.0), takes_self=True)
     )
@@ -295,3 +308,29 @@ class ConvergenceTerms:
 
     tokens_factor: ArrayLike
     in_range: ArrayLike
+
+
+# ---------------------------------------------------------------------------------------------
+# failures and variability
+
+
+@attrs.frozen(kw_only=True)
+class FailureInputs:
+    """What a failure model sees of a job (arrays, broadcastable): ``gpus`` and ``nodes`` it
+    runs on (every island together) and ``gpus_per_node``."""
+
+    gpus: ArrayLike
+    nodes: ArrayLike
+    gpus_per_node: ArrayLike
+
+
+@attrs.frozen(kw_only=True)
+class FailureTerms:
+    """A failure model's figures for a job: ``failures_per_h`` (unexpected interruptions per
+    hour of the whole job: each loses the work since the last checkpoint), ``planned_per_h``
+    (planned stops per hour, maintenance: the job checkpoints first, so each costs a restart
+    only) and ``restart_s`` (detect, re-schedule, reload, warm up: seconds per interruption)."""
+
+    failures_per_h: ArrayLike
+    planned_per_h: ArrayLike
+    restart_s: ArrayLike

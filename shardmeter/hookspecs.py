@@ -14,7 +14,15 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:  # records are named in the signatures only
-    from shardmeter.parts import ConvergencePart, FrameworkPart, SchedulePart, ShardingPart, SyncPart
+    from shardmeter.parts import (
+        ConvergencePart,
+        FailurePart,
+        FrameworkPart,
+        SchedulePart,
+        ShardingPart,
+        SyncPart,
+        VariabilityPart,
+    )
     from shardmeter.records import (
         CostSource,
         HardwareProfile,
@@ -185,4 +193,44 @@ def shardmeter_frameworks() -> Iterable[FrameworkPart]:
         @shardmeter.hookimpl
         def shardmeter_frameworks():
             yield AcmeStack(name="acme-train", source="acme-train config.py@abc123")
+    """
+
+
+@hookspec
+def shardmeter_failure_models() -> Iterable[FailurePart]:
+    """Contribute failure models (how often a job is interrupted, how long a restart takes).
+
+    :returns: an iterable of :class:`shardmeter.parts.FailurePart` instances (behaviour:
+        ``terms()`` returns, per plan, the unexpected and planned interruptions per hour of the
+        job and the restart time).
+
+    Called once per plugin manager; all results are collected. A model's ``name`` is what
+    scenarios write as ``[reliability] model``; its ``options`` are the ``[reliability]`` keys
+    it reads (``docs/scenario.md``, "Failures, checkpoints and variability").
+
+    Example::
+
+        @shardmeter.hookimpl
+        def shardmeter_failure_models():
+            yield AcmeFleet(name="acme-fleet", source="Acme fleet study 2026, Table 2")
+    """
+
+
+@hookspec
+def shardmeter_variability_models() -> Iterable[VariabilityPart]:
+    """Contribute variability models (how one rank's time for a phase of a step varies).
+
+    :returns: an iterable of :class:`shardmeter.parts.VariabilityPart` instances (behaviour:
+        ``quantile_factor()`` returns the quantile of the slowest of N ranks over one rank's
+        mean time).
+
+    Called once per plugin manager; all results are collected. A model's ``name`` is what
+    scenarios write as ``[variability] model``; its ``options`` are the ``[variability]`` keys
+    it reads.
+
+    Example::
+
+        @shardmeter.hookimpl
+        def shardmeter_variability_models():
+            yield AcmeMeasured(name="acme-quantiles", source="Acme cluster calibration 2026")
     """

@@ -55,6 +55,8 @@ from shardmeter.exchange import (
     CommEvent,
     ConvergenceInputs,
     ConvergenceTerms,
+    FailureInputs,
+    FailureTerms,
     PipeInputs,
     PipeTerms,
     ScheduleNeeds,
@@ -89,6 +91,10 @@ __all__ = [
     "ConvergencePart",
     "ConvergenceInputs",
     "ConvergenceTerms",
+    "FailurePart",
+    "FailureInputs",
+    "FailureTerms",
+    "VariabilityPart",
     "FrameworkPart",
     "StackVersion",
     "call_framework",
@@ -348,6 +354,40 @@ class ConvergencePart(Part):
 
 
 # ---------------------------------------------------------------------------------------------
+# failures and variability
+
+
+@attrs.frozen(kw_only=True)
+class FailurePart(Part):
+    """How often a job is interrupted and how long it takes to come back (``[reliability]
+    model``); its options are the ``[reliability]`` keys it reads (``gpu_mtbf_h``,
+    ``restart_s`` for the bundled fleet models). The host adds each offer's preemptions and
+    prices checkpoints and lost work (:mod:`shardmeter.model.reliability`)."""
+
+    kind: ClassVar[str] = "failures"
+
+    def terms(self, inp: FailureInputs, opts: Any) -> FailureTerms:
+        """The interruption rates and restart time of every row (elementwise)."""
+        raise NotImplementedError
+
+
+@attrs.frozen(kw_only=True)
+class VariabilityPart(Part):
+    """How much one rank's time for a phase of the step varies (``[variability] model``); its
+    options are the ``[variability]`` keys it reads. A synchronous phase ends when its slowest
+    rank does, so the host asks for the phase's quantile over ``ranks`` ranks."""
+
+    kind: ClassVar[str] = "variability"
+
+    def quantile_factor(self, q: float, ranks: Array, kind: str, opts: Any) -> Array:
+        """The ``q``-quantile of the slowest of ``ranks`` ranks' times for a phase, over the mean
+        time of one rank (the deterministic model's figure); ``kind`` is ``"gpu"`` (compute,
+        memory-bound kernels, bubbles) or ``"link"`` (a transfer on a tier or the WAN). Must be
+        1 with no variability, and non-decreasing in ``q``."""
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------------
 # software-stack profiles
 
 
@@ -447,6 +487,23 @@ class FrameworkPart(Part):
         """Whether, with ``training.compile = true``, the stack compiles its loss too; the
         default: :attr:`compiled_loss`. A profile with :attr:`versions` adds ``version``."""
         return self.compiled_loss
+
+    #: Behaviour no key states: the stack's cross-entropy writes the logits' gradient in place of
+    #: what its forward saved (Megatron's vocab-parallel cross-entropy: ``grad_input = softmax``
+    #: then in-place updates; a fused or chunked loss), so the loss's backward adds no transient
+    #: copy of the logits (:func:`~shardmeter.model.memory.loss_transient_bytes`). A profile whose
+    #: stack changed this overrides :meth:`loss_fused` instead.
+    fused_loss: ClassVar[bool] = False
+
+    #: Behaviour no key states unless ``training.fp8_backend`` is written: whose fp8 linears
+    #: the stack runs, ``"transformer-engine"`` or ``"torchao"`` (None: by the recipe).
+    fp8_backend_default: ClassVar[str | None] = None
+
+    def loss_fused(self) -> bool:
+        """Whether the stack's loss backward writes the logits' gradient in place (no transient
+        copies); the default: :attr:`fused_loss`. A profile with :attr:`versions` adds
+        ``version``."""
+        return self.fused_loss
 
     #: Behaviour no key states: the stack's launcher runs PyTorch's caching allocator with
     #: ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (one growing segment per stream

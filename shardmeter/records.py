@@ -336,7 +336,15 @@ def as_part(record: Any) -> object:  # any part or record: matched by its class'
 
 def part_kinds() -> dict[str, tuple[tuple[type, ...], str]]:
     """Registry namespace -> (classes it accepts, hook that contributes them)."""
-    from shardmeter.parts import ConvergencePart, FrameworkPart, SchedulePart, ShardingPart, SyncPart
+    from shardmeter.parts import (
+        ConvergencePart,
+        FailurePart,
+        FrameworkPart,
+        SchedulePart,
+        ShardingPart,
+        SyncPart,
+        VariabilityPart,
+    )
 
     return {
         "hardware": ((HardwareProfile,), "shardmeter_hardware_profiles"),
@@ -348,6 +356,8 @@ def part_kinds() -> dict[str, tuple[tuple[type, ...], str]]:
         # a behaviour part only, with no declarative record as sugar
         "convergence": ((ConvergencePart,), "shardmeter_convergence_models"),
         "framework": ((FrameworkPart,), "shardmeter_frameworks"),
+        "failures": ((FailurePart,), "shardmeter_failure_models"),
+        "variability": ((VariabilityPart,), "shardmeter_variability_models"),
     }
 
 
@@ -367,4 +377,7 @@ PART_KINDS = {
     "convergence": (object, "shardmeter_convergence_models"),
     # a software-stack profile (shardmeter.parts.FrameworkPart), also with no record
     "framework": (object, "shardmeter_frameworks"),
+    # failure and variability models (shardmeter.parts.FailurePart, VariabilityPart), no record
+    "failures": (object, "shardmeter_failure_models"),
+    "variability": (object, "shardmeter_variability_models"),
 }

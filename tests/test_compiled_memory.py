@@ -135,9 +135,10 @@ def test_torchao_runs_fit_their_reserved_peak(name):
     sc = shardmeter.load_scenario(path)
     measured = sc.measured["memory_reserved_gb"]
     rep = shardmeter.estimate(path)
-    assert rep.memory_per_gpu_gb <= measured, name
+    # torch's max_memory_reserved leaves out the CUDA context and NCCL's buffers
+    assert rep.memory_per_gpu_gb - rep.memory_outside_allocator_gb <= measured, name
     # eager counts (w2 kept, fp32 logits) are what the model said before; compiled is lower
     eager = shardmeter.estimate(path, overrides=["training.compile=false"])
     assert rep.memory_per_gpu_gb < eager.memory_per_gpu_gb
     if "b200" in name:  # what makes the B200 bounds hold: the eager count is over them
-        assert eager.memory_per_gpu_gb > measured
+        assert eager.memory_per_gpu_gb - eager.memory_outside_allocator_gb > measured

@@ -59,6 +59,8 @@ def test_hookspecs_are_the_contribution_hooks():
         "shardmeter_cost_sources",
         "shardmeter_convergence_models",
         "shardmeter_frameworks",
+        "shardmeter_failure_models",
+        "shardmeter_variability_models",
     }
     assert set(hookspec_signatures()) == hooks
     assert set(HOOKS) == hooks
@@ -313,14 +315,26 @@ def test_the_scenario_reference_example_loads_with_every_key_it_shows():
     data = read_toml_text(_scenario_block(), file="docs/scenario.md")
     sc = load_scenario(data)  # every key written there is accepted (none unknown, none mistyped)
     assert set(data) == {
-        "catalog", "model", "training", "island", "offer", "network", "parallelism", "sync", "measured", "source"
+        "catalog", "model", "training", "island", "offer", "network", "parallelism", "sync", "reliability",
+        "variability", "measured", "source"
     }  # fmt: skip
     assert sc.offers and sc.islands and sc.measured
 
 
 @pytest.mark.parametrize(
     "spec",
-    ["ModelSpec", "TrainingSpec", "IslandSpec", "OfferSpec", "NetworkSpec", "ParallelismSpec", "SyncSpec"],
+    [
+        "ModelSpec",
+        "TrainingSpec",
+        "IslandSpec",
+        "OfferSpec",
+        "NetworkSpec",
+        "ParallelismSpec",
+        "SyncSpec",
+        "ReliabilitySpec",
+        "VariabilitySpec",
+        "StageGroupSpec",
+    ],
 )
 def test_every_key_the_loader_takes_is_in_the_scenario_reference(spec):
     """A key written as ``key =`` in the reference's scenario block (as a line, commented or not, or

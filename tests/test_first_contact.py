@@ -319,3 +319,34 @@ def test_init_number_options_name_what_they_count(capsys):
         code == 2
         and err.strip() == "shardmeter: error: argument --gpus: expected a number of GPUs >= 1, got 0"
     )
+
+
+def test_each_summary_is_its_commands_own_help_line():
+    # `shardmeter --help` shows SUMMARIES for the commands it does not build
+    assert {k: v for k, v in _helps().items() if k in cli.SUMMARIES} == cli.SUMMARIES
+    assert set(cli.SUMMARIES) <= set(_helps())
+
+
+def test_the_main_help_built_lazily_is_the_full_parsers_help():
+    cli._register_optional_commands()
+    assert cli.build_parser("").format_help() == cli.build_parser().format_help()
+
+
+def test_import_and_help_load_neither_numpy_nor_a_commands_module():
+    import subprocess
+
+    code = (
+        "import sys, shardmeter, runpy\n"
+        "assert 'numpy' not in sys.modules, 'import shardmeter'\n"
+        "sys.argv = ['shardmeter', '--help']\n"
+        "try:\n"
+        "    runpy.run_module('shardmeter', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = [m for m in sys.modules if m == 'numpy' or m.startswith(('shardmeter.explore', "
+        "'shardmeter.model', 'shardmeter.importers', 'shardmeter.calibrate', 'shardmeter.validate'))]\n"
+        "assert heavy == [], heavy\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "usage: shardmeter" in done.stdout

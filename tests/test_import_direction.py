@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("model",),
     ("report",),
     ("render",),
-    ("estimator",),
+    ("estimator", "hetero", "hetero_report"),
     ("validate",),
     ("explore",),
     ("importers", "calibrate"),

@@ -65,7 +65,7 @@ def test_the_records_add_up(batch):
     )
     # memory: the parts add up to the busiest GPU, the global figure is the busiest island's
     parts = isl.memory_parts.parts()
-    assert list(parts) == ["weights", "gradients", "optimizer", "activations", "other"]
+    assert list(parts) == ["weights", "gradients", "optimizer", "activations", "transient", "other"]
     np.testing.assert_allclose(sum(parts.values()), isl.memory_bytes, rtol=1e-12)
     np.testing.assert_array_equal(out.memory_bytes, isl.memory_bytes.max(axis=1))
     # the capacity the memory bit compares against is the GPU's

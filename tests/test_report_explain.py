@@ -11,7 +11,7 @@ import re
 import pytest
 
 import shardmeter
-from shardmeter.model.memory import RESERVED_BYTES
+from shardmeter.model import overheads
 from shardmeter.tables import fmt_count, fmt_num, fmt_times, render_table
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -122,8 +122,8 @@ def test_an_interleaved_uneven_split_is_timed_at_its_largest_stage():
 def test_memory_parts_add_up_to_the_memory_per_gpu(path):
     r = shardmeter.estimate(path)
     mb = r.memory_breakdown_gb
-    assert list(mb) == ["weights", "gradients", "optimizer", "activations", "other"]
-    assert all(v > 0 for v in mb.values())
+    assert list(mb) == ["weights", "gradients", "optimizer", "activations", "transient", "other"]
+    assert all(v > 0 for k, v in mb.items() if k != "transient") and mb["transient"] >= 0
     assert sum(mb.values()) == pytest.approx(r.memory_per_gpu_gb, rel=1e-12)
 
 
@@ -135,7 +135,14 @@ def test_gpt3_memory_is_zero1_state_plus_activations_plus_the_reservation(gpt3):
     assert mb["weights"] == pytest.approx(2 * p / 1e9, rel=1e-12)
     assert mb["gradients"] == pytest.approx(2 * p / 1e9, rel=1e-12)
     assert mb["optimizer"] == pytest.approx(12 * p / 16 / 1e9, rel=1e-12)
-    assert mb["other"] == pytest.approx(RESERVED_BYTES / 1e9, rel=1e-9)  # zero1 keeps no extra buffer
+    # zero1 keeps no extra buffer: the CUDA context, tp / pp / dp communicators' NCCL buffers and
+    # two 8.125 MiB + 1 MiB cuBLAS workspaces (A100, sm80)
+    lay = r.layout
+    assert (lay["tp"], lay["pp"], lay["dp"]) == (8, 8, 16)
+    nccl = 3 * 32 * (512 * 1024 + 4915200 + 4 * 2**20)
+    assert mb["other"] * 1e9 == pytest.approx(0.5e9 + nccl + 2 * (8519680 + 2**20), rel=1e-9)
+    assert r.memory_outside_allocator_gb * 1e9 == pytest.approx(0.5e9 + nccl, rel=1e-9)
+    assert overheads.nccl_communicator_bytes() == pytest.approx(308.28e6, rel=1e-4)
 
 
 def test_the_busiest_island_gives_the_memory_breakdown():
@@ -233,14 +240,14 @@ def test_the_cost_line_between_islands_names_the_egress(two_dc):
     r, _ = two_dc
     text = str(r)
     assert _row(text, "cost") == (
-        "$7.24 M = 1.32 M GPU time (rate x GPU-hours per island below) + egress 5.92 M "
+        "$7.25 M = 1.33 M GPU time (rate x GPU-hours per island below) + egress 5.92 M "
         "(131.6 PB sent between islands)"
     )
     west = _row(text, "dc-west")
     assert re.search(
-        r"\b2\.69 +364,294 +\$979,951 +\$5,920,426 +\$6,900,378 +cloud-on-demand, 2026-06$", west
+        r"\b2\.69 +367,342 +\$988,150 +\$5,920,426 +\$6,908,576 +cloud-on-demand, 2026-06$", west
     )
-    assert re.search(r"\b0\.93 +364,294 +\$338,203 +\$0 +\$338,203 +owned, 2026-06$", _row(text, "dc-east"))
+    assert re.search(r"\b0\.93 +367,342 +\$341,032 +\$0 +\$341,032 +owned, 2026-06$", _row(text, "dc-east"))
 
 
 def test_the_table_shows_the_layout_and_memory_blocks(gpt3):

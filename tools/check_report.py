@@ -75,7 +75,7 @@ if not bad:
         bad.append("wall_clock_s / cost_usd missing although training.tokens is set")
     mb = r.get("memory_breakdown_gb")
     if mb is not None:  # required by the extended contract; checked where present
-        parts = ("weights", "gradients", "optimizer", "activations", "other")
+        parts = ("weights", "gradients", "optimizer", "activations", "transient", "other")
         if not isinstance(mb, dict) or any(k not in mb for k in parts):
             bad.append(f"memory_breakdown_gb lacks one of {parts}")
         elif any(not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 for v in mb.values()):

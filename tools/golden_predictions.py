@@ -74,9 +74,15 @@ def _plans() -> list[dict]:
 
 
 def report_of(source) -> dict:
+    """The report of one scenario: the per-island model's, or a ``[[stage_group]]`` pipeline's."""
     import shardmeter
+    from shardmeter.hetero import estimate_pipeline
 
-    return shardmeter.estimate(source).to_dict()
+    est = shardmeter.Estimator()
+    sc = est.load(source)
+    if sc.stage_groups:
+        return estimate_pipeline(est, sc).to_dict()
+    return est.estimate(sc).to_dict()
 
 
 def plan_of(case: dict) -> dict:

@@ -10,12 +10,13 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from shardmeter.errors import ShardMeterError
 from shardmeter.render.json import dump_json
 
-__all__ = ["main", "build_parser", "COMMANDS", "OPTIONAL_COMMANDS", "dump_json", "one_line"]
+__all__ = ["main", "build_parser", "COMMANDS", "OPTIONAL_COMMANDS", "SUMMARIES", "dump_json", "one_line"]
 
 #: Sub-command name -> module:function that adds its arguments and runs it.
 COMMANDS: dict[str, str] = {}
@@ -30,9 +31,13 @@ class _Parser(argparse.ArgumentParser):
 def _cmd_estimate(args) -> int:
     from shardmeter.estimator import Estimator
 
+    est = Estimator()
+    sc = est.load(args.file, overrides=args.set or ())
+    if sc.stage_groups:
+        return _estimate_pipeline(est, sc, args)
     if args.plot is not None:
         _check_plot(args)
-    report = Estimator().estimate(args.file, overrides=args.set or ())
+    report = est.estimate(sc)
     if args.plot is not None:
         _plot(report, args.plot)
     if args.json:
@@ -41,6 +46,17 @@ def _cmd_estimate(args) -> int:
         print(report)
         if args.plot is not None:
             print(f"wrote {args.plot}")
+    return 0
+
+
+def _estimate_pipeline(est, sc, args) -> int:
+    """``estimate`` of a ``[[stage_group]]`` scenario: the heterogeneous pipeline's report."""
+    from shardmeter.hetero import estimate_pipeline
+
+    if args.plot is not None:
+        raise ShardMeterError("--plot does not draw a pipeline of stage groups yet; use --json")
+    report = estimate_pipeline(est, sc)
+    print(dump_json(report.to_dict()) if args.json else report)
     return 0
 
 
@@ -181,7 +197,27 @@ ORDER = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: Each sub-command's line in ``shardmeter --help``: what :func:`build_parser` shows for the
+#: commands it does not build (tests/test_first_contact.py holds each to its parser's own help).
+SUMMARIES = {
+    "init": "write a commented starter scenario (a preset or a config.json, on your GPUs)",
+    "import": "write a scenario from a torchtitan, Megatron-LM/Bridge/NeMo or Hugging Face config",
+    "estimate": "predict one scenario",
+    "sweep": "evaluate a grid of scenario variants (--vary), with scaling analysis",
+    "plan": "search every layout for the fastest, cheapest or Pareto-best plans",
+    "sensitivity": "rank inputs (GPU, memory, links, price) by the throughput a small change of each buys",
+    "report": "write one self-contained HTML page of an estimate (charts, layout, validation)",
+    "validate": "compare predictions with published measurements",
+    "calibrate": "fit link and GPU efficiencies to nccl-tests logs, GEMM timings and measured steps",
+    "plugins": "list every registered part and its provider",
+    "completion": "print the shell completion script (bash, zsh, tcsh)",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``command``, that sub-command's parser in full and every other
+    one by its line of :data:`SUMMARIES` alone, so that ``shardmeter --help`` or one command
+    imports only what it runs (no numpy, no other command's module)."""
     p = _Parser(
         prog="shardmeter",
         description="Analytical performance model for distributed LLM training.",
@@ -196,14 +232,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     import importlib
 
-    adders = {"estimate": _add_estimate, "plugins": _add_plugins}
-    for name, target in COMMANDS.items():
+    def lazy(target: str) -> Callable[[Any], None]:
         mod_name, fn = target.split(":")
-        adders.setdefault(name, getattr(importlib.import_module(mod_name), fn))
+        return lambda sub: getattr(importlib.import_module(mod_name), fn)(sub)
+
+    adders: dict[str, Callable[[Any], None]] = {"estimate": _add_estimate, "plugins": _add_plugins}
+    for name, target in COMMANDS.items():
+        adders.setdefault(name, lazy(target))
     rank = {n: i for i, n in enumerate(ORDER)}
     for name in sorted(adders, key=lambda n: rank.get(n, len(ORDER))):
+        if command is not None and name != command and name in SUMMARIES:
+            sub.add_parser(name, help=SUMMARIES[name])
+            continue
         adders[name](sub)
     return p
+
+
+def _command_in(argv: Sequence[str]) -> str:
+    """The sub-command ``argv`` names: its first word that is not an option ('' when none)."""
+    return next((a for a in argv if not a.startswith("-")), "")
 
 
 #: Commands that live in their own modules: name -> module:function adding its parser.
@@ -223,16 +270,30 @@ OPTIONAL_COMMANDS = (
 def _register_optional_commands() -> None:
     """Register each of :data:`OPTIONAL_COMMANDS` whose module exists (a missing module, or a
     missing package above it, is skipped: ``find_spec`` raises for the latter)."""
-    import importlib.util
-
     for name, target in OPTIONAL_COMMANDS:
-        mod = target.split(":")[0]
-        try:
-            found = importlib.util.find_spec(mod) is not None
-        except ModuleNotFoundError:  # "shardmeter.calibrate" itself is absent
-            found = False
-        if found:
+        if _module_exists(target.split(":")[0]):
             COMMANDS.setdefault(name, target)
+
+
+def _module_exists(mod: str) -> bool:
+    """Whether module ``mod`` of this package can be found, without importing it or the
+    packages above it (``importlib.util.find_spec`` imports those: every command's package)."""
+    import importlib.util
+    from importlib.machinery import PathFinder
+
+    names = mod.split(".")
+    top = importlib.util.find_spec(names[0])  # a top-level name: nothing is imported
+    path: Any = top.submodule_search_locations if top is not None else None
+    if path is None:
+        return top is not None and len(names) == 1
+    for i in range(1, len(names)):
+        spec = PathFinder.find_spec(".".join(names[: i + 1]), path)
+        if spec is None:
+            return False
+        path = spec.submodule_search_locations
+        if path is None and i < len(names) - 1:  # a module where a package was meant
+            return False
+    return True
 
 
 def one_line(msg, limit: int = 380) -> str:
@@ -246,8 +307,8 @@ def one_line(msg, limit: int = 380) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     _register_optional_commands()
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_in(argv))
     if not argv:  # bare ``shardmeter``: what it can do, not an error
         parser.print_help()
         return 0

@@ -146,6 +146,9 @@ PLAN_OBJECTIVES = (
     "cost-to-quality",
     "time-pessimistic",
     "cost-pessimistic",
+    "expected-time",
+    "expected-cost",
+    "p90-time",
 )
 
 
@@ -167,7 +170,9 @@ def add_plan_parser(sub: Subparsers) -> None:
         default="time",
         help="rank by wall-clock time or by dollar cost, return the time/cost Pareto front, rank "
         "by time or cost to data-parallel quality (the convergence model's tokens factor), or by "
-        "time or cost at the slow end of each plan's confidence band (-pessimistic; one island)",
+        "time or cost at the slow end of each plan's confidence band (-pessimistic; one island), by "
+        "the expected wall-clock or cost under failures, preemption and stragglers (expected-), or by "
+        "the 90th-percentile step (p90-time)",
     )
     p.add_argument("--top", type=_positive_int, default=10, metavar="K", help="plans to return (default 10)")
     p.add_argument("--max-gpus", type=_positive_int, metavar="N", help="use at most N GPUs in total")

@@ -205,6 +205,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     _check_workers(args)
     check_outputs(args)
+    from shardmeter.estimator import Estimator
+
+    est = Estimator()
+    sc = est.load(args.file, overrides=args.set or ())
+    if sc.stage_groups:
+        return _plan_stage_groups(est, sc, args)
     if getattr(args, "plot", None):
         from shardmeter.explore.formats.plan_plot import check_plan_plot
 
@@ -239,6 +245,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if doc.get("interrupted"):
         print("shardmeter: interrupted: the plans above are the best found so far", file=sys.stderr)
         return 130
+    return 0
+
+
+def _plan_stage_groups(est: Any, sc: Any, args: argparse.Namespace) -> int:
+    """``plan`` of a ``[[stage_group]]`` scenario: the heterogeneous pipelines, fastest first,
+    and the per-island planner's best on the same islands beside them."""
+    from shardmeter.explore.formats.stage_group_table import stage_group_table
+    from shardmeter.explore.search.stage_group_plan import per_island_best, search_stage_groups
+
+    for opt in ("csv", "plot", "only", "budget_usd", "deadline_days", "max_gpus", "layouts"):
+        if getattr(args, opt, None):
+            raise ShardMeterError(f"--{opt.replace('_', '-')} does not apply to a plan of stage groups yet")
+    if args.objective != "time":
+        raise ShardMeterError("a plan of stage groups ranks by time per step only (--objective time)")
+    doc = search_stage_groups(est, sc, top=args.top)
+    doc["per_island"] = per_island_best(est, sc)
+    if args.json:
+        _dump({**doc, "plans": [{k: v for k, v in p.items() if k != "groups"} for p in doc["plans"]]})
+    else:
+        print(stage_group_table(doc))
     return 0
 
 

@@ -413,6 +413,7 @@ def _training(a: Args, d: Draft) -> None:
         d.set("training.precision", "fp8", f"--fp8-format {fmt}")
         recipe = a.value("fp8-recipe") or "delayed"
         d.planned("training.fp8_recipe", f'"{recipe}"', "--fp8-recipe (Megatron's default: delayed)")
+        d.set("training.fp8_backend", "transformer-engine", "Megatron's fp8 linears are Transformer Engine's")
         if a.on("fp8-param-gather"):
             d.planned("training.fp8_params", "true", "--fp8-param-gather")
     fp4 = a.value("fp4-format")
@@ -421,6 +422,11 @@ def _training(a: Args, d: Draft) -> None:
             "training", f"not modelled yet: --fp4-format {fp4} (NVFP4 linears); priced at the precision above"
         )
     _recompute(a, d)
+    d.set(
+        "training.fused_loss",
+        True,
+        "Megatron's vocab_parallel_cross_entropy writes the gradient into its saved softmax",
+    )
     optimizer = a.value("optimizer") or "adam"
     if optimizer in ("adam", "sgd"):
         d.set(

@@ -408,6 +408,11 @@ def _sharding(f: dict[str, Any], d: Draft) -> None:
 def _training(f: dict[str, Any], d: Draft, file: str) -> None:
     mbs = _int(f, "micro_batch_size", file, 1) or 1
     d.set("training.micro_batch", mbs, "micro_batch_size")
+    d.set(
+        "training.fused_loss",
+        True,
+        "Megatron's vocab_parallel_cross_entropy writes the gradient into its saved softmax",
+    )
     gbs = _int(f, "global_batch_size", file)
     if gbs:
         d.set("training.global_batch", gbs, "global_batch_size")
@@ -424,6 +429,7 @@ def _training(f: dict[str, Any], d: Draft, file: str) -> None:
     d.set("training.precision", prec, f"mixed_precision {name}")
     if recipe:
         d.planned("training.fp8_recipe", f'"{recipe}"', f"mixed_precision {name}")
+        d.set("training.fp8_backend", "transformer-engine", "Megatron's fp8 linears are Transformer Engine's")
     gran = f.get("recompute_granularity")
     if gran in ("full", "selective"):
         d.set("training.recompute", gran, "recompute_granularity")

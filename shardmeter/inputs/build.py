@@ -11,6 +11,7 @@ import numpy as np
 from shardmeter.errors import ScenarioError
 from shardmeter.inputs.bundles import (
     FP8_RECIPE_CODES,
+    OPTIMIZER_CODES,
     RECOMPUTE_CODES,
     Hardware,
     Layout,
@@ -147,6 +148,29 @@ def _compiled_loss(res: Resolved) -> bool:
     return res.scenario.training.compile and _framework_says(res, "loss_compiled", default=False)
 
 
+def _fused_loss(res: Resolved) -> bool:
+    """Whether the loss backward writes the logits' gradient in place: ``training.fused_loss``
+    where written, else the stack's (``FrameworkPart.loss_fused``); False (``F.cross_entropy``)
+    without either."""
+    written = res.scenario.training.fused_loss
+    if written is not None:
+        return bool(written)
+    return _framework_says(res, "loss_fused", default=False)
+
+
+def _fp8_te(res: Resolved) -> bool:
+    """Whether the fp8 linears are Transformer Engine's: ``training.fp8_backend`` where written,
+    else the stack's (``FrameworkPart.fp8_backend_default``), else the recipe's usual home
+    (``delayed``: Transformer Engine; the others: torchao's)."""
+    t = res.scenario.training
+    backend = t.fp8_backend
+    if backend is None and isinstance(res.framework, FrameworkPart):
+        backend = type(res.framework).fp8_backend_default
+    if backend is None:
+        return t.fp8_recipe == "delayed"
+    return backend == "transformer-engine"
+
+
 def _expandable_segments(res: Resolved) -> bool:
     """Whether the stack's launcher sets ``expandable_segments:True`` for PyTorch's caching
     allocator (``FrameworkPart.expandable_segments``); False (PyTorch's default) without one."""
@@ -174,6 +198,9 @@ def _training(res: Resolved, row) -> Training:
         compiled_loss=row([_compiled_loss(res)] * n),
         op_saves_attention=row([_op_saves_attention(res, isl.gpu) for isl in isls]),
         expandable_segments=row([_expandable_segments(res)] * n),
+        optimizer=row([OPTIMIZER_CODES[t.optimizer]] * n),
+        fused_loss=row([_fused_loss(res)] * n),
+        fp8_te=row([_fp8_te(res)] * n),
     )
 
 
@@ -197,6 +224,7 @@ def _hardware(res: Resolved, row) -> Hardware:
         attention_efficiency=row(att),
         sm_count=row([g.sm_count for g in gpus]),
         host_bytes_s=row([g.host_link_gb_s * 1e9 for g in gpus]),
+        compute_capability=row([g.compute_capability or 0.0 for g in gpus]),
     )
 
 

@@ -35,6 +35,8 @@ __all__ = [
     "Fp8Recipe",
     "RECOMPUTE_CODES",
     "FP8_RECIPE_CODES",
+    "OPTIMIZER_CODES",
+    "Optimizer",
 ]
 
 
@@ -58,6 +60,20 @@ class Fp8Recipe(enum.IntEnum):
     MXFP8 = 4
 
 
+class Optimizer(enum.IntEnum):
+    """``training.optimizer`` as the model's code (its state: :mod:`shardmeter.model.optimizers`)."""
+
+    ADAM = 0
+    ADAMW = 1
+    SGD = 2
+    SGD_MOMENTUM = 3
+    ADAFACTOR = 4
+    ADAM8BIT = 5
+    MUON = 6
+
+
+#: ``training.optimizer`` name -> :class:`Optimizer` code.
+OPTIMIZER_CODES = {m.name.lower().replace("_", "-"): int(m) for m in Optimizer}
 #: ``training.recompute`` name -> :class:`Recompute` code.
 RECOMPUTE_CODES = {m.name.lower(): int(m) for m in Recompute}
 #: ``training.fp8_recipe`` name -> :class:`Fp8Recipe` code.
@@ -132,6 +148,13 @@ class Training:
     compiled_loss: Array = 0.0
     op_saves_attention: Array = 1.0
     expandable_segments: Array = 0.0
+    #: ``training.optimizer`` (:data:`OPTIMIZER_CODES`)
+    optimizer: Array = 0.0
+    #: the stack's loss backward writes the logits' gradient in place (``FrameworkPart.loss_fused``)
+    fused_loss: Array = 0.0
+    #: the fp8 linears are Transformer Engine's, which keep the fp8 copy of their input
+    #: (``training.fp8_backend``; :func:`~shardmeter.model.fp8.saved_input_bytes_per_byte`)
+    fp8_te: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -150,6 +173,8 @@ class Hardware:
     attention_efficiency: Array
     sm_count: Array
     host_bytes_s: Array = 32e9
+    #: CUDA compute capability (9.0 Hopper; 0 unknown): PyTorch sizes its cuBLAS workspace by it
+    compute_capability: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)

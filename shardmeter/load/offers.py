@@ -61,6 +61,7 @@ def offer_island(offer: OfferSpec, nodes: int | None = None) -> IslandSpec:
         nics_per_node=offer.nics_per_node,
         price=offer_price(offer),
         uplink=offer.uplink,
+        preemption_per_h=offer.preemption_per_h,
     )
 
 

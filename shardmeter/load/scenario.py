@@ -38,13 +38,16 @@ from shardmeter.load.specs import (
     NetworkSpec,
     OfferSpec,
     ParallelismSpec,
+    ReliabilitySpec,
     Scenario,
     SyncSpec,
     TrainingSpec,
+    VariabilitySpec,
 )
 from shardmeter.load.specs import (
     TierSpec as TierSpec,  # re-exported: shardmeter.resolve.resolver imports it from here
 )
+from shardmeter.load.stage_groups import stage_group_records
 from shardmeter.parts import option_defaults
 from shardmeter.registry.convert import FLOAT_MAX, key_path, structure_record
 
@@ -74,9 +77,12 @@ _TOP = {
     "network",
     "parallelism",
     "sync",
+    "reliability",
+    "variability",
     "measured",
     "source",
     "catalog",
+    "stage_group",
 }
 
 
@@ -172,12 +178,19 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     network = data.get("network")
     net_rec = _network_record(network, file)
     sync_rec = _sync_record(data.get("sync", {}), reg, file, notes)
+    groups = stage_group_records(data, model_rec, training_rec, par_rec, isl_recs, file)
     if len(isl_recs) < 2 and (data.get("sync") or network is not None):
         notes.append(_SINGLE_ISLAND_NOTE)
     if len(isl_recs) < 2 and isl_recs[0].uplink is not None:
         notes.append(_SINGLE_UPLINK_NOTE)
     if offer_recs:
         notes.append(OFFERS_NOTE)
+    reliability = _model_table(
+        data.get("reliability"), ReliabilitySpec, "failures", reg, "reliability", file, notes
+    )
+    variability = _model_table(
+        data.get("variability"), VariabilitySpec, "variability", reg, "variability", file, notes
+    )
     measured = _measured(data.get("measured", {}), file)
     source = data.get("source", {})
     if not isinstance(source, dict):
@@ -190,12 +203,15 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
         parallelism=par_rec,
         network=net_rec,
         sync=sync_rec,
+        reliability=reliability,
+        variability=variability,
         measured=measured,
         source=dict(source),
         catalog=_catalog(data.get("catalog"), file),
         notes=tuple(notes),
         framework_keys=framework_keys,
         file=file,
+        stage_groups=groups,
     )
 
 
@@ -488,6 +504,30 @@ def _sync_record(sync: Any, reg, file: str | None, notes: list[str]) -> SyncSpec
         check_option_values(option_defaults(options), opts, "sync", file)
         check_option_record(options, opts, "sync", file)
     return sync_rec
+
+
+def _model_table(
+    table: Any, spec: type, kind: str, reg, where: str, file: str | None, notes: list[str]
+) -> Any:
+    """``[reliability]`` or ``[variability]`` (None when absent): the table's own keys, and the
+    keys of the registered ``kind`` models (the chosen ``model``'s checked by its options class,
+    another's kept and noted as ignored, as ``[sync]`` does)."""
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise ScenarioError("expected a table", path=where, file=file)
+    fields = {f.name for f in attrs.fields(spec)} - {"options"}
+    known = {n: set(option_defaults(reg.get(kind, n).options)) for n in reg.names(kind)}
+    chosen = table.get("model", attrs.fields_dict(spec)["model"].default)
+    base, opts = split_options(
+        table, fields, known, chosen if isinstance(chosen, str) else "", where, file, notes
+    )
+    rec = attrs.evolve(structure_record(base, spec, path=where, file=file), options=opts)
+    if rec.model in reg.names(kind):
+        options = reg.get(kind, rec.model).options
+        check_option_values(option_defaults(options), opts, where, file)
+        check_option_record(options, opts, where, file)
+    return rec
 
 
 def _measured(measured: Any, file: str | None) -> dict[str, float]:

@@ -27,10 +27,13 @@ __all__ = [
     "TrainingSpec",
     "ParallelismSpec",
     "SyncSpec",
+    "ReliabilitySpec",
+    "VariabilitySpec",
     "TierSpec",
     "IslandSpec",
     "OfferSpec",
     "NetworkSpec",
+    "StageGroupSpec",
     "MAX_COUNT",
 ]
 
@@ -111,6 +114,8 @@ def _dense_layers(inst, attribute, value):
 RECOMPUTE_MODES = ("none", "selective", "op", "full")
 #: ``training.fp8_recipe`` values.
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed", "blockwise", "mxfp8")
+#: ``training.optimizer`` values (the model's codes: ``shardmeter.inputs.bundles.Optimizer``)
+OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor", "adam8bit", "muon")
 
 
 def _with_full_recompute(inst, attribute, value):
@@ -133,6 +138,12 @@ def _non_negative_or_none(inst, attribute, value):
 def _price(inst, attribute, value):
     """A price in US dollars: finite and >= 0 (0: free, such as an owned site's uplink)."""
     if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{attribute.name}: expected a finite number >= 0, got {value!r}")
+
+
+def _rate_or_none(inst, attribute, value):
+    """A rate or a duration: finite and >= 0, or None (not given)."""
+    if value is not None and (not math.isfinite(value) or value < 0):
         raise ValueError(f"{attribute.name}: expected a finite number >= 0, got {value!r}")
 
 
@@ -217,6 +228,10 @@ QUALIFIES = "shardmeter.qualifies"
 QUALIFIES_WHEN = "shardmeter.qualifies_when"
 
 
+#: ``training.critical_batch`` values: not priced, or Kaplan et al. 2020's critical batch.
+CRITICAL_BATCH_MODELS = ("none", "kaplan-2020")
+
+
 @attrs.frozen(kw_only=True)
 class TrainingSpec:
     """``[training]``. Defaults: ``micro_batch = 1``, ``precision = "bf16"``,
@@ -248,9 +263,24 @@ class TrainingSpec:
     fp8_recipe: str = attrs.field(default="tensorwise", validator=_one_of(*FP8_RECIPES))
     #: weights held and all-gathered in fp8 (Megatron --fp8-param-gather, torchao fp8 all-gather)
     fp8_params: bool = False
-    optimizer: str = attrs.field(default="adam", validator=_one_of("adam", "adamw", "sgd"))
+    #: whose state the optimizer keeps per parameter (:mod:`shardmeter.model.optimizers`)
+    optimizer: str = attrs.field(default="adam", validator=_one_of(*OPTIMIZERS))
     attention: str = attrs.field(default="flash", validator=_one_of("flash", "flash2", "materialized"))
+    #: the loss writes the logits' gradient in place of what it saved (Megatron's vocab-parallel
+    #: cross-entropy, a fused or chunked loss): no transient copies in its backward; None: the
+    #: framework profile's behaviour (``FrameworkPart.loss_fused``), else ``F.cross_entropy``
+    fused_loss: bool | None = None
+    #: whose fp8 linears: ``"transformer-engine"`` (keeps the fp8 copy of each input for the
+    #: weight-gradient GEMM) or ``"torchao"`` (keeps the 16-bit input); None: the framework
+    #: profile's, else Transformer Engine for ``delayed`` and torchao for the other recipes
+    fp8_backend: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_one_of("transformer-engine", "torchao"))
+    )
     tokens: float | None = attrs.field(default=None, validator=_pos)
+    #: the global batch priced against a critical batch (``docs/convergence.md``, "The global
+    #: batch"): ``"kaplan-2020"`` (McCandlish et al. 2018 with Kaplan et al. 2020's B_crit(L)) adds
+    #: its factor to the report's ``quality``; ``"none"`` (default): not priced
+    critical_batch: str = attrs.field(default="none", validator=_one_of(*CRITICAL_BATCH_MODELS))
     #: a software-stack profile (``docs/frameworks.md``) whose defaults filled the keys not written
     framework: str | None = None
     #: the profile's state: ``"YYYY-MM"`` (as of the month's last day), ``"YYYY-MM-DD"`` or a
@@ -350,6 +380,8 @@ class IslandSpec:
     #: this island's own sequences per micro-batch (ShardMeter's extension of the contract);
     #: None: ``training.micro_batch``
     micro_batch: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    #: interruptions per node-hour (a preemptible island; an offer's ``preemption_per_h``)
+    preemption_per_h: float | None = attrs.field(default=None, validator=_rate_or_none)
 
 
 @attrs.frozen(kw_only=True)
@@ -373,6 +405,38 @@ class OfferSpec:
     egress_usd_per_gb: float = attrs.field(default=0.0, validator=_price)
     uplink: Any = None
     price_date: str | None = None
+    #: interruptions per node-hour of a preemptible (spot) offer; 0: on-demand
+    preemption_per_h: float | None = attrs.field(default=None, validator=_rate_or_none)
+
+
+def _quantile(inst, attribute, value):
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"{attribute.name} must lie between 0 and 1 (exclusive), got {value}")
+
+
+@attrs.frozen(kw_only=True)
+class ReliabilitySpec:
+    """``[reliability]``: the failure ``model`` (a registered failure part; its keys, such as
+    ``gpu_mtbf_h`` and ``restart_s``, are in ``options``), the checkpoint store's write
+    bandwidth per node, the checkpoint interval (0: the Young/Daly optimum) and whether the
+    write overlaps training (``async_checkpoint``)."""
+
+    model: str = "llama3-h100"
+    checkpoint_write_gb_s: float = attrs.field(default=20.0, validator=_pos)
+    checkpoint_interval_s: float = attrs.field(default=0.0, validator=_rate_or_none)
+    async_checkpoint: bool = False
+    options: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
+
+
+@attrs.frozen(kw_only=True)
+class VariabilitySpec:
+    """``[variability]``: the variability ``model`` (a registered variability part; its keys,
+    such as ``gpu_step_cv`` and ``link_cv``, are in ``options``) and the step ``quantile`` that
+    the expected wall-clock and cost use."""
+
+    model: str = "lognormal"
+    quantile: float = attrs.field(default=0.5, validator=_quantile)
+    options: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
 
 
 @attrs.frozen(kw_only=True)
@@ -380,6 +444,23 @@ class NetworkSpec:
     """``[network]``: the link between islands (each island's uplink)."""
 
     link: Any = "internet"
+
+
+@attrs.frozen(kw_only=True)
+class StageGroupSpec:
+    """``[[stage_group]]``: consecutive pipeline stages of one heterogeneous pipeline on one
+    island's GPUs (Metis's *device group* running a *stage partition*, Sailor's per-stage GPU
+    type and TP degree): ``island`` (the ``[[island]]`` whose GPUs run them), ``stages`` (how
+    many), ``tp`` (each stage's tensor parallel degree; None: ``parallelism.tp``), ``layers``
+    (each stage's transformer layers, one count per stage, as loaded) and ``micro_batch``
+    (None: ``training.micro_batch``). :mod:`shardmeter.load.stage_groups` checks them."""
+
+    name: str = attrs.field(validator=_label)
+    island: str = attrs.field(validator=_label)
+    stages: int = attrs.field(validator=[_count, _bounded])
+    layers: tuple[int, ...]
+    tp: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
+    micro_batch: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
 
 
 @attrs.frozen(kw_only=True)
@@ -395,6 +476,9 @@ class Scenario:
     parallelism: ParallelismSpec = attrs.field(factory=ParallelismSpec)
     network: NetworkSpec | None = None
     sync: SyncSpec = attrs.field(factory=SyncSpec)
+    #: ``[reliability]`` / ``[variability]``; None: a run never fails, every rank is alike
+    reliability: ReliabilitySpec | None = None
+    variability: VariabilitySpec | None = None
     measured: Mapping[str, float] = attrs.field(factory=FrozenDict, converter=freeze)
     source: Mapping[str, Any] = attrs.field(factory=FrozenDict, converter=freeze)
     #: ``catalog``: overlay files (paths relative to the scenario's file), applied at resolve
@@ -403,6 +487,8 @@ class Scenario:
     #: the ``table.key`` values ``training.framework``'s profile set (not written in the file)
     framework_keys: tuple[str, ...] = ()
     file: str | None = None
+    #: ``[[stage_group]]``: one pipeline whose stages run on several islands (empty: none)
+    stage_groups: tuple[StageGroupSpec, ...] = ()
 
     def micro_batch(self, j: int) -> int:
         """Island ``j``'s sequences per micro-batch: its own ``micro_batch``, else
@@ -416,6 +502,9 @@ class Scenario:
         d.pop("notes", None)
         d.pop("file", None)
         d.pop("framework_keys", None)
+        groups = d.pop("stage_groups", None)
+        if groups:
+            d["stage_group"] = groups
         offered = {o.name for o in self.offers}
         d["island"] = [isl for isl in d.pop("islands") if isl.get("name") not in offered]
         if not d["island"]:
@@ -428,6 +517,9 @@ class Scenario:
                 isl["parallelism"].update(isl["parallelism"].pop("options", {}))
         d["parallelism"].update(d["parallelism"].pop("options", {}))
         d["sync"].update(d["sync"].pop("options", {}))
+        for table in ("reliability", "variability"):
+            if d.get(table) is not None:
+                d[table].update(d[table].pop("options", {}))
         if d["sync"].get("batch_split") == "replicas":  # the default: written only when chosen
             del d["sync"]["batch_split"]
         return _drop_none(d)

@@ -10,8 +10,14 @@ from shardmeter.inputs.bundles import ModelInputs, PartTable
 from shardmeter.model.compute import local_shapes
 from shardmeter.model.degrees import Degrees
 from shardmeter.model.dispatch import by_code
-from shardmeter.model.memory import MEMORY_PARTS, activation_memory, memory_parts, total_memory
+from shardmeter.model.memory import (
+    MEMORY_PARTS,
+    activation_memory,
+    memory_parts,
+    total_memory,
+)
 from shardmeter.model.outputs import MemoryParts
+from shardmeter.model.overheads import outside_allocator_bytes, overhead_bytes
 from shardmeter.model.pick import pick
 from shardmeter.model.pipeline import ScheduleTerms
 from shardmeter.model.sharding import shard_inputs, sharding_state
@@ -20,7 +26,7 @@ from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 from shardmeter.parts import ShardInputs, StateBytes
 
-__all__ = ["BusiestGpu", "busiest_gpu", "busiest_parts"]
+__all__ = ["BusiestGpu", "busiest_gpu", "busiest_parts", "rank_memory"]
 
 _f = ops.as_float
 
@@ -29,7 +35,9 @@ _f = ops.as_float
 class BusiestGpu:
     """The busiest GPU of an island (``(rows..., islands)``): its sharding ``state`` (bytes),
     ``activations_bytes``, ``extra_state_bytes`` (a sync strategy's outer state) and
-    ``memory_bytes`` (the total at the step's peak, :func:`~.memory.total_memory`) and
+    ``memory_bytes`` (the total at the step's peak, :func:`~.memory.total_memory`: with the
+    loss's ``transient_bytes`` and the process's ``other_bytes``, of which
+    ``outside_allocator_bytes`` are outside PyTorch's caching allocator, :mod:`.overheads`) and
     ``shard`` (what its sharding strategy saw: parameters per layer, layers; the caching
     allocator's rounding reads it, :func:`~.allocator.stage_reserved_bytes`)."""
 
@@ -38,6 +46,9 @@ class BusiestGpu:
     extra_state_bytes: Array
     memory_bytes: Array
     shard: ShardInputs | None = None
+    transient_bytes: Array = 0.0
+    other_bytes: Array = 0.0
+    outside_allocator_bytes: Array = 0.0
 
 
 def busiest_gpu(
@@ -46,7 +57,6 @@ def busiest_gpu(
     """The busiest GPU of the first, middle (rank 1) and last stages (``stl``), with the
     schedule's micro-batches in flight per rank (``sch``); ``islands``: of the batch (a sync
     strategy keeps state only between several)."""
-    ms, tr, topo, lay = inp.model, inp.training, inp.topology, inp.layout
     pp = deg.pp
     one = pp == 1
     outer = _outer_state_bytes(parts, inp) if islands > 1 else 0.0
@@ -57,19 +67,49 @@ def busiest_gpu(
     )
     busiest: BusiestGpu | None = None
     for layers_r, emb_r, head_r, held_r in ranks:
-        sh_r = local_shapes(ms, tr, deg.tp, pp, deg.cp, deg.v, layers=layers_r)
-        shard_r = shard_inputs(ms, tr, sh_r, topo, deg, emb_here=emb_r, head=head_r)
-        st_r = sharding_state(parts, shard_r, lay.sharding)
-        logits_r = ops.where(ops.as_bool(head_r), _f(sch.loss_held), 0.0)
-        act_r = activation_memory(ms, tr, sh_r, deg.tp, deg.sp, held_r, logits_r)
-        extra_r = shard_r.params_per_gpu * outer / st_r.param_shards  # a sync strategy's
-        mem_r = total_memory(st_r.weights, st_r.gradients, st_r.optimizer + extra_r, st_r.extra, act_r)
-        cand = BusiestGpu(
-            state=st_r, activations_bytes=act_r, extra_state_bytes=extra_r, memory_bytes=mem_r, shard=shard_r
-        )
-        busiest = cand if busiest is None else pick(mem_r > busiest.memory_bytes, cand, busiest)
+        cand = rank_memory(inp, parts, deg, layers_r, emb_r, head_r, held_r, _f(sch.loss_held), outer)
+        busiest = cand if busiest is None else pick(cand.memory_bytes > busiest.memory_bytes, cand, busiest)
     assert busiest is not None
     return busiest
+
+
+def rank_memory(
+    inp: ModelInputs,
+    parts: PartTable,
+    deg: Degrees,
+    layers: Array,
+    emb: Array,
+    head: Array,
+    held: Array,
+    loss_held: Array,
+    outer: Array,
+) -> BusiestGpu:
+    """One pipeline rank's GPU: ``layers`` layers, the embedding (``emb``) and the output layer
+    (``head``) if it holds them, ``held`` micro-batches' activations in flight (``loss_held``
+    saved logits on the head's rank, and the loss's transient on it) and ``outer`` bytes per
+    parameter of a sync strategy; the process's ``other`` bytes (:mod:`.overheads`) on every rank."""
+    ms, tr, topo, lay = inp.model, inp.training, inp.topology, inp.layout
+    outside = outside_allocator_bytes(deg.tp, deg.cp, deg.dp, deg.pp, deg.ep)
+    other = overhead_bytes(deg.tp, deg.cp, deg.dp, deg.pp, deg.ep, inp.hardware.compute_capability)
+    sh_r = local_shapes(ms, tr, deg.tp, deg.pp, deg.cp, deg.v, layers=layers)
+    shard_r = shard_inputs(ms, tr, sh_r, topo, deg, emb_here=emb, head=head)
+    st_r = sharding_state(parts, shard_r, lay.sharding)
+    logits_r = ops.where(ops.as_bool(head), loss_held, 0.0)
+    act_r, loss_r = activation_memory(ms, tr, sh_r, deg.tp, deg.sp, held, logits_r, head)
+    extra_r = shard_r.params_per_gpu * outer / st_r.param_shards  # a sync strategy's
+    mem_r = total_memory(
+        st_r.weights, st_r.gradients, st_r.optimizer + extra_r, st_r.extra, act_r, loss_r, other
+    )
+    return BusiestGpu(
+        state=st_r,
+        activations_bytes=act_r,
+        extra_state_bytes=extra_r,
+        memory_bytes=mem_r,
+        shard=shard_r,
+        transient_bytes=loss_r,
+        other_bytes=other + 0.0 * mem_r,
+        outside_allocator_bytes=outside + 0.0 * mem_r,
+    )
 
 
 def busiest_parts(b: BusiestGpu) -> MemoryParts:
@@ -77,9 +117,17 @@ def busiest_parts(b: BusiestGpu) -> MemoryParts:
     extra state with the optimizer's), bytes."""
     st = b.state
     mem = memory_parts(
-        st.weights, st.gradients, st.optimizer + b.extra_state_bytes, st.extra, b.activations_bytes
+        st.weights,
+        st.gradients,
+        st.optimizer + b.extra_state_bytes,
+        st.extra,
+        b.activations_bytes,
+        b.transient_bytes,
+        b.other_bytes,
     )
-    return MemoryParts(**{f"{k}_bytes": mem[k] for k in MEMORY_PARTS})
+    return MemoryParts(
+        **{f"{k}_bytes": mem[k] for k in MEMORY_PARTS}, outside_allocator_bytes=b.outside_allocator_bytes
+    )
 
 
 def _outer_state_bytes(parts: PartTable, inp: ModelInputs) -> Array:

@@ -34,7 +34,7 @@ from shardmeter.model.islands import IslandDetail, IslandSteps, combine_islands
 from shardmeter.model.outputs import BREAKDOWN_TERMS, HiddenTerms, MemoryProbe, Outputs, StepTerms
 from shardmeter.model.pick import pick
 from shardmeter.model.pipeline import PipelineTerms, pipeline_terms, schedule_terms
-from shardmeter.model.stage import StageTerms, peaks, stage_terms
+from shardmeter.model.stage import StageTerms, peaks, stage_compute, stage_terms
 from shardmeter.model.stages import StageLayers, stage_layers
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -45,6 +45,8 @@ __all__ = [
     "evaluate_columns",
     "island_memory",
     "batch_shape",
+    "optimizer_s",
+    "reserved_bytes",
     "BREAKDOWN_TERMS",
     "ADAM_BYTES_PER_PARAM",
 ]
@@ -58,7 +60,12 @@ _f = ops.as_float
 
 
 def evaluate(
-    inp: ModelInputs, parts: PartTable, *, detail: bool = True, islands_only: bool = False
+    inp: ModelInputs,
+    parts: PartTable,
+    *,
+    detail: bool = True,
+    islands_only: bool = False,
+    fallback: bool = True,
 ) -> Outputs:
     """Score every plan in the batch. See the module docstring. ``detail=False`` gives only
     what a search ranks by, skipping the breakdown (the report's fields of
@@ -69,7 +76,9 @@ def evaluate(
     Inputs built as Python floats (``build_inputs(scalar=True)``: one plan on one island) take
     the scalar fast path: the same formulas through :mod:`.ops` at a fraction of numpy's
     per-call cost, with plain numbers as outputs; a division by zero there (degenerate numbers)
-    falls back to the array path, whose inf / nan semantics decide.
+    falls back to the array path, whose inf / nan semantics decide. ``fallback=False`` raises
+    that error instead (tests and benchmarks hold the scalar path to completing: a quotient a
+    plan may take at zero goes through :func:`~shardmeter.numeric.ops.divide`).
 
     Infeasible rows may divide by zero on the way; their outputs are masked by
     ``feasible``/``reasons``, so those floating-point warnings are silenced here (and only here).
@@ -79,6 +88,8 @@ def evaluate(
             try:
                 return _evaluate(inp, parts, detail, islands_only)
             except (ZeroDivisionError, OverflowError, ValueError):
+                if not fallback:
+                    raise
                 inp = _as_arrays(inp)
         return _evaluate(inp, parts, detail, islands_only)
 
@@ -124,7 +135,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
 
     # ---- batch split and structural feasibility ------------------------------------------------
     b_isl, m, m_int = batch_split(_f(tr.global_batch), deg.dp, _f(tr.micro_batch), _f(tr.island_batch))
-    reasons = _structural_reasons(inp, parts, deg, m, _f(hw.peak_flops))
+    reasons = structural_reasons(inp, parts, deg, m, _f(hw.peak_flops))
     pk = peaks(hw)
 
     # ---- the stages: compute, the core's communication and the sharding strategy's --------------
@@ -132,10 +143,24 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # first) and the last (its layers, the output layer and the loss); see model/stages.py.
     stl = _stage_layers(ms, lay, deg)
     one = deg.pp == 1
+    body_layers = ops.maximum(stl.first, stl.middle)
+    body_compute = stage_compute(inp, deg, pk, body_layers)
+    # one plan whose last stage has as many layers as the largest other: the same shapes and
+    # compute (each stage then takes out the head it does not hold)
+    same = ops.is_scalar(body_layers) and body_layers == stl.last
     body = stage_terms(
-        inp, parts, deg, pk, ops.maximum(stl.first, stl.middle), emb=(stl.first >= stl.middle) | one, head=one
+        inp, parts, deg, pk, body_layers, emb=(stl.first >= stl.middle) | one, head=one, compute=body_compute
     )
-    tail = stage_terms(inp, parts, deg, pk, stl.last, emb=one, head=ops.where(deg.pp > 0, True, False))
+    tail = stage_terms(
+        inp,
+        parts,
+        deg,
+        pk,
+        stl.last,
+        emb=one,
+        head=ops.where(deg.pp > 0, True, False),
+        compute=body_compute if same else None,
+    )
     pace = pick(tail.micro_batch_s >= body.micro_batch_s, tail, body)
 
     # ---- pipeline: the schedule's bubble, activations in flight and transfers --------------------
@@ -147,7 +172,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
 
     # ---- memory of the busiest GPU: the first, middle (rank 1) and last stages -------------------
     busiest = busiest_gpu(inp, parts, deg, stl, pipe.schedule, shape[-1] if shape else 1)
-    reserved = _reserved(inp, busiest)
+    reserved = reserved_bytes(inp, busiest)
     reasons = reasons | ops.where(reserved > hw.memory_bytes, int(Reason.MEMORY), 0)
 
     flops = model_flops(ms, tr, full_recompute_share(tr, pace.shapes))
@@ -173,7 +198,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     return combine_islands(parts, inp, shape, steps, detail, islands_only)
 
 
-def _reserved(inp: ModelInputs, busiest: BusiestGpu) -> Array:
+def reserved_bytes(inp: ModelInputs, busiest: BusiestGpu) -> Array:
     """What the caching allocator reserves on the busiest GPU at the peak
     (:func:`~.allocator.stage_reserved_bytes`): what feasibility compares with the GPU's memory."""
     assert busiest.shard is not None
@@ -187,10 +212,8 @@ def _step_terms(
     bubble and transfers, the exposed data-parallel traffic (``dp_exposed`` per step, the
     sharding traffic per micro-batch) and the optimizer (memory-bound Adam over this GPU's
     optimizer shard)."""
-    hw, ct, lc = inp.hardware, pace.compute, pace.comm
-    hbm = hw.hbm_bytes_s * hw.hbm_efficiency
-    p_gpu = pace.shard.params_per_gpu
-    t_opt = p_gpu / pace.state.optimizer_shards * ADAM_BYTES_PER_PARAM / hbm + 10 * KERNEL_OVERHEAD_S
+    ct, lc = pace.compute, pace.comm
+    t_opt = optimizer_s(inp, pace)
     return StepTerms(
         compute_s=m_int * ct.compute,
         memory_ops_s=m_int * ct.memory_ops,
@@ -203,6 +226,15 @@ def _step_terms(
         offload_s=m_int * pace.offload_exposed_s,
         optimizer_s=t_opt,
     )
+
+
+def optimizer_s(inp: ModelInputs, stage: StageTerms) -> Array:
+    """The optimizer's seconds on one GPU of ``stage``: memory-bound Adam over its optimizer
+    shard (:data:`ADAM_BYTES_PER_PARAM` at the achieved HBM rate) and ten kernel launches."""
+    hw = inp.hardware
+    hbm = hw.hbm_bytes_s * hw.hbm_efficiency
+    p_gpu = stage.shard.params_per_gpu
+    return p_gpu / stage.state.optimizer_shards * ADAM_BYTES_PER_PARAM / hbm + 10 * KERNEL_OVERHEAD_S
 
 
 def _hidden_terms(m_int: Array, pace: StageTerms, dp_exposed: Array) -> HiddenTerms:
@@ -245,7 +277,7 @@ def _stage_layers(ms: Any, lay: Any, deg: Degrees) -> StageLayers:
     )
 
 
-def _structural_reasons(inp: ModelInputs, parts: PartTable, deg: Degrees, m: Array, peak: Array) -> Array:
+def structural_reasons(inp: ModelInputs, parts: PartTable, deg: Degrees, m: Array, peak: Array) -> Array:
     """The reason bits that need no stage: the layout's, the sharding part's own rule
     (:func:`~.feasibility.sharding_reasons`), the batch split's (``m`` micro-batches per replica)
     and a precision the GPU has no peak for (``peak``, FLOP/s)."""
@@ -275,7 +307,7 @@ def island_memory(inp: ModelInputs, parts: PartTable) -> MemoryProbe:
         deg = degrees(lay)
         shape = batch_shape(inp)
         _, m, m_int = batch_split(_f(tr.global_batch), deg.dp, _f(tr.micro_batch), _f(tr.island_batch))
-        reasons = _structural_reasons(inp, parts, deg, m, _f(hw.peak_flops))
+        reasons = structural_reasons(inp, parts, deg, m, _f(hw.peak_flops))
         stl = _stage_layers(ms, lay, deg)
         zero = 0.0 * deg.pp
         pipe = PipeInputs(
@@ -292,6 +324,6 @@ def island_memory(inp: ModelInputs, parts: PartTable) -> MemoryProbe:
         reasons = reasons | ops.where(_f(sch.infeasible) > 0, int(Reason.SCHEDULE), 0)
         busiest = busiest_gpu(inp, parts, deg, stl, sch, shape[-1])
         mem = busiest.memory_bytes
-        reasons = reasons | ops.where(_reserved(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
+        reasons = reasons | ops.where(reserved_bytes(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
         full = np.broadcast_shapes(shape, np.shape(reasons), np.shape(mem))
         return MemoryProbe(reasons=ops.broadcast(reasons, full), memory_bytes=ops.broadcast(mem, full))

@@ -57,6 +57,7 @@ __all__ = [
     "block_cast_time",
     "saved_input_bytes_per_byte",
     "activation_saving",
+    "full_layer_saving",
 ]
 
 _A, _8 = 2.0, 1.0
@@ -252,12 +253,17 @@ def _sum(
     return f, b
 
 
-def saved_input_bytes_per_byte(recipe_code: Array) -> Array:
+def saved_input_bytes_per_byte(te_linears: Array) -> Array:
     """Bytes an fp8 linear keeps for backward per byte of its 16-bit input: Transformer Engine
-    (``delayed``) saves the fp8 copy (1 byte for 2); torchao's ``Float8Linear`` saves the
-    high-precision input (``ctx.save_for_backward(input_hp, weight_hp_t)``,
-    ``torchao/float8/float8_linear.py`` at pytorch/ao@36027d8)."""
-    return ops.where(ops.as_float(recipe_code) == Fp8Recipe.DELAYED, 0.5, 1.0)
+    saves the fp8 copy (1 byte for 2) whatever the recipe (``_Linear.forward``: ``saved_inputmat
+    = inputmat``, the quantized input with only its column-wise data kept for the wgrad GEMM,
+    ``inputmat.update_usage(rowwise_usage=False, columnwise_usage=True)``, unless
+    ``save_original_input``, default False; transformer_engine/pytorch/module/linear.py @
+    d0067d0d); torchao's ``Float8Linear`` saves the high-precision input
+    (``ctx.save_for_backward(input_hp, weight_hp_t)``, ``torchao/float8/float8_linear.py`` at
+    pytorch/ao@36027d8). ``te_linears``: the stack's fp8 linears are Transformer Engine's
+    (``Training.fp8_te``)."""
+    return ops.where(ops.as_bool(te_linears), 0.5, 1.0)
 
 
 def activation_saving(
@@ -269,7 +275,14 @@ def activation_saving(
     visits) GEMMs (Korthikanti et al. 2022, Sec. 4.1: 2 bytes each) kept at
     :func:`saved_input_bytes_per_byte`; only without recompute or with selective recompute,
     where those inputs are what is stored."""
-    fp8 = ops.as_float(tr.fp8) > 0
     keep = (recompute == Recompute.NONE) | (recompute == Recompute.SELECTIVE)
-    frac = 1.0 - saved_input_bytes_per_byte(tr.fp8_recipe)
-    return ops.where(fp8 & keep, frac * 2.0 * tokens * (2.0 * h_rep + q + ffn_k), 0.0)
+    return ops.where(keep, full_layer_saving(tr, tokens, h_rep, q, ffn_k), 0.0)
+
+
+def full_layer_saving(tr: Training, tokens: Array, h_rep: Array, q: Array, ffn_k: Array) -> Array:
+    """:func:`activation_saving` for a layer that runs its forward with every activation kept:
+    one full recompute leaves unrecomputed (``recompute_layers`` = k < the chunk's layers), or
+    the one being recomputed in backward, whose linears save their inputs as in any forward."""
+    fp8 = ops.as_float(tr.fp8) > 0
+    frac = 1.0 - saved_input_bytes_per_byte(tr.fp8_te)
+    return ops.where(fp8, frac * 2.0 * tokens * (2.0 * h_rep + q + ffn_k), 0.0)

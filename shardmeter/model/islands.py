@@ -29,7 +29,7 @@ from shardmeter.model.outputs import (
     StepTerms,
     map_fields,
 )
-from shardmeter.numeric import ops
+from shardmeter.numeric import minmax, ops
 from shardmeter.numeric.ops import Array
 from shardmeter.numeric.reduce import over_islands
 from shardmeter.parts import WanInputs
@@ -254,12 +254,12 @@ def _details(
 
     tokens_step = _first(inp.training.global_batch * inp.model.seq_len, full)
     mf_tok, hw_tok = _first(st.model_flops_per_token, full), _first(st.hardware_flops_per_token, full)
-    tps = tokens_step / step
+    tps = ops.divide(tokens_step, step)  # step 0: an infeasible plan (numpy's inf or nan)
     tps_gpu = tps / total_gpus
     model_tf = tps_gpu * mf_tok / 1e12
     hw_tf = tps_gpu * hw_tok / 1e12
     gpu_peak_mean = over_islands(np.add, ops.broadcast(st.peak_flops * st.gpus, full)) / total_gpus
-    cu_isl = island_step / step
+    cu_isl = ops.divide(island_step, step)
     cu = over_islands(np.add, ops.broadcast(cu_isl * st.gpus, full)) / total_gpus
     island = attrs.evolve(
         out.island,
@@ -270,7 +270,7 @@ def _details(
         ),
         utilization=ops.broadcast(cu_isl, full),
         idle_s=ops.broadcast(idle, full),
-        tokens_per_s=ops.broadcast(st.island_batch * inp.model.seq_len / step, full),
+        tokens_per_s=ops.broadcast(ops.divide(st.island_batch * inp.model.seq_len, step), full),
         batch_sequences=ops.broadcast(st.island_batch, full),
         micro_batches=ops.broadcast(st.micro_batches, full),
         **_island_layout(st.detail, full),
@@ -367,19 +367,9 @@ def fold_min_max(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``out[s] = min_b max(h[s - b], f[b])`` for ``s <= total`` (only ``s = total`` with
     ``last``) and the ``b`` that attains it (ties: the smallest ``b``); ``inf`` (and ``-1``)
-    where no split exists. Only the finite entries of ``f`` are tried."""
-    bf = np.flatnonzero(np.isfinite(f[: total + 1]))
-    s = np.array([total]) if last else np.arange(total + 1)
-    out = np.full(s.size, np.inf)
-    arg = np.full(s.size, -1, dtype=np.int64)
-    if bf.size:
-        idx = s[:, None] - bf[None, :]
-        hv = np.where(idx >= 0, h[np.clip(idx, 0, total)], np.inf)
-        v = np.maximum(hv, f[bf][None, :])
-        j = np.argmin(v, axis=1)
-        out = v[np.arange(s.size), j]
-        arg = np.where(np.isfinite(out), bf[j], -1)
-    return out, arg
+    where no split exists. Only the finite entries of ``f`` are tried. Exact, in less than
+    ``total^2`` work (:func:`shardmeter.numeric.minmax.fold`)."""
+    return minmax.fold(h, f, total, last)
 
 
 def min_max_shares(curves: Sequence[Array], total: int) -> tuple[float, list[int] | None]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from shardmeter.inputs.bundles import ModelShape, Recompute, Training
 from shardmeter.model.activations import activation_bytes_per_layer
 from shardmeter.model.branches import where_needed
-from shardmeter.model.fp8 import activation_saving
+from shardmeter.model.fp8 import activation_saving, full_layer_saving
 from shardmeter.model.recompute import full_recompute_share
 from shardmeter.model.shapes import Shapes
 from shardmeter.numeric import ops
@@ -16,21 +16,15 @@ __all__ = [
     "activation_memory",
     "layer_activations",
     "logits_bytes_per_element",
+    "loss_transient_bytes",
     "offload_kept",
     "total_memory",
     "memory_parts",
     "MEMORY_PARTS",
-    "RESERVED_BYTES",
 ]
 
-#: Memory a training process holds besides its tensors, bytes: the CUDA context and kernels
-#: ("CUDA kernels typically require 1-2 GB of GPU memory", HF Ultra-Scale Playbook, "Memory
-#: usage in Transformers"), the lower end. The caching allocator's fragmentation is not added:
-#: a measured ``max_memory_reserved`` bounds it (``validate``'s ``memory_reserved_gb``).
-RESERVED_BYTES = 1.0e9
-
 #: The parts of :func:`memory_parts`, in report order (SCENARIO.md, ``memory_breakdown_gb``).
-MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "transient", "other")
 
 
 def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: Array) -> tuple[Array, Array]:
@@ -77,6 +71,8 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: A
         )
         # fp8 GEMMs whose recipe keeps the fp8 copy of their inputs for backward (fp8.py)
         stored = stored - activation_saving(tr, sh.tokens, h_rep, sh.q_local, ffn_k, rec)
+        # a layer full recompute leaves alone, or re-runs in backward, saves them the same way
+        full = full - full_layer_saving(tr, sh.tokens, h_rep, sh.q_local, ffn_k)
         return share * stored + (1.0 - share) * full, full
 
     k_act = ops.where(sh.moe, ms.experts_per_token + ms.shared_experts, 1.0)
@@ -127,44 +123,86 @@ def logits_bytes_per_element(tr: Training) -> Array:
       Measured with saved-tensor hooks (``benchmarks/saved_tensors_check.py``, torch 2.14.1 on
       CPU): eager 4.00, compiled 2.00 bytes per logit.
 
-    The loss's backward holds, for a moment and before any layer's recompute, the saved
-    logits and their gradient (compiled: 2 + 2 bytes, the gradient bf16; eager: 4 + 4 + 4,
-    the log-softmax, nll_loss's fp32 gradient and log_softmax's): not added, in either case."""
+    The loss's backward adds its gradients for a moment: :func:`loss_transient_bytes`."""
     return ops.where(ops.as_bool(tr.compiled_loss), 2.0, 4.0)
 
 
+def loss_transient_bytes(ms: ModelShape, tr: Training, sh: Shapes, tp: Array) -> Array:
+    """What the loss's backward holds beside the saved logits (:func:`logits_bytes_per_element`)
+    before the output layer's backward frees them, bytes, on the stage with the head: ``s b V / t``
+    logits of
+
+    * 8 bytes with eager ``F.cross_entropy(pred.float(), ...)``: ``nll_loss``'s fp32 gradient
+      of the log-softmax and ``log_softmax``'s fp32 gradient of its input (its backward,
+      ``_log_softmax_backward_data``, reads its saved output and writes a new tensor), both
+      alive at once beside the saved fp32 log-softmax;
+    * 2 under a compiled loss (``tr.compiled_loss``): Inductor's fused backward reads the bf16
+      logits and the saved row statistics and writes the bf16 gradient of the logits;
+    * 0 with a loss that writes the gradient in place (``tr.fused_loss``: Megatron's
+      vocab-parallel cross-entropy, ``grad_input = softmax`` ... ``grad_input.mul_(grad_output)``,
+      megatron/core/tensor_parallel/cross_entropy.py @ d98e8a64)."""
+    per = ops.where(ops.as_bool(tr.fused_loss), 0.0, ops.where(ops.as_bool(tr.compiled_loss), 2.0, 8.0))
+    return sh.tokens * ms.vocab / tp * per
+
+
 def activation_memory(
-    ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: Array, in_flight: Array, logits_held: Array = 0.0
-) -> Array:
+    ms: ModelShape,
+    tr: Training,
+    sh: Shapes,
+    tp: Array,
+    sp: Array,
+    in_flight: Array,
+    logits_held: Array = 0.0,
+    head: Array = False,
+) -> tuple[Array, Array]:
     """Activation bytes of one pipeline stage of ``sh.layers_per_stage`` layers holding
     ``in_flight`` micro-batches through them (the schedule's count for its rank) and, on the
     last stage, ``logits_held`` micro-batches' logits as the loss keeps them (``s b V / t``
     elements of :func:`logits_bytes_per_element` bytes: fp32, or bf16 under a compiled loss);
     recompute adds one layer's working set while recomputing (Korthikanti et al. 2022, Sec. 4
     and 4.2.3; :func:`layer_activations`). Offloaded layers (:func:`offload_kept`) leave the
-    GPU for each micro-batch in flight."""
+    GPU for each micro-batch in flight.
+
+    Returns ``(activations, transient)``: the transient is what the loss's backward adds on the
+    stage with the ``head`` (:func:`loss_transient_bytes`) beyond the recompute working set
+    already counted, since the two never coexist (the loss's gradients are freed by the output
+    layer's backward, before any layer recomputes): ``max(loss - working, 0)``."""
     stored, working = layer_activations(ms, tr, sh, tp, sp)
     stored = stored * offload_kept(tr, sh)
     logits = sh.tokens * ms.vocab / tp * logits_bytes_per_element(tr)
-    return stored * in_flight + working + logits * logits_held
+    loss = ops.where(ops.as_bool(head), loss_transient_bytes(ms, tr, sh, tp), 0.0)
+    return stored * in_flight + working + logits * logits_held, ops.maximum(loss - working, 0.0)
 
 
 def total_memory(
-    weights: Array, gradients: Array, optimizer: Array, extra: Array, activations: Array
+    weights: Array,
+    gradients: Array,
+    optimizer: Array,
+    extra: Array,
+    activations: Array,
+    transient: Array,
+    other: Array,
 ) -> Array:
     """Bytes per GPU at the step's peak: the tensors alive during the last backward pass
-    (model state, the strategy's ``extra`` buffers and the activations in flight), plus the
-    reservation. The optimizer step comes after the activations are freed, so its transient
-    fp32 gradient shard never sets the peak."""
-    return weights + gradients + optimizer + extra + activations + RESERVED_BYTES
+    (model state, the strategy's ``extra`` buffers and the activations in flight), what exists
+    only around that peak (``transient``: the loss's gradients, :func:`loss_transient_bytes`),
+    and what the process holds besides its tensors (``other``: :mod:`.overheads`). The
+    optimizer step comes after the activations are freed, so its transient fp32 gradient shard
+    never sets the peak."""
+    return weights + gradients + optimizer + extra + activations + transient + other
 
 
 def memory_parts(
-    weights: Array, gradients: Array, optimizer: Array, extra: Array, activations: Array
+    weights: Array,
+    gradients: Array,
+    optimizer: Array,
+    extra: Array,
+    activations: Array,
+    transient: Array,
+    other: Array,
 ) -> dict[str, Array]:
-    """:func:`total_memory` by part, bytes: the four tensor kinds as they are, and ``other`` =
-    the total less them (the strategy's ``extra`` buffers and the reservation), so the parts add
-    up to the total."""
-    total = total_memory(weights, gradients, optimizer, extra, activations)
-    other = total - (weights + gradients + optimizer + activations)
-    return dict(zip(MEMORY_PARTS, (weights, gradients, optimizer, activations, other), strict=True))
+    """:func:`total_memory` by part, bytes: the four tensor kinds as they are, ``transient``
+    with the strategy's ``extra`` buffers (communication buffers, SCENARIO.md), and ``other``
+    (CUDA context, NCCL buffers, cuBLAS workspaces), so the parts add up to the total."""
+    parts = (weights, gradients, optimizer, activations, transient + extra, other)
+    return dict(zip(MEMORY_PARTS, parts, strict=True))

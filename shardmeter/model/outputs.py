@@ -125,19 +125,29 @@ class Overlapped(HiddenTerms):
 @attrs.frozen(kw_only=True)
 class MemoryParts:
     """The busiest GPU's memory by part, bytes (``(rows..., islands)``): ``weights``,
-    ``gradients``, ``optimizer`` (with a sync strategy's extra state), ``activations`` and
-    ``other`` (the sharding strategy's buffers and the framework's reservation); they add up
-    to :attr:`IslandOutputs.memory_bytes` (:func:`~.memory.memory_parts`)."""
+    ``gradients``, ``optimizer`` (with a sync strategy's extra state), ``activations``,
+    ``transient`` (the loss's gradients and the sharding strategy's buffers) and ``other`` (the
+    CUDA context, NCCL buffers and cuBLAS workspaces, :mod:`.overheads`); they add up to
+    :attr:`IslandOutputs.memory_bytes` (:func:`~.memory.memory_parts`).
+    ``outside_allocator_bytes``: the part of ``other`` outside PyTorch's caching allocator (the
+    CUDA context and NCCL's buffers), which its ``max_memory_allocated`` and
+    ``max_memory_reserved`` leave out; not a part of its own."""
 
     weights_bytes: Array
     gradients_bytes: Array
     optimizer_bytes: Array
     activations_bytes: Array
+    transient_bytes: Array
     other_bytes: Array
+    outside_allocator_bytes: Array = 0.0
 
     def parts(self) -> dict[str, Array]:
         """``{part: bytes}`` under :data:`~.memory.MEMORY_PARTS`' names, in that order."""
-        return {f.name.removesuffix("_bytes"): getattr(self, f.name) for f in attrs.fields(MemoryParts)}
+        return {
+            f.name.removesuffix("_bytes"): getattr(self, f.name)
+            for f in attrs.fields(MemoryParts)
+            if f.name != "outside_allocator_bytes"
+        }
 
 
 @attrs.frozen(kw_only=True)

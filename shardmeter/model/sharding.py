@@ -13,6 +13,7 @@ from shardmeter.model.degrees import Degrees
 from shardmeter.model.dispatch import by_code
 from shardmeter.model.flops import attention_shape
 from shardmeter.model.formulas import params_per_layer
+from shardmeter.model.optimizers import optimizer_bytes_per_param
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 from shardmeter.parts import ShardInputs, StateBytes
@@ -77,11 +78,15 @@ def shard_inputs(
     largest weight matrix (fused QKV, fc1, an expert's fc1 or the embedding) and the bytes per
     element of weights, gradients and the optimizer. A MoE layer's
     shared experts are tensor-parallel like a dense MLP, not spread over ``ep``; the stage's dense
-    layers (``dense_layers_local``) hold one ``ffn_hidden`` MLP each. With ``training.fp8_params``
+    layers (``dense_layers_local``) hold one ``ffn_hidden`` MLP each; the routed experts' share
+    (``expert_params_per_gpu``) is sharded over the expert-data-parallel group
+    (:func:`~shardmeter.strategies.zero.expert_shard_group_size`). With ``training.fp8_params``
     the layers' weights are held and all-gathered in fp8 (1 byte; Megatron ``--fp8-param-gather``,
     torchao ``enable_fsdp_float8_all_gather``: only the linears' weights, the embeddings stay 16-bit),
     the gradients and the optimizer's fp32 master copy unchanged. Full recompute re-runs the
-    forward of ``training.recompute_layers`` (0: all) of the stage."""
+    forward of ``training.recompute_layers`` (0: all) of the stage. The optimizer's state per
+    parameter is ``training.optimizer``'s (:func:`~.optimizers.optimizer_bytes_per_param`: its
+    matrices ``hidden`` by the layer's mean other side, the embeddings' share for Muon)."""
     tp, pp = deg.tp, deg.pp
     wb, fp8_params = _f(tr.weight_bytes), ops.as_bool(tr.fp8_params)
     mats = ops.where(ms.swiglu, 3.0, 2.0)
@@ -100,6 +105,9 @@ def shard_inputs(
         ops.as_bool(head) & ((pp > 1) | ops.logical_not(ops.as_bool(ms.tied))), 1.0, 0.0
     )
     p_gpu = sh.layers_per_stage * p_layer + ops.where(Ld > 0, Ld * (p_dense - p_layer), 0.0) + emb_gpu
+    # the stage's routed experts (its MoE layers' experts / ep), sharded over dp x cp / ep
+    moe_layers = ops.maximum(sh.layers_per_stage - Ld, 0.0)
+    p_experts = ops.where(sh.moe, moe_layers * mlp * ms.experts / deg.ep / tp, 0.0)
     gather16 = ops.where(wb > 2, 4.0, 2.0)
     return ShardInputs(
         recompute_layers=_recompute_layers(tr, sh),
@@ -107,13 +115,18 @@ def shard_inputs(
         params_largest_module=_largest_matrix(ms, ffn) / tp,
         params_per_gpu=p_gpu,
         params_per_layer=p_layer,
+        expert_params_per_gpu=p_experts,
+        ep=deg.ep,
+        pp=pp,
         layers_per_stage=sh.layers_per_stage,
         weight_bytes=ops.where(fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * wb) / p_gpu, wb),
         param_gather_bytes=ops.where(
             fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * gather16) / p_gpu, gather16
         ),
         grad_bytes=ops.where(wb > 2, 4.0, 2.0),
-        optimizer_bytes_per_param=ops.where(wb > 2, 8.0, 12.0),
+        optimizer_bytes_per_param=optimizer_bytes_per_param(
+            tr.optimizer, wb, ms.hidden, p_layer / ((4.0 + mats) * ms.hidden), emb_gpu / p_gpu
+        ),
         tp=tp,
         dp=deg.dp,
         cp=deg.cp,

@@ -29,7 +29,7 @@ from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 from shardmeter.parts import ShardInputs, StateBytes
 
-__all__ = ["Peaks", "peaks", "StageTerms", "stage_terms"]
+__all__ = ["stage_compute", "Peaks", "peaks", "StageTerms", "stage_terms"]
 
 _f = ops.as_float
 
@@ -74,14 +74,31 @@ class StageTerms:
     micro_batch_s: Array
 
 
+def stage_compute(inp: ModelInputs, deg: Degrees, pk: Peaks, layers: Array) -> tuple[Shapes, ComputeTerms]:
+    """The local shapes of a stage of ``layers`` layers and one micro-batch's compute through
+    them, the output layer and loss included (:func:`stage_terms` takes the head out where the
+    stage does not hold it): what two stages of as many layers share."""
+    ms, tr = inp.model, inp.training
+    sh = local_shapes(ms, tr, deg.tp, deg.pp, deg.cp, deg.v, layers=layers)
+    return sh, micro_batch_compute(ms, tr, inp.hardware, sh, deg.tp, deg.ep, deg.sp, pk.flops, pk.flops16)
+
+
 def stage_terms(
-    inp: ModelInputs, parts: PartTable, deg: Degrees, pk: Peaks, layers: Array, *, emb: Array, head: Array
+    inp: ModelInputs,
+    parts: PartTable,
+    deg: Degrees,
+    pk: Peaks,
+    layers: Array,
+    *,
+    emb: Array,
+    head: Array,
+    compute: tuple[Shapes, ComputeTerms] | None = None,
 ) -> StageTerms:
     """One pipeline stage of ``layers`` layers, holding the embedding (``emb``) and the output
-    layer and loss (``head``); see :class:`StageTerms`."""
+    layer and loss (``head``); see :class:`StageTerms`. ``compute``: :func:`stage_compute` of
+    ``layers``, when another stage of as many layers has it already."""
     ms, tr, hw, topo, lay = inp.model, inp.training, inp.hardware, inp.topology, inp.layout
-    sh = local_shapes(ms, tr, deg.tp, deg.pp, deg.cp, deg.v, layers=layers)
-    ct = micro_batch_compute(ms, tr, hw, sh, deg.tp, deg.ep, deg.sp, pk.flops, pk.flops16)
+    sh, ct = compute if compute is not None else stage_compute(inp, deg, pk, layers)
     no_head = ops.where(ops.as_bool(head), 0.0, ct.head)  # the logits and loss run on the last stage
     ct = attrs.evolve(ct, compute=ct.compute - no_head, head=ct.head - no_head)
     lc = layer_comm(

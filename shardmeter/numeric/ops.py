@@ -11,13 +11,29 @@ follow numpy's semantics where they matter here: ``ceil``/``floor``/``round`` re
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+else:
+
+    class _Numpy:
+        """numpy, imported on the first attribute read, which also puts the module itself in
+        this module's globals: ``import shardmeter`` (a plugin, ``--help``) stays without
+        numpy until a model runs, and after that first read ``np`` costs what it always did."""
+
+        def __getattr__(self, name: str) -> Any:
+            import numpy
+
+            globals()["np"] = numpy
+            return getattr(numpy, name)
+
+    np = _Numpy()
 
 __all__ = [
     "is_scalar",
     "where",
+    "divide",
     "maximum",
     "minimum",
     "clip",
@@ -46,18 +62,42 @@ _FAST = frozenset({float, int, bool})
 
 
 def is_scalar(x: Array) -> bool:
-    return isinstance(x, _SCALARS)
+    return type(x) is float or isinstance(x, _SCALARS)
 
 
 def where(c: Array, a: Array, b: Array) -> Array:
-    if type(c) is bool and type(a) in _FAST and type(b) in _FAST:
+    tc = type(c)
+    if tc is bool and type(a) is float and type(b) is float:  # the scalar path's usual call
+        return a if c else b
+    if tc is bool and type(a) in _FAST and type(b) in _FAST:
         return a if c else b
     if isinstance(c, (bool, np.bool_)) and isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
         return a if c else b
     return np.where(c, a, b)
 
 
+def divide(a: Array, b: Array) -> Array:
+    """``a / b`` with numpy's semantics where ``b`` is zero: ``+-inf`` by the signs of ``a`` and
+    of the zero (IEEE 754 division), ``nan`` for ``0 / 0`` or a nan; a plain division
+    otherwise. A quotient a plan may legitimately divide by zero (the throughput of an
+    infeasible plan, whose step is 0) goes through here, so the scalar path computes numpy's
+    answer instead of raising (and falling back to the 1-row array path)."""
+    if type(b) is float and type(a) is float and b:  # the common case first
+        return a / b
+    if isinstance(a, _SCALARS) and isinstance(b, _SCALARS):
+        if b:
+            return a / b
+        if a != a or not a:
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return np.divide(a, b)
+
+
 def maximum(a: Array, b: Array) -> Array:
+    if type(a) is float and type(b) is float:  # the scalar path's usual call
+        if a >= b:
+            return a
+        return b if b > a else math.nan  # neither holds: a nan, which propagates as in numpy
     if (type(a) in _FAST and type(b) in _FAST) or (isinstance(a, _SCALARS) and isinstance(b, _SCALARS)):
         if a != a or b != b:  # nan propagates, as in numpy
             return math.nan
@@ -66,6 +106,10 @@ def maximum(a: Array, b: Array) -> Array:
 
 
 def minimum(a: Array, b: Array) -> Array:
+    if type(a) is float and type(b) is float:
+        if a <= b:
+            return a
+        return b if b < a else math.nan
     if (type(a) in _FAST and type(b) in _FAST) or (isinstance(a, _SCALARS) and isinstance(b, _SCALARS)):
         if a != a or b != b:
             return math.nan
@@ -82,12 +126,16 @@ _finite = math.isfinite
 
 
 def ceil(a: Array) -> Array:
+    if type(a) is float and a - a == 0.0:  # finite (inf - inf and nan - nan are nan)
+        return float(math.ceil(a))
     if isinstance(a, _SCALARS) and _finite(a):
         return float(math.ceil(a))
     return np.ceil(a)
 
 
 def floor(a: Array) -> Array:
+    if type(a) is float and a - a == 0.0:
+        return float(math.floor(a))
     if isinstance(a, _SCALARS) and _finite(a):
         return float(math.floor(a))
     return np.floor(a)
@@ -125,6 +173,8 @@ def logical_not(a: Array) -> Array:
 
 
 def as_bool(a: Array) -> Array:
+    if type(a) is bool:
+        return a
     if isinstance(a, _SCALARS):
         return bool(a)
     return np.asarray(a).astype(bool)

@@ -13,6 +13,7 @@ from shardmeter.model.outputs import BREAKDOWN_TERMS, Breakdown, Outputs
 from shardmeter.report.confidence import confidence_of
 from shardmeter.report.layout import layout_of
 from shardmeter.report.pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
+from shardmeter.report.reliability import apply_reliability
 from shardmeter.report.text import format_report
 from shardmeter.report.words import assumption_notes, describe_bottleneck, regime_of
 from shardmeter.resolve.resolver import Resolved
@@ -130,6 +131,12 @@ class Report:
     #: segment slack (:mod:`~shardmeter.model.allocator`); feasibility compares it with the
     #: GPU's memory. None without a prediction.
     memory_reserved_gb: float | None = None
+    #: Of ``memory_per_gpu_gb`` (and ``memory_reserved_gb``), what the process holds outside
+    #: PyTorch's caching allocator: the CUDA context and NCCL's buffers (in the breakdown's
+    #: ``other``; :mod:`~shardmeter.model.overheads`). A measured ``max_memory_allocated`` or
+    #: ``max_memory_reserved`` leaves it out, and ``validate`` compares them without it. None
+    #: without a prediction.
+    memory_outside_allocator_gb: float | None = None
     #: The busiest GPU's memory by part (``weights``, ``gradients``, ``optimizer``,
     #: ``activations``, ``other``: the strategy's buffers and the
     #: framework's reservation), GB, adding up to ``memory_per_gpu_gb``.
@@ -147,6 +154,24 @@ class Report:
     #: residuals and whether it is inside the validated envelope
     #: (:func:`~shardmeter.report.confidence.confidence_of`); empty when infeasible.
     confidence: dict[str, Any] = attrs.field(factory=dict)
+    #: The step's median and 90th percentile when ranks vary (``[variability]``); both
+    #: ``step_time_s`` without it (:mod:`~shardmeter.report.reliability`). None when infeasible.
+    step_time_p50_s: float | None = None
+    step_time_p90_s: float | None = None
+    #: One checkpoint's stall and the seconds of work between two (``[reliability]``); None
+    #: without it.
+    checkpoint_s: float | None = None
+    checkpoint_interval_s: float | None = None
+    #: The useful fraction of wall time under failures, checkpoints and preemption (1 without
+    #: ``[reliability]``); None when infeasible.
+    goodput: float | None = None
+    #: ``wall_clock_s`` and ``cost_usd`` at the ``[variability] quantile`` step, over ``goodput``;
+    #: None without ``training.tokens``.
+    expected_wall_clock_s: float | None = None
+    expected_cost_usd: float | None = None
+    #: The figures behind ``goodput`` (job MTBF, interruptions, checkpoint size and write time);
+    #: empty without ``[reliability]``.
+    reliability: dict[str, Any] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -203,6 +228,7 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
         "assumptions": assumed,
         "layout": layout_of(res, out, row),
         "memory_breakdown_gb": _memory_breakdown(out, row, len(islands)),
+        "memory_outside_allocator_gb": _outside_allocator(out, row, len(islands)),
     }
     if not feasible:
         return _infeasible_report(res, out, row, reasons, common)
@@ -233,7 +259,8 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
     )
     assumed.extend(assumption_notes(res, report))
     report.confidence = confidence_of(res, report)
-    if res.convergence is not None:  # quality-adjusted figures; raw ones unchanged
+    apply_reliability(res, report)
+    if res.convergence is not None or sc.training.critical_batch != "none":  # raw figures unchanged
         from shardmeter.report.quality import apply_quality
 
         apply_quality(res, report)
@@ -247,14 +274,27 @@ def _cost_split(res: Resolved, isl_reports: list[dict[str, Any]], wall: float | 
     return cost_breakdown(res, wall, isl_reports[0]["egress_gb"])
 
 
+def _busiest_island(out: Outputs, row: int, n_isl: int) -> int:
+    """The island whose GPU ``memory_per_gpu_gb`` reports."""
+    mem = [_gb(out.island.memory_bytes, row, j) for j in range(n_isl)]
+    return max(range(n_isl), key=lambda j: mem[j] if math.isfinite(mem[j]) else math.inf)
+
+
 def _memory_breakdown(out: Outputs, row: int, n_isl: int) -> dict[str, float]:
     """The busiest island's memory parts (its GPU is the one ``memory_per_gpu_gb`` reports)."""
     parts = out.island.memory_parts
     if parts is None:
         return {}
-    mem = [_gb(out.island.memory_bytes, row, j) for j in range(n_isl)]
-    busiest = max(range(n_isl), key=lambda j: mem[j] if math.isfinite(mem[j]) else math.inf)
+    busiest = _busiest_island(out, row, n_isl)
     return {k: _gb(v, row, busiest) for k, v in parts.parts().items()}
+
+
+def _outside_allocator(out: Outputs, row: int, n_isl: int) -> float | None:
+    """The busiest GPU's memory outside PyTorch's caching allocator, GB (None without detail)."""
+    parts = out.island.memory_parts
+    if parts is None:
+        return None
+    return _num(_gb(parts.outside_allocator_bytes, row, _busiest_island(out, row, n_isl)))
 
 
 def batch_split_key(sc: Any, j: int) -> str:

@@ -12,7 +12,12 @@ computed from the report's own figures and the convergence part (``Resolved.conv
 * ``in_validity_range``, ``validity`` (the ranges the model's sources cover), ``outside`` (the
   inputs out of range), ``inputs`` (what the model read), ``model`` and ``source``.
 
-The raw figures are never changed. Without a convergence model nothing here runs.
+With ``[training] critical_batch`` (:mod:`~shardmeter.report.batch_price`) the object also
+carries ``batch`` (the global batch against the critical batch) and ``sync_tokens_factor`` (the
+sync strategy's factor alone; 1 without a convergence model, ``model`` then ``"none"``), and
+``tokens_factor`` is the product of the two: the tokens over those a small batch needs.
+
+The raw figures are never changed. Without either model nothing here runs.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 from shardmeter.model.convergence import convergence_inputs
 from shardmeter.parts import ConvergencePart
 from shardmeter.registry.guard import run_part
+from shardmeter.report.batch_price import batch_figures
 
 __all__ = ["quality_figures", "apply_quality"]
 
@@ -51,20 +57,27 @@ def _outside(inputs: dict[str, float], validity: dict[str, Any]) -> list[str]:
 
 
 def quality_figures(res: Any, report: Any) -> dict[str, Any]:
-    """The ``quality`` object of a feasible ``report`` of ``res`` (``{}`` without a model)."""
+    """The ``quality`` object of a feasible ``report`` of ``res`` (``{}`` without a convergence
+    model and without a critical-batch model)."""
     from shardmeter.inputs.bundles import PartTable
 
     model: ConvergencePart | None = getattr(res, "convergence", None)
-    if model is None or not report.feasible:
+    if not report.feasible:
+        return {}
+    batch = batch_figures(res, report)
+    if model is None and not batch:
         return {}
     table = PartTable()
     code = table.code("sync", res.sync, res.sync_options)
     replicas = float(len(res.islands))
     inp = convergence_inputs(table, np.array([code]), params=np.array([report.params]), replicas=replicas)
-    terms = run_part("convergence", model, "terms", inp, model.options())
-    factor = float(np.asarray(terms.tokens_factor, dtype=float).reshape(-1)[0])
-    in_range = bool(np.asarray(terms.in_range).reshape(-1)[0])
     local = bool(np.asarray(inp.local_steps).reshape(-1)[0])
+    if model is not None:
+        terms = run_part("convergence", model, "terms", inp, model.options())
+        factor = float(np.asarray(terms.tokens_factor, dtype=float).reshape(-1)[0])
+        in_range = bool(np.asarray(terms.in_range).reshape(-1)[0])
+    else:  # the batch alone: the sync strategy is not priced
+        factor, in_range = 1.0, True
     inputs = {
         "params": float(report.params),
         "replicas": replicas,
@@ -73,20 +86,28 @@ def quality_figures(res: Any, report: Any) -> dict[str, Any]:
             for k in ("inner_steps", "compression_bits", "fragments", "overlap_steps")
         },
     }
-    validity = model.validity()
+    validity = model.validity() if model is not None else {}
+    outside = [] if in_range or not local else _outside(inputs, validity)
+    sync_factor = factor
+    if batch:  # the batch's factor multiplies the sync strategy's (both count tokens)
+        factor = sync_factor * batch["batch_factor"]
+        outside = outside + [f"batch: {o}" for o in batch["outside"]]
+        in_range = in_range and batch["in_validity_range"]
     tokens = res.scenario.training.tokens
+    extra = {"sync_tokens_factor": sync_factor, "batch": batch} if batch else {}
     return {
-        "model": model.name,
-        "source": model.source,
+        "model": model.name if model is not None else "none",
+        "source": model.source if model is not None else "",
         "tokens_factor": factor,
         "tokens_to_quality": _scaled(float(tokens) if tokens else None, factor),
         "wall_clock_to_quality_s": _scaled(report.wall_clock_s, factor),
         "cost_to_quality_usd": _scaled(report.cost_usd, factor),
         "effective_tokens_per_s": report.tokens_per_s / factor if factor > 0 else None,
         "in_validity_range": in_range,
-        "outside": [] if in_range or not local else _outside(inputs, validity),
+        "outside": outside,
         "validity": validity,
         "inputs": {**inputs, "local_steps": local},
+        **extra,
     }
 
 
@@ -95,11 +116,24 @@ def apply_quality(res: Any, report: Any) -> None:
     note when the plan lies outside the model's validity range, and drop the "convergence not
     priced" assumption (it is priced now). Nothing happens without a convergence model."""
     q = quality_figures(res, report)
+    tr = res.scenario.training
+    if report.feasible and tr.critical_batch != "none" and not tr.tokens:
+        report.notes.append(
+            f"training.critical_batch = '{tr.critical_batch}' is not priced: its target loss needs training.tokens"
+        )
     if not q:
         return
     report.quality = q
-    report.assumptions[:] = [a for a in report.assumptions if not a.startswith(_NOT_PRICED)]
+    if q["model"] != "none":  # the sync strategy's convergence is priced now
+        report.assumptions[:] = [a for a in report.assumptions if not a.startswith(_NOT_PRICED)]
     head = f"quality ({q['model']}): {q['tokens_factor']:.3f}x the tokens to reach the data-parallel loss"
+    if q.get("batch"):
+        b = q["batch"]
+        head = (
+            f"quality ({q['model']}, batch {b['model']}): {q['tokens_factor']:.3f}x the tokens a small "
+            f"batch needs (batch {b['batch_tokens']:,.0f} tokens against a critical batch of "
+            f"{b['critical_batch_tokens']:,.0f}: x{b['batch_factor']:.3f})"
+        )
     if q["wall_clock_to_quality_s"] is not None:
         head += f"; {q['wall_clock_to_quality_s'] / 86400:.2f} days to quality"
     if q["cost_to_quality_usd"] is not None:
@@ -108,6 +142,8 @@ def apply_quality(res: Any, report: Any) -> None:
     if not q["in_validity_range"]:
         why = ", ".join(q["outside"]) or "this sync strategy is not one its sources cover"
         report.notes.append(
-            f"quality: the plan lies outside the validity range of convergence model '{q['model']}' "
+            f"quality: the plan lies outside the validity range of convergence model '{q['model']}'"
+            + (f" or batch model '{q['batch']['model']}'" if q.get("batch") else "")
+            + f" "
             f"({why}); the tokens factor is extrapolated"
         )

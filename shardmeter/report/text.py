@@ -182,6 +182,27 @@ def _infeasible(r: Any) -> str:
     return "\n".join(out)
 
 
+def _reliability_rows(r: Any) -> list[tuple[str, str]]:
+    """The ``[variability]`` and ``[reliability]`` lines (none without the tables)."""
+    rows = []
+    varies = r.step_time_p50_s is not None and r.step_time_p50_s != r.step_time_s
+    if varies:
+        rows.append(("step P50 / P90", f"{fmt_time(r.step_time_p50_s)} / {fmt_time(r.step_time_p90_s)}"))
+    if r.reliability:
+        rel = r.reliability
+        rows.append(
+            (
+                "goodput",
+                f"{fmt_pct(r.goodput)} (job MTBF {fmt_time(rel['job_mtbf_h'] * 3600.0)}, checkpoint "
+                f"{fmt_time(r.checkpoint_s)} every {fmt_time(r.checkpoint_interval_s)})",
+            )
+        )
+    if (varies or r.reliability) and r.expected_wall_clock_s is not None:
+        cost = "-" if r.expected_cost_usd is None else fmt_usd(r.expected_cost_usd)
+        rows.append(("expected wall-clock / cost", f"{fmt_time(r.expected_wall_clock_s)} / {cost}"))
+    return rows
+
+
 def format_report(r: Any) -> str:
     """The CLI's text of a :class:`~shardmeter.report.build.Report` (unknown or non-finite numbers
     as ``-``, absurd ones in scientific notation). Compute utilisation is shown only between
@@ -207,6 +228,7 @@ def format_report(r: Any) -> str:
         ("bottleneck", describe_bottleneck(r)),
         ("regime", r.regime),
     ]
+    rows += _reliability_rows(r)
     if r.confidence:
         rows.append(("confidence", confidence_line(r.confidence)))
     out = [render_table(("metric", "value"), rows, title="ShardMeter estimate", align_numbers=False)]

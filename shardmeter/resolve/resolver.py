@@ -90,6 +90,12 @@ class Resolved:
     #: the profile's state ``training.framework_version`` picked (a StackVersion, given to its
     #: behaviour hooks); None: no stack named, or a profile without dated states
     framework_version: StackVersion | None = None
+    #: the ``[reliability] model`` (a FailurePart) and its options; None: a run never fails
+    failures: Part | None = None
+    failure_options: Any = None
+    #: the ``[variability] model`` (a VariabilityPart) and its options; None: every rank alike
+    variability: Part | None = None
+    variability_options: Any = None
 
 
 def structure_options(part: Part, given: Mapping[str, Any], where: str, file: str | None):
@@ -150,6 +156,8 @@ def resolve_scenario(
     if sc.training.framework is not None:
         framework = reg.get("framework", sc.training.framework, path="training.framework", file=file)
         version = framework_state(framework, sc.training.framework_version, file)
+    failures, failure_opts = _model_part(sc.reliability, "failures", "reliability", reg, file)
+    variability, variability_opts = _model_part(sc.variability, "variability", "variability", reg, file)
     if overlays:
         sc = attrs.evolve(sc, notes=sc.notes + tuple(_overlay_notes(overlays, islands, network)))
     return Resolved(
@@ -161,7 +169,20 @@ def resolve_scenario(
         convergence=convergence,
         framework=framework,
         framework_version=version,
+        failures=failures,
+        failure_options=failure_opts,
+        variability=variability,
+        variability_options=variability_opts,
     )
+
+
+def _model_part(spec: Any, kind: str, where: str, reg, file: str | None) -> tuple[Part | None, Any]:
+    """The part a ``[reliability]`` or ``[variability]`` table names, with its options; ``(None,
+    None)`` without the table."""
+    if spec is None:
+        return None, None
+    part = reg.get(kind, spec.model, path=f"{where}.model", file=file)
+    return part, structure_options(part, spec.options, where, file)
 
 
 def _apply_catalog(sc: Scenario, reg) -> tuple[Any, list]:

@@ -1,4 +1,5 @@
-"""Bundled strategies: ZeRO/FSDP sharding, pipeline schedules, island sync, a convergence model.
+"""Bundled strategies: ZeRO/FSDP sharding, pipeline schedules, island sync, a convergence model,
+failure and variability models.
 
 Registered through the ``shardmeter`` entry-point group like any third-party plugin. Each is a
 behaviour part: it computes its own memory and communication terms (:mod:`.zero`,
@@ -9,8 +10,10 @@ from __future__ import annotations
 
 import shardmeter
 from shardmeter.strategies.convergence import DiLoCoFits
+from shardmeter.strategies.failures import bundled_failure_models
 from shardmeter.strategies.schedules import ClassicSchedule, DeepSpeedSchedule, InterleavedOptions
 from shardmeter.strategies.sync import DiLoCo, GlobalAllReduce
+from shardmeter.strategies.variability import LogNormalRanks
 from shardmeter.strategies.zero import (
     DEEPSPEED_MAX_LIVE_PARAMETERS,
     DEEPSPEED_PREFETCH_PARAMETERS,
@@ -69,6 +72,7 @@ def shardmeter_sharding_strategies():
         shard_gradients=True,
         shard_parameters=True,
         gather_per_layer=True,
+        unsharded_under_pp=True,
         description="PyTorch FSDP FULL_SHARD (same traffic as ZeRO-3).",
         source="Zhao et al. 2023, PyTorch FSDP (arXiv 2304.11277)",
     )
@@ -78,6 +82,7 @@ def shardmeter_sharding_strategies():
         shard_gradients=True,
         shard_parameters=True,
         gather_per_layer=True,
+        unsharded_under_pp=True,
         shard_group="node",
         description="FSDP HYBRID_SHARD: full sharding inside a node, replicas across nodes "
         "(gradients all-reduced across nodes once per step).",
@@ -157,4 +162,22 @@ def shardmeter_convergence_models():
         source="Charles et al. 2025 (arXiv 2503.09799), Tables 7 and 10; Douillard et al. 2023 (arXiv "
         "2311.08105), H sweep; Hoffmann et al. 2022 (arXiv 2203.15556), Eq. 10; Streaming DiLoCo, Douillard "
         "et al. 2025 (arXiv 2501.18512), Table 1; OpenDiLoCo (arXiv 2407.07852); INTELLECT-1 (arXiv 2412.01152)",
+    )
+
+
+@shardmeter.hookimpl
+def shardmeter_failure_models():
+    # Every figure's citation lives in shardmeter/strategies/failures.py.
+    yield from bundled_failure_models()
+
+
+@shardmeter.hookimpl
+def shardmeter_variability_models():
+    # The order-statistics model and its defaults: shardmeter/strategies/variability.py.
+    yield LogNormalRanks(
+        name="lognormal",
+        description="Each rank's time for a phase is log-normal around the model's figure (mean 1, CV "
+        "gpu_step_cv for compute, link_cv for transfers, or sigma from a measured P90/P50); a phase ends "
+        "with the slowest of its N ranks: q-quantile exp(mu + sigma Phi^-1(q^(1/N))).",
+        source="David and Nagaraja, Order Statistics (3rd ed., 2003), Eq. 2.1.1; CVs: SCENARIO.md example",
     )

@@ -44,12 +44,14 @@ The model, in three steps (each constant below is cited where it is defined):
    about 2B parameters, M = 2: those gains are below 1 % of the loss, within what the fit
    resolves at the sizes it extrapolates to).
 
-Compression, fragments and overlap change nothing inside the validity range: FP16
-pseudo-gradients match FP32 (OpenDiLoCo, arXiv 2407.07852), int8 works at 10B (INTELLECT-1,
-arXiv 2412.01152), FP4 (E3M0) outer gradients lose nothing measurable and fragments with
-overlap tau < 5 are robust (Streaming DiLoCo, arXiv 2501.18512, Table 1 and Sec. 3). Fewer than
-4 bits, or tau >= 5, lie outside the range (the factor is then that of the uncompressed,
-unoverlapped strategy, flagged ``in_range = False``).
+Compression and fragments multiply the loss ratio by the published penalty of
+:mod:`shardmeter.strategies.compression_table` (``(bits, fragments) -> loss ratio``, each point
+cited there): FP16 pseudo-gradients match FP32 (OpenDiLoCo, arXiv 2407.07852), int8 works at
+10B (INTELLECT-1, arXiv 2412.01152), FP4 (E3M0) outer gradients lose nothing measurable and
+fragments with overlap tau < 5 are robust (Streaming DiLoCo, arXiv 2501.18512, Table 1 and
+Sec. 3), so every published penalty is 1. Fewer than 4 bits (published only with error
+feedback, which ``diloco`` does not model), or tau >= 5, lie outside the range (the factor is
+then held at the nearest published point, flagged ``in_range = False``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ import numpy as np
 
 from shardmeter.numeric.ops import Array
 from shardmeter.parts import ConvergenceInputs, ConvergencePart, ConvergenceTerms
+from shardmeter.strategies.compression_table import compression_loss_ratio
 
 __all__ = [
     "DiLoCoFits",
@@ -155,14 +158,18 @@ def _inside(inp: ConvergenceInputs, validity: dict[str, tuple[float, float]]) ->
 @attrs.frozen(kw_only=True)
 class DiLoCoFits(ConvergencePart):
     """The bundled model (module docstring): Charles et al. 2025 Table 10 for N and M, the H
-    sweep of Douillard et al. 2023, Chinchilla's data term for the tokens; compression to 4 bits,
-    fragments and overlap up to 4 steps are free (OpenDiLoCo, Streaming DiLoCo)."""
+    sweep of Douillard et al. 2023, Chinchilla's data term for the tokens; compression and
+    fragments priced by the published table (:mod:`~shardmeter.strategies.compression_table`:
+    free down to 4 bits), overlap up to 4 steps free (Streaming DiLoCo)."""
 
     def terms(self, inp: ConvergenceInputs, opts: Any) -> ConvergenceTerms:
         local = np.asarray(inp.local_steps, dtype=bool)
         ratio = loss_ratio(params=inp.params, replicas=inp.replicas, inner_steps=inp.inner_steps)
+        penalty, in_table = compression_loss_ratio(inp.compression_bits, inp.fragments)
+        ratio = ratio * penalty
         factor = np.where(local, factor_from_loss_ratio(params=inp.params, ratio=ratio), 1.0)
-        return ConvergenceTerms(tokens_factor=factor, in_range=_inside(inp, VALIDITY))
+        in_range = _inside(inp, VALIDITY) & (in_table | ~local)
+        return ConvergenceTerms(tokens_factor=factor, in_range=in_range)
 
     def validity(self) -> dict[str, Any]:
         return {k: list(v) for k, v in VALIDITY.items()}

@@ -25,6 +25,7 @@ __all__ = [
     "ZeroThreeOptions",
     "LAST_BUCKET_BYTES",
     "shard_group_size",
+    "expert_shard_group_size",
     "DEEPSPEED_MAX_LIVE_PARAMETERS",
     "DEEPSPEED_PREFETCH_PARAMETERS",
     "DEEPSPEED_REDUCE_BUCKET_ELEMENTS",
@@ -73,6 +74,21 @@ def shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
     return ops.maximum(per_domain, 1.0)
 
 
+def expert_shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
+    """Ranks one copy of the routed experts' state is sharded over: the shard group
+    (:func:`shard_group_size`) divided by ``ep``, since the ``ep`` ranks of each expert-parallel
+    group hold different experts (at least 1).
+
+    Megatron-Core lays the experts over ``tp x cp x dp`` and shards their distributed-optimizer
+    state over the expert-data-parallel group, ``world_size // (etp x ep x pp)``
+    (``megatron/core/parallel_state.py``, ``theoretical_memory_usage.py``'s
+    ``expert_data_parallel_size`` since NVIDIA/Megatron-LM#4687, a7c9e8c4); with the experts'
+    tensor parallelism equal to ``tp`` that is ``dp x cp / ep``. torchtitan's FSDP2 shards the
+    experts over the ``dp_shard_mod_ep`` mesh dimension (``efsdp``: the data-parallel shard
+    ranks divided by ``ep``), the same group."""
+    return ops.maximum(shard_group_size(inp, by_domain) / ops.maximum(inp.ep, 1.0), 1.0)
+
+
 @attrs.frozen(kw_only=True)
 class ZeroSharding(ShardingPart):
     """State sharded over the data-parallel group (see the module docstring).
@@ -90,6 +106,9 @@ class ZeroSharding(ShardingPart):
       held for the whole run.
     * ``regather_recompute``: full recompute gathers the layers' parameters again (DeepSpeed
       ZeRO-3's forward hooks fire in the recomputed forward; see :meth:`gathers_per_layer`).
+    * ``unsharded_under_pp``: under a pipeline schedule (``pp`` > 1) the stage stays unsharded
+      between micro-batches, its gradients accumulated unsharded in fp32 (PyTorch FSDP2 with
+      ``torch.distributed.pipelining``; :meth:`pipeline_unsharded_bytes`).
     """
 
     shard_optimizer: bool = False
@@ -102,6 +121,7 @@ class ZeroSharding(ShardingPart):
     prefetch_parameters: float = 0.0
     reduce_bucket_elements: float = 0.0
     regather_recompute: bool = False
+    unsharded_under_pp: bool = False
 
     def infeasible(self, inp: ShardInputs, opts: Any) -> Array:
         """HSDP (``shard_group = "node"``): the shard group (:func:`shard_group_size`, the
@@ -137,6 +157,26 @@ class ZeroSharding(ShardingPart):
         live = ops.maximum(self.max_live_parameters, largest + self.prefetch_parameters)
         return ops.minimum(live, two_layers) * inp.weight_bytes
 
+    def pipeline_unsharded_bytes(self, inp: ShardInputs) -> tuple[Array, Array]:
+        """``(weights, gradients)`` FSDP holds unsharded for the whole step under a pipeline
+        schedule: the stage's parameters in the gather dtype, and its gradient accumulators in
+        fp32, besides the sharded state (0, 0 where ``pp`` = 1 or not ``unsharded_under_pp``).
+
+        torchtitan shards each block with ``reshard_after_forward = not pp_enabled`` under its
+        ``"default"`` policy (torchtitan/models/llama3/infra/parallelize.py, ``apply_fsdp``), so
+        the gathered stage stays between micro-batches; ``torch.distributed.pipelining``'s stage
+        runs every backward but the last under ``set_requires_gradient_sync(False)`` and
+        ``set_reshard_after_backward(False)`` (torch/distributed/pipelining/stage.py,
+        ``backward_maybe_with_nosync``), and FSDP2 then keeps the gradient unsharded,
+        accumulated in the reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``:
+        ``self.unsharded_accumulated_grad = unsharded_grad.to(self.reduce_dtype)``), fp32 in
+        torchtitan (``mixed_precision_reduce = "float32"``)."""
+        if not (self.shard_parameters and self.unsharded_under_pp):
+            return 0.0, 0.0
+        on = ops.where(inp.pp > 1, 1.0, 0.0)
+        p = inp.params_per_gpu
+        return on * p * inp.param_gather_bytes, on * p * 4.0
+
     def gathers(self, inp: ShardInputs) -> tuple[Array, Array, Array]:
         """Parameter all-gathers of the stage per micro-batch, in layers' worth: ``(forward,
         recompute, backward)``.
@@ -161,21 +201,33 @@ class ZeroSharding(ShardingPart):
         return ls, rec, ls - rec * ops.clip(kept, 0.0, 1.0)
 
     def state(self, inp: ShardInputs, opts: Any) -> StateBytes:
-        """Bytes per GPU: each sharded state divided by the shard group; ZeRO-3 / FSDP also hold
+        """Bytes per GPU: each sharded state divided by the shard group (a MoE stage's routed
+        experts by their expert-data-parallel group, :func:`expert_shard_group_size`); ZeRO-3 / FSDP also hold
         the gathered parameters (:meth:`gathered_bytes`) and DeepSpeed ZeRO-3 its reduce bucket
         (``reduce_bucket_size`` elements of the gradient dtype, allocated once with
         ``contiguous_gradients``: zero/stage3.py, DeepSpeed@edaa722), as ``extra``."""
-        n = shard_group_size(inp, self.shard_group == "node")
+        by_domain = self.shard_group == "node"
+        n = shard_group_size(inp, by_domain)
+        n_e = expert_shard_group_size(inp, by_domain)
         p, wb = inp.params_per_gpu, inp.weight_bytes
+        p_e = ops.minimum(ops.maximum(inp.expert_params_per_gpu, 0.0), p)
+
+        def sharded(on: bool) -> Array:
+            """Parameters' worth one GPU keeps of a state sharded (``on``) or not: the
+            dense part over ``n``, the routed experts over ``n_e``."""
+            return (p - p_e) / n + p_e / n_e if on else p
+
         w_shards = n if self.shard_parameters else 1.0
-        weights = p * wb / w_shards
-        if self.shard_parameters:
-            weights = weights + self.gathered_bytes(inp)
+        weights = sharded(self.shard_parameters) * wb
+        unsharded_w, unsharded_g = self.pipeline_unsharded_bytes(inp)
+        if self.shard_parameters:  # the gathered layers, or the whole stage under a pipeline
+            gathered = self.gathered_bytes(inp)
+            weights = weights + ops.where(ops.as_float(unsharded_w) > 0, unsharded_w, gathered)
         return StateBytes(
             extra=self.reduce_bucket_elements * inp.grad_bytes,
             weights=weights,
-            gradients=p * inp.grad_bytes / (n if self.shard_gradients else 1.0),
-            optimizer=p * inp.optimizer_bytes_per_param / (n if self.shard_optimizer else 1.0),
+            gradients=sharded(self.shard_gradients) * inp.grad_bytes + unsharded_g,
+            optimizer=sharded(self.shard_optimizer) * inp.optimizer_bytes_per_param,
             param_shards=w_shards,
             optimizer_shards=n if self.shard_optimizer else 1.0,
         )

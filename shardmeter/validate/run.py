@@ -9,7 +9,10 @@ counted, never skipped.
 Memory (SCENARIO.md, "Validation"): ``[measured] memory_per_gpu_gb`` is a peak of allocated
 tensors (PyTorch's ``max_memory_allocated``) and ``[measured] memory_reserved_gb`` what the
 caching allocator reserved (``max_memory_reserved``); each is compared with the report field of
-the same name like any field (a case with its relative error). A reserved peak also bounds the
+the same name like any field (a case with its relative error). Both are PyTorch's counters, which
+leave out what the process holds outside its allocator (the CUDA context and NCCL's buffers, the
+report's ``memory_outside_allocator_gb``), so the predictions they meet are taken without it
+(:func:`_torch_view`). A reserved peak also bounds the
 allocated prediction: it is a ``memory_bounds`` entry with its slack (measured reserved less
 predicted ``memory_per_gpu_gb``, GB), and a predicted allocated peak above it is a failed case.
 ``memory`` summarises them: per kind (allocated, reserved) the count, the mean absolute error and
@@ -159,7 +162,7 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
         if not rep.feasible:
             fail(f, "infeasible: " + "; ".join(rep.reasons))
             continue
-        d = rep.to_dict()
+        d = _torch_view(rep.to_dict())
         for field, measured in sc.measured.items():
             if field == RESERVED_FIELD:
                 bound = _reserved_bound(f, measured, d.get(MEMORY_FIELD))
@@ -198,6 +201,21 @@ def validate_paths(paths: Iterable[str], *, estimator=None) -> dict:
         "band_coverage": case_coverage(cases),
         "band_coverage_held_out": held_out_coverage(),
     }
+
+
+def _torch_view(d: dict) -> dict:
+    """The report ``d`` with its memory figures as PyTorch's counters see them: less
+    ``memory_outside_allocator_gb`` (the CUDA context and NCCL's buffers, which
+    ``max_memory_allocated`` and ``max_memory_reserved`` leave out)."""
+    outside = d.get("memory_outside_allocator_gb")
+    if not isinstance(outside, (int, float)) or isinstance(outside, bool):
+        return d
+    out = dict(d)
+    for field in MEMORY_FIELDS:
+        v = d.get(field)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[field] = float(v) - float(outside)
+    return out
 
 
 def _mapes(cases: list[dict]) -> dict:

@@ -10,6 +10,10 @@ Flags (:func:`plan_flags`):
   communication hidden under other work over the exposed compute time) exceeds
   :data:`~shardmeter.report.words.HIDDEN_FLAG_ABOVE` (50 %): most of its compute time has
   traffic running under it, and the step rests on that overlap being achieved.
+* ``conv-extrap``: the plan's convergence factor (``report.quality.tokens_factor``) is
+  extrapolated: ``quality.in_validity_range`` is false, the plan lies outside the published
+  points of its convergence model (inner steps, replicas, parameters, compression bits below the
+  published table, overlap) or of its critical-batch model (``docs/convergence.md``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ def plan_flags(rep: Doc) -> list[str]:
     share = hidden_share(rep.get("overlapped_s") or {}, rep.get("breakdown_s") or {})
     if share is not None and share > HIDDEN_FLAG_ABOVE:
         out.append(f"hidden {share:.0%}")
+    quality = rep.get("quality") or {}
+    if quality and quality.get("in_validity_range") is False:
+        out.append("conv-extrap")
     return out
 
 
@@ -50,7 +57,8 @@ def flag_legend() -> list[str]:
     return [
         "flags: MFU>val = MFU above the highest validated run of its kind (report.confidence."
         f"max_validated_mfu); hidden N% = communication hidden under compute, over {HIDDEN_FLAG_ABOVE:.0%} "
-        "of the compute time (the step assumes that overlap is achieved); band = half-width of the "
+        "of the compute time (the step assumes that overlap is achieved); conv-extrap = the convergence "
+        "factor is extrapolated beyond its published points (report.quality.outside); band = half-width of the "
         "80 % interval of the throughput (report.confidence.band_pct)",
     ]
 

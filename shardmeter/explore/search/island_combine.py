@@ -15,6 +15,7 @@ import attrs
 import numpy as np
 
 from shardmeter.explore.search.axes import Axis
+from shardmeter.explore.search.expected import class_factor
 from shardmeter.explore.search.island_candidates import Candidates
 from shardmeter.explore.search.island_context import FREE_MBS, IslandContext, class_key
 from shardmeter.explore.search.island_curves import (
@@ -363,4 +364,13 @@ def _measures(obj: dict[str, Any]) -> tuple[Callable[[ClassPlan], float], Callab
 
     if obj.get("quality") is not None and obj["kind"] != "pareto":
         return (lambda c: c.step_s * c.factor), (lambda c: raw_cost(c) * c.factor)
+    ctx = obj.get("expected")
+    if ctx is not None:  # failures and preemption: the goodput of the class's nodes
+        gpn = obj["gpn"]
+
+        def expected(c: ClassPlan) -> float:
+            gpus = [float(c.nodes.get(j, 0) * gpn[j]) for j in range(len(gpn))]
+            return class_factor(ctx, gpus)
+
+        return (lambda c: c.step_s * expected(c)), (lambda c: raw_cost(c) * expected(c))
     return (lambda c: c.step_s), raw_cost

@@ -106,8 +106,9 @@ def _plan(
     tps = obj["tokens_per_step"]
     plan["rank"] = rank + 1
     plan["predicted_step_s"] = c.step_s
-    if obj["quality"] is not None:
-        plan["tokens_factor"] = c.factor
+    if obj["quality"] is not None:  # the batch's factor (constant over plans) as the report has it
+        batch = ((rep.get("quality") or {}).get("batch") or {}).get("batch_factor", 1.0)
+        plan["tokens_factor"] = c.factor * batch
     plan["time_per_token_s"] = float(rep["step_time_s"]) / tps
     if obj["price"] is not None:
         plan["cost_per_token_usd"] = c.cost_step_usd / tps

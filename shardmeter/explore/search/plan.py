@@ -29,6 +29,12 @@ from shardmeter.errors import ShardMeterError
 from shardmeter.estimator import Estimator
 from shardmeter.explore.execution.allocator import keep_freed_memory
 from shardmeter.explore.execution.executors import run_tasks
+from shardmeter.explore.search.expected import (
+    EXPECTED_OBJECTIVES,
+    check_per_island,
+    expected_context,
+    expected_factor,
+)
 from shardmeter.explore.search.island_plans import infeasible_by_key, per_island_document
 from shardmeter.explore.search.layouts import check_islands
 from shardmeter.explore.search.pareto import merge_fronts, merge_top_k, pareto_front
@@ -63,13 +69,17 @@ __all__ = ["search", "score_chunk", "DEFAULT_CHUNK", "OBJECTIVES", "MAX_TOP"]
 Best = tuple[np.ndarray, ...]
 #: Candidates per chunk (the unit of work of an executor task).
 DEFAULT_CHUNK = 1 << 18
-#: Candidates evaluated by the full model at once: bounds peak memory, and keeps the arrays in cache
-#: (16384 rows measured fastest on a quiet 2-core run: 1.09 M rows/s against 0.89 at 32768, 0.77 at 65536).
-EVAL_BATCH = 1 << 14
+#: Candidates evaluated by the full model at once: bounds peak memory. Each ``evaluate`` call runs
+#: some thousands of numpy operations whatever its size, so small batches pay that per call: on the
+#: GPT-3 175B / 1536 A100 space (benchmarks/release_figures.py, 2 busy cores, 2026-12-03) 16384
+#: rows gave 3.4-3.5 M candidates per CPU-second, 32768 5.0, 65536 4.7-5.5, 131072 5.6-5.7 (peak
+#: RSS 151 MB against 87 MB at 32768) and 262144 5.9 (the same RSS: a chunk's survivors fill
+#: no more). (16384 was the fastest when the model made fewer calls: 1.09 M rows/s then.)
+EVAL_BATCH = 1 << 17
 #: Model input cells (candidates x islands) evaluated at once: with several islands every
 #: per-island array grows with the islands, so fewer candidates go into one ``evaluate`` call.
-EVAL_CELLS = 4 * EVAL_BATCH
-OBJECTIVES = ("time", "cost", "pareto", *QUALITY_OBJECTIVES, *PESSIMISTIC_OBJECTIVES)
+EVAL_CELLS = 1 << 16  # unchanged: caps one island at 65536 rows, and many islands hold no more than before
+OBJECTIVES = ("time", "cost", "pareto", *QUALITY_OBJECTIVES, *PESSIMISTIC_OBJECTIVES, *EXPECTED_OBJECTIVES)
 #: ``layouts``: each island its own layout and batch share (several islands), or one layout on
 #: every island split by replicas (the search before per-island layouts).
 LAYOUT_MODES = ("per-island", "shared")
@@ -117,7 +127,8 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
         inp.update(space.prefix_columns(pb))
         inp.update(inner)
         with np.errstate(all="ignore"):
-            out = _flat(evaluate(ModelInputs.from_columns(inp), space.table, detail=False), (len(pb), R_in))
+            detail = bool(obj.get("detail"))  # an expected objective's step quantile reads the breakdown
+            out = _flat(evaluate(ModelInputs.from_columns(inp), space.table, detail=detail), (len(pb), R_in))
         feas = out.feasible
         rb = over_islands(np.bitwise_or, out.reasons, keepdims=False)
         for b in REASONS:
@@ -127,6 +138,8 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
         # priced only when the objective or the budget needs it (_objective refuses an unpriced island then)
         cost_step = _cost_per_step(out, obj) if price is not None else np.full_like(step, np.nan)
         factor = _chunk_factor(space, inp, out, len(pb)) if obj.get("quality") is not None else 1.0
+        if obj.get("expected") is not None:  # failures, checkpoints, preemption, stragglers
+            factor = factor * expected_factor(obj["expected"], out)
         keep = feas.copy()
         if obj.get("deadline_s") is not None:
             late = keep & (step * steps > obj["deadline_s"])
@@ -141,7 +154,8 @@ def score_chunk(space: Space, bounds: tuple[int, int]) -> dict[str, Any]:
         if obj["kind"] == "pareto":
             res["best"] = merge_fronts(res["best"], pareto_front(step[keep], cost_step[keep], cid))
         else:
-            score = (step if obj["kind"] == "time" else cost_step) * factor
+            with np.errstate(invalid="ignore"):  # infeasible rows carry nan factors; dropped below
+                score = (step if obj["kind"] == "time" else cost_step) * factor
             if obj.get("band") is not None:  # the slow end of each candidate's band
                 bands = candidate_bands(obj["band"], inp, out, (len(pb), R_in, space.n_islands))
                 score = pessimistic(score, bands)
@@ -205,8 +219,16 @@ def _objective(
     budget_usd: float | None,
 ) -> dict[str, Any]:
     res = est.resolve(sc)
-    kind = QUALITY_OBJECTIVES.get(objective) or PESSIMISTIC_OBJECTIVES.get(objective, objective)
+    kind = (
+        QUALITY_OBJECTIVES.get(objective)
+        or EXPECTED_OBJECTIVES.get(objective)
+        or PESSIMISTIC_OBJECTIVES.get(objective, objective)
+    )
     islands = res.islands
+    expected = None
+    if objective in EXPECTED_OBJECTIVES:
+        params = float(np.asarray(evaluate(*est.inputs(res)).params).ravel()[0])
+        expected = expected_context(res, objective, params)
     tokens = sc.training.tokens
     tokens_per_step = sc.training.global_batch * sc.model.seq_len
     if (deadline_days is not None or budget_usd is not None) and not tokens:
@@ -234,6 +256,8 @@ def _objective(
         "steps": (tokens / tokens_per_step) if tokens else None,
         "tokens_per_step": float(tokens_per_step),
         "band": band_context(res, est, objective),
+        "expected": expected,
+        "detail": expected is not None and expected.q is not None,
         "deadline_s": deadline_days * 86400.0 if deadline_days is not None else None,
         "budget_usd": float(budget_usd) if budget_usd is not None else None,
     }
@@ -295,6 +319,7 @@ def search(
     if layouts is None:
         layouts = "per-island" if len(sc.islands) > 1 else "shared"
     if len(sc.islands) > 1 and layouts == "per-island":
+        check_per_island(obj["expected"], objective)
         return per_island_document(sc, est, obj, objective, only, max_gpus, t0, build_reports, node_options)
     space = compile_space(sc, est, only=only, max_gpus=max_gpus, objective=obj)
     acc, interrupted = _score_space(space, obj, chunk_fn, chunk_size, workers, dask, progress)

@@ -80,6 +80,12 @@ class MegatronLM(FrameworkPart):
     2023-03-23 (or with sequence parallelism); the later whole-tensor sends have no key, so the
     profile's states from edca71da say so in their note and change nothing."""
 
+    #: Megatron's ``vocab_parallel_cross_entropy`` keeps its fp32 softmax and writes the
+    #: gradient into it (megatron/core/tensor_parallel/cross_entropy.py, ``calculate_gradients``:
+    #: ``grad_input = softmax`` ... ``grad_input.mul_(grad_output)``, NVIDIA/Megatron-LM@d98e8a64)
+    fused_loss = True
+    fp8_backend_default = "transformer-engine"
+
     versions: ClassVar[tuple[StackVersion, ...]] = MEGATRON_LM_VERSIONS
 
     def defaults(self, tables, gpus, version=None) -> FrameworkDefaults:
@@ -192,6 +198,12 @@ class MegatronCore(FrameworkPart):
     that names its recipe (``bf16_with_fp8_current_scaling_mixed``, ``..._delayed_scaling_...``):
     for such a run write ``fp8_recipe``."""
 
+    #: Megatron's ``vocab_parallel_cross_entropy`` keeps its fp32 softmax and writes the
+    #: gradient into it (megatron/core/tensor_parallel/cross_entropy.py, ``calculate_gradients``:
+    #: ``grad_input = softmax`` ... ``grad_input.mul_(grad_output)``, NVIDIA/Megatron-LM@d98e8a64)
+    fused_loss = True
+    fp8_backend_default = "transformer-engine"
+
     versions: ClassVar[tuple[StackVersion, ...]] = MEGATRON_CORE_VERSIONS
 
     def defaults(self, tables, gpus, version=None) -> FrameworkDefaults:
@@ -269,6 +281,12 @@ class MegatronDeepSpeed(FrameworkPart):
     PipelineEngine with ZeRO-1, by version (:data:`MEGATRON_DEEPSPEED_VERSIONS`): before
     e2fdd254 (2021-09-29) the engine sent gradients whole from every TP rank
     (``grad_partitioned = false``, an option of the ``deepspeed-1f1b`` schedule)."""
+
+    #: Megatron's ``vocab_parallel_cross_entropy`` keeps its fp32 softmax and writes the
+    #: gradient into it (megatron/core/tensor_parallel/cross_entropy.py, ``calculate_gradients``:
+    #: ``grad_input = softmax`` ... ``grad_input.mul_(grad_output)``, NVIDIA/Megatron-LM@d98e8a64)
+    fused_loss = True
+    fp8_backend_default = "transformer-engine"
 
     versions: ClassVar[tuple[StackVersion, ...]] = MEGATRON_DEEPSPEED_VERSIONS
 

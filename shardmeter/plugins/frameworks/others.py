@@ -138,6 +138,10 @@ class LlmFoundry(FrameworkPart):
     (:data:`LLM_FOUNDRY_VERSIONS`)."""
 
     versions: ClassVar[tuple[StackVersion, ...]] = LLM_FOUNDRY_VERSIONS
+    #: MPT's ``loss_fn`` defaults to ``fused_crossentropy`` (flash-attn's Triton
+    #: ``CrossEntropyLoss``: saves the 16-bit logits and their log-sum-exp, writes a 16-bit
+    #: gradient): 2 + 2 bytes a logit, which the in-place count (4 saved, none added) equals
+    fused_loss = True
 
     def defaults(self, tables, gpus, version=None) -> FrameworkDefaults:
         out: FrameworkDefaults = {

@@ -283,6 +283,10 @@ class TorchTitan(FrameworkPart):
     (8b737fe3, 2025-04-07), the chunked lm_head + loss of the shipped llama3 configs (786e26f8,
     2026-04-27), FSDP's ``reshard_after_forward`` rules (5940ddeb, 83e69410)."""
 
+    #: its float8 training is torchao's ``Float8Linear`` (``[model] converters = ["float8"]``),
+    #: which keeps the high-precision input for backward
+    fp8_backend_default = "torchao"
+
     versions: ClassVar[tuple[StackVersion, ...]] = TORCHTITAN_VERSIONS
     compiled_loss: ClassVar[bool] = True  # at the newest state; loss_compiled() by state
 

@@ -1,0 +1,50 @@
+"""The min-max fold below the batch squared (numeric/minmax.py) gives the brute fold's numbers
+and choices exactly, ties, gaps and non-monotone curves included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardmeter.numeric.minmax import BRUTE_BELOW, fold, fold_brute
+
+
+def _curve(rng, n, *, ties: bool, gaps: float) -> np.ndarray:
+    # a rising finish time with the saw of micro-batch divisibility, gaps (shares an island
+    # cannot take) and, with ``ties``, values rounded so many are equal
+    b = np.arange(n, dtype=float)
+    f = 5.0 + 0.05 * b + rng.uniform(0, 3, n) * (b % rng.integers(2, 9) != 0)
+    if ties:
+        f = np.round(f, 0)
+    f[rng.random(n) < gaps] = np.inf
+    f[0] = np.inf  # share 0 keeps the island in
+    return f
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fold_is_the_brute_fold(seed):
+    rng = np.random.default_rng(seed)
+    total = int(rng.integers(BRUTE_BELOW, 700))
+    ties, gaps = bool(seed % 2), (0.0, 0.2, 0.9)[seed % 3]
+    h = _curve(rng, total + 1, ties=ties, gaps=gaps)
+    f = _curve(rng, total + 1 + int(rng.integers(0, 5)), ties=ties, gaps=gaps)
+    for _ in range(3):  # a chain, as the per-island planner folds island after island
+        out, arg = fold(h, f, total)
+        want_out, want_arg = fold_brute(h, f, total)
+        assert np.array_equal(out, want_out) and np.array_equal(arg, want_arg)
+        h = out
+
+
+def test_fold_by_hand():
+    total = BRUTE_BELOW
+    h = np.full(total + 1, np.inf)
+    f = np.full(total + 1, np.inf)
+    h[[10, 40]] = [1.0, 3.0]
+    f[[30, 56, 86]] = [2.0, 1.0, 1.0]
+    out, arg = fold(h, f, total)
+    # total = 96 = 10 + 86 (max 1) or 40 + 56 (max 3); 40 = 10 + 30 (max 2); 66 = 10 + 56 (max 1)
+    assert (out[96], arg[96]) == (1.0, 86)
+    assert (out[40], arg[40]) == (2.0, 30) and (out[66], arg[66]) == (1.0, 56)
+    assert out[70] == 3.0 and arg[70] == 30  # 40 + 30
+    assert np.isinf(out[0]) and arg[0] == -1
+    assert np.flatnonzero(np.isfinite(out)).tolist() == [40, 66, 70, 96]  # 40 + 86 is past the total
