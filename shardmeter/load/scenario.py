@@ -50,6 +50,7 @@ from shardmeter.load.specs import (
 from shardmeter.load.stage_groups import stage_group_records
 from shardmeter.parts import option_defaults
 from shardmeter.registry.convert import FLOAT_MAX, key_path, structure_record
+from shardmeter.registry.guard import provider, who
 
 __all__ = [
     "Scenario",
@@ -167,7 +168,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     model_rec = _model_record(data.get("model"), file, notes)
     training = _required_table(data.get("training"), "training", file)
     framework_keys = apply_framework(data, model_rec, reg, file, notes)
-    with _blaming_profile(data, framework_keys, data["training"].get("framework")):
+    with _blaming_profile(data, framework_keys, _profile_named(reg, data["training"].get("framework"))):
         training_rec = structure_record(training, TrainingSpec, path="training", file=file)
         parse_par = _parallelism_parser(reg, file, notes)
         par_rec = parse_par(data.get("parallelism", {}), "parallelism")
@@ -228,20 +229,38 @@ def _blaming_profile(data: Mapping[str, Any], set_keys: tuple[str, ...], name: A
         mine = [k for k in set_keys if k.startswith(table + ".")]
         if not mine:
             raise
-        quoted = [k for k in mine if k.partition(".")[2] in exc.message] or mine
+        quoted = (
+            [k for k in mine if exc.path == k or exc.path.startswith((k + ".", k + "["))]
+            or [k for k in mine if k.partition(".")[2] in exc.message]
+            or mine
+        )
         filled = ", ".join(f"{k} = {_shown_value(data, k)}" for k in quoted)
         raise ScenarioError(
-            f"{exc.message} ({filled}: a default of framework {name}; write "
+            f"{exc.message} ({filled}: a default of {name}; write "
             f"{' and '.join(quoted)} in the scenario to choose another)",
             path=exc.path,
             file=exc.file,
         ) from None
 
 
-def _shown_value(data: Mapping[str, Any], key: str) -> str:
+def _profile_named(reg: Any, name: Any) -> str:
+    """``framework torchtitan``, and the plugin and distribution that provide it where that is
+    not ShardMeter itself (a plugin's profile whose default does not load is the plugin's)."""
+    try:
+        part = reg.get("framework", name)
+    except Exception:  # noqa: BLE001 - an unknown profile was refused before; name it as written
+        return f"framework {name}"
+    found = provider(part)
+    ours = found is None or found[1].split(" ")[0] == "shardmeter"
+    return f"framework {name}" if ours else who("framework", part)
+
+
+def _shown_value(data: Mapping[str, Any], key: str, limit: int = 60) -> str:
+    """A profile-filled value for a one-line message (shortened past ``limit``)."""
     table, _, field = key.partition(".")
     value = data.get(table, {}).get(field)
-    return f'"{value}"' if isinstance(value, str) else repr(value)
+    text = f'"{value}"' if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _check_tables(data: Mapping[str, Any], file: str | None) -> None:

@@ -1,7 +1,7 @@
 """Every behaviour part's result checked where it is used, not only at registration.
 
-A sharding, schedule, sync, convergence or framework part is a plugin's code run inside the
-model. What it returns is checked when it returns (:func:`run_part`), before any arithmetic
+A sharding, schedule, sync, convergence, failure, variability or framework part is a plugin's
+code run inside the model. What it returns is checked when it returns (:func:`run_part`), before any arithmetic
 reads it:
 
 * **type**: the record its hook promises (:class:`~shardmeter.parts.StateBytes`, a sequence of
@@ -38,10 +38,19 @@ import attrs
 import numpy as np
 
 from shardmeter.errors import PluginError, ShardMeterError
-from shardmeter.exchange import ConvergenceTerms, SyncHyperparameters, SyncTerms
+from shardmeter.exchange import ConvergenceTerms, FailureTerms, SyncHyperparameters, SyncTerms
 from shardmeter.parts import CommEvent, PipeTerms, ScheduleNeeds, StateBytes
 
-__all__ = ["PartFault", "run_part", "guarded_call", "remember", "who", "SLOW_PART_S", "GuardedPart"]
+__all__ = [
+    "PartFault",
+    "run_part",
+    "guarded_call",
+    "remember",
+    "who",
+    "provider",
+    "SLOW_PART_S",
+    "GuardedPart",
+]
 
 #: Seconds after which a part that has not returned is named on stderr (it keeps running).
 SLOW_PART_S = 3.0
@@ -64,6 +73,12 @@ class PartFault(PluginError):
 def remember(part: object, plugin: str, distribution: str) -> None:
     """Record who provided ``part`` (called by the registry for every part it holds)."""
     _PROVIDERS[id(part)] = (part, plugin, distribution)
+
+
+def provider(part: object) -> tuple[str, str] | None:
+    """``(plugin, distribution)`` that registered ``part``; None where no registry holds it."""
+    found = _PROVIDERS.get(id(part))
+    return (found[1], found[2]) if found is not None and found[0] is part else None
 
 
 def who(kind: str, part: object) -> str:
@@ -151,12 +166,13 @@ class _Rows:
 
 
 def _rows(args: Sequence[Any]) -> _Rows:
-    if not args or not attrs.has(type(args[0])):
+    """The rows of a hook's input record (its first argument), or of its array and number
+    arguments where the first is not a record (``quantile_factor(q, ranks, kind, opts)``)."""
+    if not args:
         return _Rows(None)
+    given = attrs.astuple(args[0], recurse=False) if attrs.has(type(args[0])) else args
     values = [
-        v
-        for v in attrs.astuple(args[0], recurse=False)
-        if isinstance(v, (np.ndarray, np.number, int, float)) and not isinstance(v, bool)
+        v for v in given if isinstance(v, (np.ndarray, np.number, int, float)) and not isinstance(v, bool)
     ]
     shapes = {np.shape(v) for v in values}
     try:
@@ -282,6 +298,12 @@ def _conv_terms(v: Any, rows: Any) -> None:
     _flag(v.in_range, "terms().in_range", rows)
 
 
+def _failure_terms(v: Any, rows: Any) -> None:
+    _record(v, FailureTerms, "terms")
+    for f in ("failures_per_h", "planned_per_h", "restart_s"):
+        _figure(getattr(v, f), f"terms().{f}", rows)
+
+
 def _scalar(v: Any, rows: Any) -> None:
     if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not math.isfinite(float(v)):
         raise _Broken(f"returned {v!r:.40}, not a finite number")
@@ -318,6 +340,8 @@ CHECKS: dict[tuple[str, str], Callable[[Any, Any], None]] = {
     ("sync", "state_bytes_per_param"): _scalar,
     ("sync", "hyperparameters"): _hyper,
     ("convergence", "terms"): _conv_terms,
+    ("failures", "terms"): _failure_terms,
+    ("variability", "quantile_factor"): lambda v, rows: _figure(v, "quantile_factor()", rows, positive=True),
     ("framework", "defaults"): _defaults,
     ("framework", "loss_compiled"): _boolean,
     ("framework", "expandable_segments"): _boolean,

@@ -194,7 +194,7 @@ def _load_entry_point(pm: pluggy.PluginManager, ep, dist_label: str) -> bool:
                 or f"{type(obj).__name__} {getattr(obj, '__name__', '')} implements no ShardMeter hook"
             )
     except (Exception, SystemExit) as exc:  # isolate third-party failures
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = _shown(str(exc).strip().splitlines()[0], 200) if str(exc).strip() else ""
         msg = f"Error loading ShardMeter plugin '{ep.name}' from {dist_label}: {type(exc).__name__}"
         msg += f": {first}" if first else ""
         if _strict():
@@ -330,7 +330,7 @@ def _contributed(impl, hook_name: str, plugin_name: str, dist: str) -> list | No
                 raise TypeError(f"returned {type(items).__name__}, not an iterable of records")
             return list(items) if items is not None else []  # a generator runs here
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a plugin's sys.exit() must not end ours
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = _shown(str(exc).strip().splitlines()[0], 200) if str(exc).strip() else ""
         msg = f"ShardMeter plugin '{plugin_name}' ({dist}) failed in {hook_name}: {type(exc).__name__}"
         _reject(msg + (f": {first}" if first else ""), exc)
         return None
