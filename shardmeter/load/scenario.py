@@ -14,6 +14,7 @@ builds the records from the raw tables.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import math
@@ -439,7 +440,7 @@ def _island_records(
 def _check_unique_names(isl_recs: list[IslandSpec], file: str | None) -> None:
     """No name used twice by islands and offers together (an offer becomes an island)."""
     names = [str(r.name) for r in isl_recs]  # every island is named by now
-    dup = {n for n in names if names.count(n) > 1}
+    dup = {n for n, k in collections.Counter(names).items() if k > 1}  # linear: thousands of islands
     if dup:
         raise ScenarioError(f"island name {sorted(dup)[0]!r} is used twice", path="island", file=file)
 

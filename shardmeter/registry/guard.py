@@ -26,11 +26,13 @@ worker process by pickle is named by its class.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -55,9 +57,11 @@ __all__ = [
 #: Seconds after which a part that has not returned is named on stderr (it keeps running).
 SLOW_PART_S = 3.0
 
-#: ``id(part) -> (part, plugin, distribution)`` of every registered part (the part is kept so
-#: that its id is never reused while the entry stands).
-_PROVIDERS: dict[int, tuple[object, str, str]] = {}
+#: ``id(part) -> (a reference to the part, plugin, distribution)`` of every registered part: a
+#: weak reference where the part takes one (an entry goes with its part, so a process that
+#: applies overlays estimate after estimate does not keep every record it ever made), else the
+#: part itself (its id is then never reused while the entry stands).
+_PROVIDERS: dict[int, tuple[Callable[[], object | None], str, str]] = {}
 
 
 class PartFault(PluginError):
@@ -72,21 +76,37 @@ class PartFault(PluginError):
 
 def remember(part: object, plugin: str, distribution: str) -> None:
     """Record who provided ``part`` (called by the registry for every part it holds)."""
-    _PROVIDERS[id(part)] = (part, plugin, distribution)
+    key = id(part)
+    found = _PROVIDERS.get(key)
+    if found is not None and found[0]() is part and found[1:] == (plugin, distribution):
+        return
+
+    def forget(_: object) -> None:
+        _PROVIDERS.pop(key, None)
+
+    try:
+        ref: Callable[[], object | None] = weakref.ref(part, forget)
+    except TypeError:  # no __weakref__ slot
+        ref = functools.partial(_same, part)
+    _PROVIDERS[key] = (ref, plugin, distribution)
+
+
+def _same(part: object) -> object:
+    return part
 
 
 def provider(part: object) -> tuple[str, str] | None:
     """``(plugin, distribution)`` that registered ``part``; None where no registry holds it."""
     found = _PROVIDERS.get(id(part))
-    return (found[1], found[2]) if found is not None and found[0] is part else None
+    return (found[1], found[2]) if found is not None and found[0]() is part else None
 
 
 def who(kind: str, part: object) -> str:
     """``sharding part 'zero1' of plugin 'builtin' (distribution shardmeter)``."""
     name = getattr(part, "name", None) or type(part).__name__
-    found = _PROVIDERS.get(id(part))
-    if found is not None and found[0] is part:
-        return f"{kind} part '{name}' of plugin '{found[1]}' ({found[2]})"
+    found = provider(part)
+    if found is not None:
+        return f"{kind} part '{name}' of plugin '{found[0]}' ({found[1]})"
     return f"{kind} part '{name}' ({type(part).__module__}.{type(part).__qualname__})"
 
 
@@ -181,14 +201,18 @@ def _rows(args: Sequence[Any]) -> _Rows:
         return _Rows(None, values)
 
 
-def _figure(value: Any, field: str, given: _Rows | None, *, positive: bool = False) -> None:
+def _figure(
+    value: Any, field: str, given: _Rows | None, *, positive: bool = False, forever: bool = False
+) -> None:
     """``value`` is a real, finite (where its inputs were), non-negative (``positive``: above
-    zero) scalar or array that broadcasts to the rows it was ``given`` without growing them."""
+    zero) scalar or array that broadcasts to the rows it was ``given`` without growing them.
+    ``forever``: a time that may be +inf ("never ends": the model makes that plan infeasible);
+    NaN never."""
     scalar = type(value) is float or type(value) is int  # the scalar path: no numpy
     if (
         scalar
         and (value > 0 or (value == 0 and not positive))
-        and (value != math.inf or (given is not None and not given.finite))
+        and (value != math.inf or forever or (given is not None and not given.finite))
     ):
         return
     rows = given.shape if given is not None else None
@@ -213,6 +237,8 @@ def _figure(value: Any, field: str, given: _Rows | None, *, positive: bool = Fal
     if ok and (arr.dtype.kind != "f" or arr.max() < math.inf):
         return
     finite_in = given.finite if given is not None else True
+    if forever and arr.dtype.kind == "f" and not np.any(np.isnan(arr)) and bool(np.all(arr >= 0)):
+        return
     if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
         if finite_in:
             raise _Broken(f"{field} is not finite ({_sample(arr, ~np.isfinite(arr))})")
@@ -268,7 +294,8 @@ def _traffic(v: Any, rows: Any) -> None:
 
 def _pipe_terms(v: Any, rows: Any) -> None:
     _record(v, PipeTerms, "terms")
-    for f in ("bubble_s", "in_flight", "p2p_transfers"):
+    _figure(v.bubble_s, "terms().bubble_s", rows, forever=True)
+    for f in ("in_flight", "p2p_transfers"):
         _figure(getattr(v, f), f"terms().{f}", rows)
     _flag(v.infeasible, "terms().infeasible", rows)
     if v.p2p_bytes is not None:
@@ -280,7 +307,7 @@ def _sync_terms(v: Any, rows: Any) -> None:
     shape = rows.shape
     per_island = _Rows(None if not shape else (shape[0], 1), rows._values)  # (n, 1) of (n, I)
     for f in ("exposed_s", "wan_s", "round_s"):
-        _figure(getattr(v, f), f"exchange().{f}", per_island)
+        _figure(getattr(v, f), f"exchange().{f}", per_island, forever=True)
     _figure(v.egress_bytes, "exchange().egress_bytes", _Rows(None if not shape else shape[:1], rows._values))
 
 
