@@ -137,3 +137,30 @@ def test_the_provider_table_does_not_keep_parts_alive():
     del reg, rec
     gc.collect()
     assert key not in guard._PROVIDERS
+
+
+def test_parts_run_in_threads_leave_stdout_where_it_was():
+    """Parts scored in a thread pool (the planner's chunks): nested redirects that ended out of
+    order left sys.stdout on stderr for good, and ``plan`` printed its answer to stderr."""
+    import sys
+    import threading
+    import time
+
+    class Part:
+        name = "slowpoke"
+
+        def hyperparameters(self, opts):
+            print("chatter")
+            time.sleep(opts)
+
+    real = sys.stdout
+    threads = [
+        threading.Thread(target=guard.run_part, args=("convergence", Part(), "hyperparameters", d))
+        for d in (0.05, 0.2)
+    ]
+    for t in threads:
+        t.start()
+        time.sleep(0.01)
+    for t in threads:
+        t.join()
+    assert sys.stdout is real

@@ -155,6 +155,35 @@ def _watched(label: str) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------------------------
+# stdout while plugin code runs
+
+_redirects = 0
+_saved_stdout: Any = None
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """``sys.stdout`` is ``sys.stderr`` while any part runs, in any thread: the first call in
+    saves the real stdout, the last one out restores it (``contextlib.redirect_stdout`` nested
+    in threads that end out of order left the process's stdout on stderr for good: a planner
+    scoring chunks in threads then printed its whole answer to stderr)."""
+    global _redirects, _saved_stdout
+    with _lock:
+        if _redirects == 0:
+            _saved_stdout = sys.stdout
+            sys.stdout = sys.stderr
+        _redirects += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _redirects -= 1
+            if _redirects == 0:
+                sys.stdout = _saved_stdout
+                _saved_stdout = None
+
+
+# ---------------------------------------------------------------------------------------------
 # the checks
 
 
@@ -305,10 +334,10 @@ def _pipe_terms(v: Any, rows: Any) -> None:
 def _sync_terms(v: Any, rows: Any) -> None:
     _record(v, SyncTerms, "exchange")
     shape = rows.shape
-    per_island = _Rows(None if not shape else (shape[0], 1), rows._values)  # (n, 1) of (n, I)
+    per_island = _Rows(None if not shape else (*shape[:-1], 1), rows._values)  # (..., 1) of (..., I)
     for f in ("exposed_s", "wan_s", "round_s"):
         _figure(getattr(v, f), f"exchange().{f}", per_island, forever=True)
-    _figure(v.egress_bytes, "exchange().egress_bytes", _Rows(None if not shape else shape[:1], rows._values))
+    _figure(v.egress_bytes, "exchange().egress_bytes", _Rows(None if not shape else shape[:-1], rows._values))
 
 
 def _hyper(v: Any, rows: Any) -> None:
@@ -390,7 +419,7 @@ def guarded_call(
     and its distribution."""
     label = f"{who(kind, part)}: {hook}()"
     try:
-        with _watched(label), contextlib.redirect_stdout(sys.stderr):
+        with _watched(label), _stdout_to_stderr():
             result = call()
             if hook == "traffic":  # a generator is read twice: checked, then priced
                 result = _listed(result)
