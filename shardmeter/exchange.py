@@ -69,7 +69,16 @@ class ShardInputs:
     experts' tensor parallelism is ``tp``): a strategy shards their state over that
     expert-data-parallel group, not the whole one (Megatron-Core's ``expert_data_parallel_size
     = world_size // (etp x ep x pp)``; :func:`shardmeter.strategies.zero.expert_shard_group_size`).
+    ``expert_tp``: the experts' own tensor parallelism (None: ``tp``; Megatron-Core's
+    ``expert_tensor_parallel_size``), the experts' ``expert_tp x ep`` ranks laid over the stage's
+    ``tp x cp x dp`` ("MoE parallel folding"), so their data-parallel group is
+    ``tp x cp x dp / (expert_tp x ep)``.
     ``pp``: the pipeline-parallel degree (FSDP keeps a stage unsharded under a pipeline schedule).
+    ``trainable_fraction``: of ``params_per_gpu``, the share that is trained (1; LoRA's adapters
+    on frozen weights, ``training.peft``): ``grad_bytes`` and ``optimizer_bytes_per_param`` are
+    already averaged over all the GPU's parameters, so a strategy that prices them per parameter
+    needs nothing more; it matters where a strategy moves or keeps trained-only state by its
+    own dtype (ZeRO-1/2's all-gather of the updated parameters).
 
     The island's network, as :class:`~shardmeter.inputs.bundles.Topology` gives it: the whole
     tier list, innermost first, on a trailing tier axis (in the scalar path a tuple, one value
@@ -97,7 +106,9 @@ class ShardInputs:
     params_last_module: Array = 0.0
     expert_params_per_gpu: Array = 0.0
     ep: Array = 1.0
+    expert_tp: Array | None = None
     pp: Array = 1.0
+    trainable_fraction: Array = 1.0
     param_gather_bytes: Array = attrs.field(
         default=attrs.Factory(lambda s: where(s.weight_bytes > 2, 4.0, 2.0), takes_self=True)
     )

@@ -495,6 +495,17 @@ class FrameworkPart(Part):
     #: stack changed this overrides :meth:`loss_fused` instead.
     fused_loss: ClassVar[bool] = False
 
+    #: Behaviour no key states: with ``tp`` > 1 the stack runs its cross-entropy on vocab-sharded
+    #: logits under PyTorch's DTensor ``loss_parallel()``, whose backward is unfused (more
+    #: transient copies of the logits; :func:`~shardmeter.model.memory.loss_transient_bytes`).
+    #: A profile whose stack changed this overrides :meth:`loss_parallel_enabled` instead.
+    loss_parallel: ClassVar[bool] = False
+
+    def loss_parallel_enabled(self) -> bool:
+        """Whether, with ``tp`` > 1, the stack's loss runs under DTensor's ``loss_parallel()``;
+        the default: :attr:`loss_parallel`. A profile with :attr:`versions` adds ``version``."""
+        return self.loss_parallel
+
     #: Behaviour no key states unless ``training.fp8_backend`` is written: whose fp8 linears
     #: the stack runs, ``"transformer-engine"`` or ``"torchao"`` (None: by the recipe).
     fp8_backend_default: ClassVar[str | None] = None

@@ -123,17 +123,17 @@ def test_fsdp_state_rounding_counted_by_hand():
     state = StateBytes(
         weights=p_sharded * 2.0, gradients=p_sharded * 4.0, optimizer=p_sharded * 12.0, param_shards=shards
     )
-    got = al.stage_reserved_bytes(ms, tr, shard, state, 0.0)
+    got = al.stage_required_bytes(ms, tr, shard, state, 0.0)
     assert np.all(got == pytest.approx((74 + 252) * MIB, rel=1e-12))
     # with expandable segments: 512-byte rounding only (10.5 MiB is a multiple), one 20 MiB
     # page per stream (the default and FSDP's 3) and the copy-in pool
     tr_e = attrs.evolve(tr, expandable_segments=np.ones_like(tr.expandable_segments))
     assert np.all(
-        al.stage_reserved_bytes(ms, tr_e, shard, state, 0.0) == pytest.approx((4 * 20 + 252) * MIB, rel=1e-12)
+        al.stage_required_bytes(ms, tr_e, shard, state, 0.0) == pytest.approx((4 * 20 + 252) * MIB, rel=1e-12)
     )
     # unsharded parameters (DDP, Megatron's contiguous buffers): nothing added
     flat = StateBytes(weights=1.0, gradients=1.0, optimizer=1.0, param_shards=1.0)
-    assert np.all(al.stage_reserved_bytes(ms, tr, shard, flat, 5.0) == 5.0)
+    assert np.all(al.stage_required_bytes(ms, tr, shard, flat, 5.0) == 5.0)
 
 
 def test_torchtitan_runs_its_allocator_with_expandable_segments_since_a5e57e4a():
@@ -146,18 +146,85 @@ def test_torchtitan_runs_its_allocator_with_expandable_segments_since_a5e57e4a()
     assert part.expandable_segments(EXPANDABLE_SEGMENTS) and part.expandable_segments()
 
 
-def test_reserved_is_reported_never_below_allocated_and_decides_feasibility():
-    r = shardmeter.estimate(TT_8B)
-    assert r.feasible
+def _without_fragmentation(monkeypatch, path, overrides=()):
+    """The report with :data:`~shardmeter.model.allocator.FRAGMENTATION` at 0: its reserved peak is
+    then what the step requires (:func:`~shardmeter.model.allocator.stage_required_bytes`)."""
+    monkeypatch.setattr(al, "FRAGMENTATION", 0.0)
+    r = shardmeter.estimate(path, overrides=list(overrides))
+    monkeypatch.undo()
+    return r
+
+
+LAYER_8B = (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) * 2  # one Llama 3 8B layer, bf16
+
+
+def test_required_is_allocated_plus_rounding(monkeypatch):
+    q = _without_fragmentation(monkeypatch, TT_8B)
     # torchtitan 2024-12, FSDP over 8 ranks, expandable segments: one Llama 3 8B layer's bf16
     # all-gather output in the copy-in stream's pool (2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x
     # 14336 = 218.1 M parameters, norms aside), the four streams' last pages, and under 512 bytes
     # for each of 32 layers x (7 matrices x 4 fp32 tensors + 1 gradient buffer)
-    layer = (2 * 4096**2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) * 2
-    extra = (r.memory_reserved_gb - r.memory_per_gpu_gb) * 1e9
-    assert layer + 4 * 20 * MIB <= extra < layer + 4 * 20 * MIB + 512 * 32 * (7 * 4 + 1) + 2 * 2 * 4096
-    # a GPU between the allocated and the reserved figure cannot hold the plan
-    mid = (r.memory_per_gpu_gb + r.memory_reserved_gb) / 2
-    tight = shardmeter.estimate(TT_8B, overrides=[f'island[0].gpu={{name="h100-sxm", memory_gb={mid}}}'])
+    extra = (q.memory_reserved_gb - q.memory_per_gpu_gb) * 1e9
+    assert LAYER_8B + 4 * 20 * MIB <= extra < LAYER_8B + 4 * 20 * MIB + 512 * 32 * (7 * 4 + 1) + 2 * 2 * 4096
+
+
+def test_reserved_adds_the_fragmentation_of_the_steps_churn(monkeypatch):
+    """Churn of FSDP without a pipeline: the activations, the loss's transient and the two
+    gathered layers (FSDP's rate limiter: the layer computing and the one prefetched; their
+    norms' 64 kB aside); the sharded state churns nothing."""
+    r = shardmeter.estimate(TT_8B)
+    q = _without_fragmentation(monkeypatch, TT_8B)
+    b = r.memory_breakdown_gb
+    churn = (b["activations"] + b["transient"]) * 1e9 + 2 * LAYER_8B
+    got = (r.memory_reserved_gb - q.memory_reserved_gb) * 1e9
+    assert got == pytest.approx(al.FRAGMENTATION * churn, rel=2e-6)
+    assert 0.0 < al.FRAGMENTATION < 1.0
+
+
+def test_churn_counts_only_what_is_beyond_the_persistent_shard():
+    """DDP (one shard): the state churns nothing. FSDP over 8 under a pipeline: the unsharded
+    stage in bf16 (2 bytes a parameter beyond the 2 / 8 of its shard) and its fp32
+    accumulators (4 bytes beyond the 4 / 8 of the sharded gradient)."""
+    shard = _shard(1.0e6, 2.0)
+    p = shard.params_per_gpu
+    ddp = StateBytes(weights=p * 2.0, gradients=p * 4.0, optimizer=p * 12.0, param_shards=1.0)
+    assert np.all(al.churn_bytes(shard, ddp, 3.0, 4.0) == pytest.approx(7.0))
+    pp = StateBytes(
+        weights=p * 2.0 / 8 + p * 2.0,
+        gradients=p * 4.0 / 8 + p * 4.0,
+        optimizer=p * 12.0 / 8,
+        param_shards=8.0,
+    )
+    assert np.all(al.churn_bytes(shard, pp, 0.0, 0.0) == pytest.approx(p * 6.0, rel=1e-12))
+
+
+def test_the_reserved_peak_is_capped_at_the_gpus_memory_and_only_what_is_required_decides(monkeypatch):
+    """PyTorch frees its cache and retries before it reports out of memory, so a GPU between the
+    required and the grown reserved peak holds the plan, reserving all it has; below the
+    required figure the plan is infeasible, and the reason names that figure."""
+    r = shardmeter.estimate(TT_8B)
+    q = _without_fragmentation(monkeypatch, TT_8B)
+    assert r.feasible and r.memory_reserved_gb > q.memory_reserved_gb > r.memory_per_gpu_gb
+    mid = (q.memory_reserved_gb + r.memory_reserved_gb) / 2
+    capped = shardmeter.estimate(TT_8B, overrides=[f'island[0].gpu={{name="h100-sxm", memory_gb={mid}}}'])
+    assert capped.feasible, capped.reasons
+    assert capped.memory_reserved_gb == pytest.approx(mid, rel=1e-12)
+    low = (r.memory_per_gpu_gb + q.memory_reserved_gb) / 2
+    tight = shardmeter.estimate(TT_8B, overrides=[f'island[0].gpu={{name="h100-sxm", memory_gb={low}}}'])
     assert not tight.feasible
-    assert any(f"needs {r.memory_reserved_gb:.1f} GB" in why for why in tight.reasons), tight.reasons
+    assert tight.memory_reserved_gb == pytest.approx(q.memory_reserved_gb, rel=1e-12)  # not capped below
+    assert any(f"needs {q.memory_reserved_gb:.1f} GB" in why for why in tight.reasons), tight.reasons
+
+
+def test_the_bundled_share_is_the_fit_of_tools_fit_fragmentation():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "fit_fragmentation", os.path.join(os.path.dirname(__file__), "..", "tools", "fit_fragmentation.py")
+    )
+    assert spec is not None and spec.loader is not None
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    pts = fit.points()
+    assert len(pts) >= 30
+    assert round(fit.fit(pts), fit.DECIMALS) == al.FRAGMENTATION

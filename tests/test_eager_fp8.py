@@ -148,7 +148,7 @@ def test_fp8_params_gather_the_layers_weights_in_one_byte():
     assert float(plain.param_gather_bytes.item()) == 2.0
     assert float(fp8p.param_gather_bytes.item()) * p == pytest.approx((p - emb) * 1.0 + emb * 2.0, rel=1e-9)
     # the gradients and the fp32 master copy are untouched
-    assert float(fp8p.grad_bytes) == 2.0 and float(fp8p.optimizer_bytes_per_param.item()) == 12.0
+    assert float(fp8p.grad_bytes.item()) == 2.0 and float(fp8p.optimizer_bytes_per_param.item()) == 12.0
     # FSDP's parameter all-gathers carry those bytes: (p - emb + 2 emb) / 2p of the bf16 volume
     from shardmeter.strategies.zero import ZeroSharding
 

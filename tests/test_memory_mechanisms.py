@@ -4,11 +4,15 @@ FSDP under a pipeline schedule, the loss's transient, Transformer Engine's saved
 from __future__ import annotations
 
 import copy
+import os
 
+import attrs
+import numpy as np
 import pytest
 
 import shardmeter
 from shardmeter.model.fp8 import saved_input_bytes_per_byte
+from shardmeter.validate.run import bundled_validation_dir
 
 GB = 1e9
 
@@ -99,3 +103,31 @@ def test_layers_full_recompute_leaves_alone_keep_te_s_fp8_inputs():
     h, q, ffn, kept = 4096, 4096, 14336, 32 - 5 + 1
     saved = kept * SEQ * (2 * h + q + ffn) * 2 * 0.5
     assert (ao["activations"] - te["activations"]) * GB == pytest.approx(saved, rel=1e-9)
+
+
+def test_dtensor_loss_parallel_backward_holds_three_fp32_copies():
+    """torchtitan (2024-12) with TP runs its loss under ``loss_parallel()`` (``loss_parallel_enabled =
+    self.tp > 1 and self.enable_loss_parallel``, torchtitan parallel_dims.py @ 9dec370), whose
+    ``nll_loss_backward`` handler computes ``grad_input = torch.zeros_like(x)`` ... ``return
+    (grad_input + torch.exp(x)) * grad_output`` (torch/distributed/tensor/parallel/loss.py @
+    02eef6b8): beside the saved fp32 log-softmax ``x``, ``grad_input``, ``exp(x)`` and their sum
+    (then the sum and the product) are alive at once, 12 bytes a local logit instead of the fused
+    path's 8. Llama 3 70B, TP 8, local batch 16 x 8192 tokens: 16 x 8192 x 128256 / 8 local
+    logits; without TP the fused path keeps 8 bytes, a compiled loss 2."""
+    from shardmeter.model.memory import loss_transient_bytes
+    from shardmeter.plugins.frameworks.torchtitan import TorchTitan
+
+    assert TorchTitan(name="tt-test").loss_parallel_enabled()
+    est = shardmeter.Estimator()
+    path = os.path.join(bundled_validation_dir(), "torchtitan", "torchtitan-202412-llama3-70b-n256-2d.toml")
+    inp = est.inputs(est.load(path))[0]
+    assert np.all(inp.training.loss_parallel == 1.0) and np.all(inp.training.compiled_loss == 0.0)
+    tokens = 16 * 8192
+    local = tokens * 128256 / 8
+    sh = type("Sh", (), {"tokens": tokens})()
+    tp8 = loss_transient_bytes(inp.model, inp.training, sh, 8.0)
+    assert np.all(tp8 == pytest.approx(12 * local, rel=1e-12))
+    tp1 = loss_transient_bytes(inp.model, inp.training, sh, 1.0)  # loss_parallel needs tp > 1
+    assert np.all(tp1 == pytest.approx(8 * tokens * 128256, rel=1e-12))
+    tr = attrs.evolve(inp.training, compiled_loss=np.ones_like(inp.training.compiled_loss))
+    assert np.all(loss_transient_bytes(inp.model, tr, sh, 8.0) == pytest.approx(2 * local, rel=1e-12))

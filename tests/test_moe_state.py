@@ -32,9 +32,11 @@ import shardmeter
 GB = 1e9
 
 
-def megatron_params(m: dict, tp: int, pp: int, ep: int) -> tuple[float, float]:
+def megatron_params(m: dict, tp: int, pp: int, ep: int, etp: int | None = None) -> tuple[float, float]:
     """``(dense, expert)`` parameters on Megatron's most loaded shard (the first stage, with the
-    embedding), as ``compute_weight_and_optimizer_memory`` splits them (etp = tp)."""
+    embedding), as ``compute_weight_and_optimizer_memory`` splits them (``etp``: the experts'
+    tensor parallelism, default tp)."""
+    etp = tp if etp is None else etp
     h, heads, kv, ffn = m["hidden"], m["heads"], m["kv_heads"], m["ffn_hidden"]
     moe_ffn, experts, shared = m.get("moe_ffn_hidden", ffn), m["experts"], m.get("shared_experts", 0)
     layers, dense_layers = m["layers"], m.get("dense_layers", 0)
@@ -55,15 +57,19 @@ def megatron_params(m: dict, tp: int, pp: int, ep: int) -> tuple[float, float]:
     tp_shard = (tp_sharded / pp + embedding) / tp
     if pp == 1:  # untie_embeddings_and_output_weights
         tp_shard += embedding / tp
-    return tp_shard + replicated / pp, expert_sharded / pp / (tp * ep)
+    return tp_shard + replicated / pp, expert_sharded / pp / (etp * ep)
 
 
-def megatron_state(m: dict, tp: int, pp: int, dp: int, ep: int) -> tuple[float, float]:
+def megatron_state(
+    m: dict, tp: int, pp: int, dp: int, ep: int, etp: int | None = None
+) -> tuple[float, float]:
     """``(weights, optimizer)`` bytes of the most loaded shard with the distributed optimizer:
     2 bytes per parameter, and 12 / dp (dense) or 12 / expert_data_parallel_size (experts)."""
-    dense, expert = megatron_params(m, tp, pp, ep)
+    etp = tp if etp is None else etp
+    dense, expert = megatron_params(m, tp, pp, ep, etp)
     world = tp * pp * dp
-    edp = world // (tp * ep * pp)
+    assert world % (etp * ep * pp) == 0
+    edp = world // (etp * ep * pp)
     return 2 * (dense + expert), 12 * dense / dp + 12 * expert / edp
 
 
@@ -111,7 +117,7 @@ LAYOUTS = [
 ]
 
 
-def _scenario(m: dict, tp: int, pp: int, dp: int, ep: int) -> dict:
+def _scenario(m: dict, tp: int, pp: int, dp: int, ep: int, etp: int | None = None) -> dict:
     model = {k: v for k, v in m.items()}
     model.update(ffn="swiglu", seq_len=4096, experts_per_token=2)
     gpus = tp * pp * dp
@@ -128,6 +134,7 @@ def _scenario(m: dict, tp: int, pp: int, dp: int, ep: int) -> dict:
             "ep": ep,
             "sharding": "zero1",
             "sequence_parallel": tp > 1,
+            **({} if etp is None else {"expert_tp": etp}),
         },
     }
 
@@ -159,3 +166,35 @@ def test_expert_state_grows_with_ep_at_a_fixed_dp():
     _, expert64 = megatron_params(m, 1, 16, 64)
     assert expert8 == pytest.approx(8 * expert64)
     assert got[1] == pytest.approx(got[0], rel=0.02)
+
+
+#: (model, tp, pp, dp, ep, etp): Megatron-Core's MoE parallel folding, the experts' ``etp x ep``
+#: laid over a stage's ``tp x dp`` ranks, ``ep`` above ``dp`` (Qwen3-235B's Megatron-Bridge
+#: recipe: tp 4, cp 2, ep 8, etp 1) and the experts' TP apart from the attention's
+FOLDED = [
+    (QWEN3_30B, 4, 2, 8, 16, 1),
+    (QWEN3_30B, 2, 1, 4, 8, 1),
+    (MIXTRAL_8X22B, 8, 4, 2, 8, 2),
+    (MIXTRAL_8X7B, 4, 1, 2, 8, 1),
+    (DSV3_GQA, 2, 8, 64, 64, 1),
+]
+
+
+@pytest.mark.parametrize("layout", FOLDED, ids=lambda t: _id(t[:5]) + f"etp{t[5]}")
+def test_folded_expert_state_matches_megatrons_theoretical_memory(layout):
+    m, tp, pp, dp, ep, etp = layout
+    r = shardmeter.estimate(_scenario(m, tp, pp, dp, ep, etp))
+    assert r.feasible, r.reasons
+    weights, optimizer = megatron_state(m, tp, pp, dp, ep, etp)
+    assert r.memory_breakdown_gb["optimizer"] * GB == pytest.approx(optimizer, rel=0.02)
+    assert r.memory_breakdown_gb["weights"] * GB == pytest.approx(weights, rel=0.02)
+
+
+def test_an_expert_grid_that_does_not_divide_the_stage_is_refused_as_megatron_refuses_it():
+    """initialize_model_parallel (megatron/core/parallel_state.py @d98e8a64) raises "world_size
+    (W) is not divisible by expert_tensor_model_pipeline_parallel size (etp x ep x pp)"."""
+    ok = shardmeter.estimate(_scenario(QWEN3_30B, 4, 2, 8, 32, 1))  # 1 x 32 x 2 = 64 = world
+    assert ok.feasible, ok.reasons
+    bad = shardmeter.estimate(_scenario(QWEN3_30B, 4, 2, 8, 32, 2))  # 2 x 32 x 2 = 128 > 64
+    assert not bad.feasible
+    assert any("expert_tp x ep (64) a stage's tp x cp x dp ranks (32" in r for r in bad.reasons), bad.reasons

@@ -118,12 +118,7 @@ def _corpus() -> list[tuple[str, str, pathlib.Path, str | None, str, int, list[s
 
 
 #: Corpus entries the model still gets wrong, by id pattern -> the mechanism at fault.
-KNOWN: dict[str, str] = {
-    r"_peft_": "PEFT (LoRA) recipes freeze the base weights (no gradients or optimizer state for "
-    "them); no scenario key says so, so full training is priced",
-    r"deepseek_v3_pretrain_64gpu|qwen3_235b_a22b_pretrain_256gpu": "the layout rule asks ep to divide "
-    "dp x cp; Megatron-Core's MoE parallel folding lays experts over TP x CP x DP (EP > DP is allowed)",
-}
+KNOWN: dict[str, str] = {}
 #: Shipped configs the stack itself refuses to run as written, by id pattern -> the words of the
 #: model's reason, which quote the stack's own check. NeMo 2's ``llama31_405b`` at 6b0f088 pairs
 #: trainer(num_nodes=72) with tp 8 x pp 9 x cp 4 (dp 2) and global batch 512: 256 micro-batches,
@@ -134,6 +129,11 @@ KNOWN: dict[str, str] = {
 #: larger than or equal to the pipeline-parallel size"); 8cfedd7 ships pp 8 on 64 nodes instead.
 UPSTREAM_REFUSES: dict[str, str] = {
     r"nemo2/2025-01-25_6b0f088/llama31_405b": "to be a multiple of pp (9)",
+    # Megatron-Bridge's DeepSeek-V3 "64gpu" perf recipes keep the 1024-GPU layout (tp 2, pp 8,
+    # ep 64, expert_tensor_parallel_size 1): an expert grid of 1 x 64 x 8 = 512 ranks, which
+    # Megatron-Core's initialize_model_parallel refuses on 64 (megatron/core/parallel_state.py
+    # @d98e8a64: "world_size (64) is not divisible by expert_tensor_model_pipeline_parallel size (512)")
+    r"deepseek_v3_pretrain_64gpu": "expert_tensor_model_pipeline_parallel size",
 }
 #: Shipped configs the import refuses (tests/test_import_fixtures.py pins each refusal and its one
 #: line): not plans, so not in the corpus.

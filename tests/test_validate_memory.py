@@ -176,3 +176,32 @@ def test_fsdp_still_holds_two_gathered_layers():
 # keeps the 1-byte copies of GEMM inputs for the backward pass
 def test_nemotron_340b_fits():
     assert Estimator().estimate(NEMOTRON_340B).feasible
+
+
+def test_bundled_reserved_peaks_coverage_and_bound():
+    """Issue 22's memory targets on every bundled run reporting ``max_memory_reserved``
+    (torchtitan's tables and torchao's, which runs torchtitan): the allocated prediction never
+    above the reserved peak, and the reserved prediction within 10 % of it on at least 90 % of
+    the 30 (28 today; the 2024-12 405B pipeline rows at 1F1B with 8 micro-batches of 4 and at
+    cp 8 stay 16-18 % under). Every one of them is feasible."""
+    dirs = [os.path.join(PUBLISHED, g) for g in ("torchtitan", "torchao-float8")]
+    res = validate_paths(dirs)
+    mem = res["memory"]
+    assert mem["reserved_cases"] == 30 and mem["reserved_violations"] == 0
+    assert mem["reserved_within_10pct"] >= 0.90
+    assert mem["reserved_mape"] < 0.06
+    assert res["n_failed"] == 0  # an infeasible run would be a failed case
+
+
+def test_torchao_h100_runs_predate_torchtitans_compiled_loss():
+    """The torchao H100 rows ran torchtitan 0da8901 (2025-03-10), before bbb1b616 (2025-04-02)
+    compiled the loss: their loss transient is the eager one, as the same run written with a
+    later framework_version is not."""
+    path = os.path.join(PUBLISHED, "torchao-float8", "torchao-float8-llama3-8b-h100-bf16-n8.toml")
+    est = Estimator()
+    assert est.load(path).training.framework_version == "2025-03-10"
+    then = est.estimate(path).memory_breakdown_gb["transient"]
+    later = est.estimate(path, {"training.framework_version": "2025-04-02"}).memory_breakdown_gb["transient"]
+    # Llama 3 8B at 8192 tokens: the eager loss upcasts 8192 x 128256 logits to fp32 (4.2 GB);
+    # compiled, it does not
+    assert then - later > 8192 * 128256 * 4 / 1e9

@@ -133,8 +133,11 @@ def test_every_key_a_profile_sets_is_covered():
 
 
 def test_recompute_layers_qualifies_recompute():
-    """The one key of the contract whose absence is part of a written key's meaning."""
-    assert _qualifiers("training.recompute") == ["training.recompute_layers"]
+    """The keys whose absence is part of a written key's meaning: recompute_layers (the
+    contract's: a written "full" recomputes every layer) and recompute_modules (a written
+    "selective" recomputes the attention core only), and LoRA's rank and targets qualify peft."""
+    assert _qualifiers("training.recompute") == ["training.recompute_layers", "training.recompute_modules"]
+    assert _qualifiers("training.peft") == ["training.lora_rank", "training.lora_targets"]
 
 
 CASES = [

@@ -1,7 +1,11 @@
 """Print the memory table of the bundled published runs: for every run with a memory figure
 (``[measured] memory_per_gpu_gb`` or ``memory_reserved_gb``), the predicted allocated peak
 (``memory_per_gpu_gb``) by part, the predicted reserved peak (``memory_reserved_gb``), the
-measured figure and its kind, and the ratios. Issue 22's closing note shows it before and after.
+measured figure and its kind, and the ratios. The ratios are taken as ``validate`` takes them:
+both predictions less what the process holds outside PyTorch's caching allocator
+(``memory_outside_allocator_gb``, the CUDA context and NCCL's buffers), which
+``max_memory_allocated`` and ``max_memory_reserved`` leave out. Issue 22's closing note shows it
+before and after.
 
     python tools/memory_table.py              # text table
     python tools/memory_table.py --markdown   # a Markdown table
@@ -52,6 +56,9 @@ def rows(paths: list[str]) -> list[tuple[str, ...]]:
             continue
         rep = est.estimate(sc).to_dict()
         alloc, res = rep.get("memory_per_gpu_gb"), rep.get("memory_reserved_gb")
+        outside = rep.get("memory_outside_allocator_gb") or 0.0
+        alloc_in = alloc - outside if alloc is not None else None
+        res_in = res - outside if res is not None else None
         parts = rep.get("memory_breakdown_gb") or {}
         for field, measured in figures.items():
             kind = "allocated" if field == "memory_per_gpu_gb" else "reserved"
@@ -62,8 +69,8 @@ def rows(paths: list[str]) -> list[tuple[str, ...]]:
                     _f(measured),
                     _f(alloc),
                     _f(res),
-                    _f(alloc / measured if alloc is not None else None, "{:.2f}"),
-                    _f(res / measured if res is not None else None, "{:.2f}"),
+                    _f(alloc_in / measured if alloc_in is not None else None, "{:.2f}"),
+                    _f(res_in / measured if res_in is not None else None, "{:.2f}"),
                     *(_f(parts.get(p)) for p in PARTS),
                 )
             )

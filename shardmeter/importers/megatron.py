@@ -25,7 +25,13 @@ from collections.abc import Mapping
 
 from shardmeter.importers.draft import Draft
 from shardmeter.importers.files import ConfigError, number_text, read_text
-from shardmeter.importers.megatron_model import GPT2_VOCAB, model_keys, padded_vocab, vocab_keys
+from shardmeter.importers.megatron_model import (
+    GPT2_VOCAB,
+    model_keys,
+    padded_vocab,
+    recompute_modules,
+    vocab_keys,
+)
 from shardmeter.importers.shell import END, MARK, ShellLimit, logical_lines, missing_in, read_script
 
 __all__ = ["draft_from_file", "draft_from_text", "parse_args_text", "padded_vocab", "GPT2_VOCAB", "Args"]
@@ -326,11 +332,9 @@ def _parallel(a: Args, d: Draft, gpus: int | None, node: int) -> None:
         deg[key] = v
         if v != 1:
             d.set(f"parallelism.{key}", v, f"--{flag}")
-    etp = a.int("expert-tensor-parallel-size")
+    etp = a.int("expert-tensor-parallel-size", minimum=1)
     if etp is not None and etp != deg["tp"]:
-        d.unmapped(
-            "parallelism", f"--expert-tensor-parallel-size {etp}", f"the experts priced at tp {deg['tp']}"
-        )
+        d.set("parallelism.expert_tp", etp, "--expert-tensor-parallel-size")
     world = _world(a, d, deg, gpus, node)
     fixed = deg["tp"] * deg["pp"] * deg["cp"]
     if world % fixed:
@@ -467,11 +471,8 @@ def _recompute(a: Args, d: Draft) -> None:
                 f"--recompute-method {method} --recompute-num-layers {layers}: every layer recomputed",
             )
         modules = a.value("recompute-modules")
-        if gran == "selective" and modules and modules != "core_attn":
-            d.note(
-                "training",
-                f"--recompute-modules {modules}: priced as the attention core's selective recompute",
-            )
+        if gran == "selective" and modules:
+            recompute_modules(modules.split(), d, "--recompute-modules")
     elif gran:
         d.unmapped("training", f"--recompute-granularity {gran}")
     a.value("recompute-modules")

@@ -23,11 +23,20 @@ from typing import TYPE_CHECKING, Any
 
 from shardmeter.importers.draft import Draft
 from shardmeter.importers.files import ConfigError
+from shardmeter.load.specs import RECOMPUTE_MODULES
 
 if TYPE_CHECKING:
     from shardmeter.importers.megatron import Args
 
-__all__ = ["model_keys", "vocab_keys", "padded_vocab", "layer_pattern", "GPT2_VOCAB", "TOKENIZER_VOCABS"]
+__all__ = [
+    "model_keys",
+    "vocab_keys",
+    "padded_vocab",
+    "layer_pattern",
+    "recompute_modules",
+    "GPT2_VOCAB",
+    "TOKENIZER_VOCABS",
+]
 
 #: GPT-2's BPE vocabulary (gpt2-vocab.json: 50,257 tokens; Radford et al. 2019), the tokenizer of
 #: Megatron-LM's GPT examples (``--vocab-file gpt2-vocab.json``, ``GPT2BPETokenizer``).
@@ -299,3 +308,16 @@ def vocab_keys(a: Args, d: Draft) -> None:
         return
     padded = padded_vocab(vocab, div, tp)
     d.set("model.vocab", padded, f"{src} {vocab} padded to a multiple of {div} x tp {tp}")
+
+
+def recompute_modules(mods: list[Any], d: Draft, why: str) -> None:
+    """Megatron-Core's ``recompute_modules`` as ``training.recompute_modules``: the ones the model
+    prices (:data:`~shardmeter.load.specs.RECOMPUTE_MODULES`), a note naming the others (the
+    GatedDeltaNet and hyper-connection modules)."""
+    names = [m for m in mods if isinstance(m, str)]
+    known = [m for m in dict.fromkeys(names) if m in RECOMPUTE_MODULES]
+    other = [m for m in names if m not in RECOMPUTE_MODULES]
+    if known != ["core_attn"]:
+        d.set("training.recompute_modules", known, why)
+    if other or len(names) != len(mods):
+        d.note("training", f"{why}: not priced: {', '.join(map(str, other)) or 'a value not read'}")

@@ -26,9 +26,11 @@ from typing import Any
 
 from shardmeter.importers.draft import Draft
 from shardmeter.importers.files import ConfigError, number, read_text
+from shardmeter.importers.megatron_model import recompute_modules
 from shardmeter.importers.pyconfig import BadNumber, Opaque, Rec, evaluate, parse_tree
 from shardmeter.importers.torchtitan_models import model_keys
 from shardmeter.importers.torchtitan_registry import registry_functions
+from shardmeter.load.specs import LORA_DEFAULT_RANK, LORA_TARGETS
 
 __all__ = ["draft_from_recipe", "HF_MODELS", "NEMO_CONFIGS"]
 
@@ -119,6 +121,39 @@ def _short(v: Any) -> str:
     return _cls(v).rsplit(".", 1)[-1]
 
 
+def _peft(peft: Any, d: Draft) -> None:
+    """A Megatron-Bridge ``cfg.peft``: ``LoRA(...)``, ``DoRA(...)`` or the recipes'
+    ``default_peft_config(peft_scheme)`` (megatron/bridge/recipes/utils/dataset_utils.py
+    @067f987: ``"lora"`` -> ``LoRA(**kwargs)``, ``"dora"`` -> ``DoRA``, ``None``/``"none"`` -> full
+    fine-tuning) as ``training.peft``, with ``dim`` and ``target_modules`` where it writes them.
+    DoRA is priced as LoRA (its per-output magnitude vector is a few parameters more)."""
+    name = _short(peft)
+    if name == "default_peft_config":
+        scheme = peft.args[0] if isinstance(peft, Rec) and peft.args else peft.get("peft_scheme", "lora")
+        if scheme is None or (isinstance(scheme, str) and scheme.lower() == "none"):
+            return
+        name = {"lora": "LoRA", "dora": "DoRA"}.get(str(scheme).lower(), _short(scheme) or str(scheme))
+    if name not in ("LoRA", "DoRA"):
+        d.note(
+            "training",
+            f"not modelled: PEFT ({name}: frozen base weights, adapters trained); priced as full training",
+        )
+        return
+    d.set("training.peft", "lora", f"peft {name}" + (" (priced as LoRA)" if name == "DoRA" else ""))
+    dim = peft.get("dim") if isinstance(peft, Rec) else None
+    if isinstance(dim, int) and not isinstance(dim, bool) and dim >= 1:
+        d.set("training.lora_rank", dim, f"{name}.dim")
+    else:
+        d.note(
+            "training", f"lora_rank: {name}.dim not read here; LoRA's default ({LORA_DEFAULT_RANK}) priced"
+        )
+    targets = peft.get("target_modules") if isinstance(peft, Rec) else None
+    if isinstance(targets, list) and targets and all(t in LORA_TARGETS for t in targets):
+        d.set("training.lora_targets", list(dict.fromkeys(targets)), f"{name}.target_modules")
+    elif targets is not None:
+        d.note("training", f"not mapped: {name}.target_modules = {targets!r}; all four linears priced")
+
+
 def draft_from_recipe(
     path: str | os.PathLike, config: str | None, *, gpus: int | None = None, node: int = 8
 ) -> Draft:
@@ -184,7 +219,7 @@ def _bridge(cfg: Rec, file: str) -> dict[str, Any]:
     out["tp_comm_overlap"] = _fields(comm).get("tp_comm_overlap", False)
     peft = cfg.get("peft")
     if peft is not None and not isinstance(peft, Opaque):
-        out["_peft"] = _short(peft) or str(peft)
+        out["_peft"] = peft
     tok = _fields(cfg.get("tokenizer"))
     if isinstance(tok.get("vocab_size"), int):
         out.setdefault("_tokenizer_vocab", tok["vocab_size"])
@@ -313,17 +348,17 @@ def _map(f: dict[str, Any], d: Draft, file: str, fn: str, gpus: int | None, node
         deg[key] = _int(f, field, file, 1) or 1
         if deg[key] > 1:
             d.set(f"parallelism.{key}", deg[key], field)
+    etp = _int(f, "expert_tensor_parallel_size", file)
+    if etp and etp != deg["tp"]:
+        d.set("parallelism.expert_tp", etp, "expert_tensor_parallel_size")
     vp = _int(f, "virtual_pipeline_model_parallel_size", file)
     if vp and vp > 1 and deg["pp"] > 1:
         d.set("parallelism.schedule", "interleaved", "virtual_pipeline_model_parallel_size")
         d.set("parallelism.virtual_stages", vp, "virtual_pipeline_model_parallel_size")
     if f.get("sequence_parallel") is True:
         d.set("parallelism.sequence_parallel", True, "sequence_parallel")
-    if f.get("_peft"):
-        d.note(
-            "training",
-            f"not modelled: PEFT ({f['_peft']}: frozen base weights, adapters trained); priced as full training",
-        )
+    if f.get("_peft") is not None:
+        _peft(f["_peft"], d)
     _world(f, d, deg, file, fn, gpus, node)
     _sharding(f, d)
     _training(f, d, file)
@@ -337,6 +372,7 @@ _READ = {
     "sequence_parallel", "use_megatron_fsdp", "fsdp", "data_parallel_sharding_strategy",
     "use_distributed_optimizer", "tp_comm_overlap", "overlap_grad_reduce", "micro_batch_size",
     "global_batch_size", "recompute_granularity", "recompute_method", "recompute_num_layers", "train_iters",
+    "recompute_modules",
     "mtp_num_layers",
 }  # fmt: skip
 
@@ -436,6 +472,9 @@ def _training(f: dict[str, Any], d: Draft, file: str) -> None:
         layers = _int(f, "recompute_num_layers", file)
         if gran == "full" and f.get("recompute_method") == "block" and layers:
             d.set("training.recompute_layers", layers, "recompute_method block, recompute_num_layers")
+        mods = f.get("recompute_modules")
+        if gran == "selective" and isinstance(mods, list):
+            recompute_modules(mods, d, "recompute_modules")
     iters, seq = _int(f, "train_iters", file), d.get("model.seq_len")
     gb = d.get("training.global_batch")
     if iters and isinstance(seq, int) and isinstance(gb, int) and iters * gb * seq <= 1e18:

@@ -23,6 +23,7 @@ from shardmeter.inputs.bundles import (
     Training,
 )
 from shardmeter.load.scenario import framework_failed
+from shardmeter.load.specs import LORA_DEFAULT_RANK, LORA_TARGETS, RECOMPUTE_MODULES
 from shardmeter.parts import FrameworkPart, call_framework
 from shardmeter.records import Interconnect
 from shardmeter.registry.guard import guarded_call
@@ -200,8 +201,27 @@ def _training(res: Resolved, row) -> Training:
         expandable_segments=row([_expandable_segments(res)] * n),
         optimizer=row([OPTIMIZER_CODES[t.optimizer]] * n),
         fused_loss=row([_fused_loss(res)] * n),
+        loss_parallel=row([_framework_says(res, "loss_parallel_enabled", default=False)] * n),
         fp8_te=row([_fp8_te(res)] * n),
+        **_lora(res, row, n),
+        **_recompute_modules(res, row, n),
     )
+
+
+def _recompute_modules(res: Resolved, row, n: int) -> dict[str, Any]:
+    """``training.recompute_modules`` as one flag per module (None: the attention core only)."""
+    mods = set(res.scenario.training.recompute_modules or ("core_attn",))
+    return {f"rc_{m}": row([m in mods] * n) for m in RECOMPUTE_MODULES}
+
+
+def _lora(res: Resolved, row, n: int) -> dict[str, Any]:
+    """``training.peft = "lora"`` as the rank and the four target flags (zeros: full training)."""
+    t = res.scenario.training
+    lora = t.peft == "lora"
+    rank = (t.lora_rank or LORA_DEFAULT_RANK) if lora else 0
+    targets = set(t.lora_targets or LORA_TARGETS) if lora else set()
+    flags = {f"lora_{name.removeprefix('linear_')}": row([name in targets] * n) for name in LORA_TARGETS}
+    return {"lora_rank": row([rank] * n), **flags}
 
 
 def _hardware(res: Resolved, row) -> Hardware:
@@ -252,6 +272,7 @@ def _layout(res: Resolved, row, table: PartTable) -> Layout:
         dp=row([isl.dp for isl in isls]),
         cp=row([isl.parallelism.cp for isl in isls]),
         ep=row([isl.parallelism.ep for isl in isls]),
+        expert_tp=row([isl.parallelism.expert_tp or 0 for isl in isls]),
         sequence_parallel=row([isl.parallelism.sequence_parallel for isl in isls]),
         virtual_stages=row([isl.parallelism.virtual_stages for isl in isls]),
         tp_comm_overlap=row([isl.parallelism.tp_comm_overlap for isl in isls]),

@@ -152,9 +152,28 @@ class Training:
     optimizer: Array = 0.0
     #: the stack's loss backward writes the logits' gradient in place (``FrameworkPart.loss_fused``)
     fused_loss: Array = 0.0
+    #: with ``tp`` > 1 the loss runs under DTensor's ``loss_parallel()``
+    #: (``FrameworkPart.loss_parallel_enabled``; :func:`~.memory.loss_transient_bytes`)
+    loss_parallel: Array = 0.0
     #: the fp8 linears are Transformer Engine's, which keep the fp8 copy of their input
     #: (``training.fp8_backend``; :func:`~shardmeter.model.fp8.saved_input_bytes_per_byte`)
     fp8_te: Array = 0.0
+    #: ``training.recompute_modules`` under selective recompute, 1 where recomputed
+    #: (:mod:`~shardmeter.model.selective`); the attention core by default
+    rc_core_attn: Array = 1.0
+    rc_mlp: Array = 0.0
+    rc_moe: Array = 0.0
+    rc_shared_experts: Array = 0.0
+    rc_moe_act: Array = 0.0
+    rc_layernorm: Array = 0.0
+    rc_mla_up_proj: Array = 0.0
+    #: ``training.peft = "lora"``: the adapters' rank (``training.lora_rank``); 0 = full training
+    lora_rank: Array = 0.0
+    #: with LoRA, 1 where the linear carries an adapter (``training.lora_targets``)
+    lora_qkv: Array = 0.0
+    lora_proj: Array = 0.0
+    lora_fc1: Array = 0.0
+    lora_fc2: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -221,6 +240,8 @@ class Layout:
     last_stage_layers: Array = 0.0
     embedding_in_split: Array = 0.0
     loss_in_split: Array = 0.0
+    #: the routed experts' tensor parallelism (``parallelism.expert_tp``); 0 = ``tp``
+    expert_tp: Array = 0.0
 
 
 @attrs.frozen(kw_only=True)

@@ -112,8 +112,18 @@ def _dense_layers(inst, attribute, value):
 
 #: ``training.recompute`` values (SCENARIO "What the training keys mean").
 RECOMPUTE_MODES = ("none", "selective", "op", "full")
+#: ``training.recompute_modules`` values: Megatron-Core's ``recompute_modules`` that the model
+#: prices (megatron/core/transformer/transformer_config.py @d98e8a64; :mod:`shardmeter.model.selective`)
+RECOMPUTE_MODULES = ("core_attn", "mlp", "moe", "shared_experts", "moe_act", "layernorm", "mla_up_proj")
 #: ``training.fp8_recipe`` values.
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed", "blockwise", "mxfp8")
+#: ``training.peft`` values: full training, or LoRA adapters on frozen weights (Hu et al. 2021)
+PEFT_METHODS = ("none", "lora")
+#: ``training.lora_targets`` names: Megatron-Core's linear modules (Megatron-Bridge's LoRA
+#: ``target_modules``; all four are its default, megatron/bridge/peft/lora.py @067f987)
+LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+#: ``training.lora_rank`` when not written: Megatron-Bridge's ``LoRA.dim`` default (@067f987)
+LORA_DEFAULT_RANK = 32
 #: ``training.optimizer`` values (the model's codes: ``shardmeter.inputs.bundles.Optimizer``)
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor", "adam8bit", "muon")
 
@@ -122,6 +132,37 @@ def _with_full_recompute(inst, attribute, value):
     if value is not None and inst.recompute != "full":
         raise ValueError(
             f'{attribute.name}: only with recompute = "full" (got recompute = {inst.recompute!r})'
+        )
+
+
+def _with_lora(inst, attribute, value):
+    if value is not None and inst.peft != "lora":
+        raise ValueError(f'{attribute.name}: only with peft = "lora" (got peft = {inst.peft!r})')
+
+
+def _lora_targets(inst, attribute, value):
+    if value is None:
+        return
+    bad = [t for t in value if t not in LORA_TARGETS]
+    if bad or not value or len(set(value)) != len(value):
+        raise ValueError(
+            f"{attribute.name}: expected distinct names among {', '.join(repr(t) for t in LORA_TARGETS)}, "
+            f"got {list(value)!r}"
+        )
+
+
+def _recompute_modules(inst, attribute, value):
+    if value is None:
+        return
+    if inst.recompute != "selective":
+        raise ValueError(
+            f'{attribute.name}: only with recompute = "selective" (got recompute = {inst.recompute!r})'
+        )
+    bad = [m for m in value if m not in RECOMPUTE_MODULES]
+    if bad or len(set(value)) != len(value):
+        raise ValueError(
+            f"{attribute.name}: expected distinct names among {', '.join(repr(m) for m in RECOMPUTE_MODULES)}, "
+            f"got {list(value)!r}"
         )
 
 
@@ -255,6 +296,13 @@ class TrainingSpec:
         validator=[_non_negative_or_none, _bounded, _with_full_recompute],
         metadata={QUALIFIES: "recompute", QUALIFIES_WHEN: ("full",)},
     )
+    #: with ``recompute = "selective"``: the submodules recomputed (Megatron-Core's
+    #: ``recompute_modules``); None: ``["core_attn"]``, the attention core, Megatron's default
+    recompute_modules: tuple[str, ...] | None = attrs.field(
+        default=None,
+        validator=_recompute_modules,
+        metadata={QUALIFIES: "recompute", QUALIFIES_WHEN: ("selective",)},
+    )
     #: layers per stage whose activations wait in host memory (Megatron-Core cpu_offloading_num_layers)
     offload_layers: int = attrs.field(default=0, validator=[_non_negative, _bounded])
     #: fused elementwise kernels (torch.compile, Transformer Engine, Apex); false = eager PyTorch
@@ -275,6 +323,22 @@ class TrainingSpec:
     #: profile's, else Transformer Engine for ``delayed`` and torchao for the other recipes
     fp8_backend: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(_one_of("transformer-engine", "torchao"))
+    )
+    #: ``"lora"``: the model's weights are frozen and low-rank adapters on ``lora_targets`` are
+    #: trained (no gradients or optimizer state for the frozen weights, no weight-gradient GEMMs
+    #: for them; ``docs/scenario.md``, "Fine-tuning with LoRA"); ``"none"``: full training
+    peft: str = attrs.field(default="none", validator=_one_of(*PEFT_METHODS))
+    #: with ``peft = "lora"``: the adapters' rank; None: :data:`LORA_DEFAULT_RANK`
+    lora_rank: int | None = attrs.field(
+        default=None,
+        validator=[_count_or_none, _bounded, _with_lora],
+        metadata={QUALIFIES: "peft", QUALIFIES_WHEN: ("lora",)},
+    )
+    #: with ``peft = "lora"``: the linears given adapters; None: all of :data:`LORA_TARGETS`
+    lora_targets: tuple[str, ...] | None = attrs.field(
+        default=None,
+        validator=[_lora_targets, _with_lora],
+        metadata={QUALIFIES: "peft", QUALIFIES_WHEN: ("lora",)},
     )
     tokens: float | None = attrs.field(default=None, validator=_pos)
     #: the global batch priced against a critical batch (``docs/convergence.md``, "The global
@@ -303,6 +367,10 @@ class ParallelismSpec:
     dp: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
     cp: int = attrs.field(default=1, validator=[_count, _bounded])
     ep: int = attrs.field(default=1, validator=[_count, _bounded])
+    #: the routed experts' own tensor parallelism (Megatron-Core ``expert_tensor_parallel_size``);
+    #: None: ``tp``, Megatron-Core's default. The experts' ``expert_tp x ep`` ranks are laid over
+    #: a stage's ``tp x cp x dp`` ("MoE parallel folding"), so ``ep`` may exceed ``dp x cp``
+    expert_tp: int | None = attrs.field(default=None, validator=[_count_or_none, _bounded])
     sequence_parallel: bool = False
     sharding: str = "none"
     schedule: str = "1f1b"

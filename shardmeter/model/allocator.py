@@ -19,27 +19,47 @@ Every rule here is the allocator's own, c10/cuda/CUDACachingAllocator.cpp in pyt
 * a freed block is cached for later requests on the same stream ("Once freed, blocks can be
   re-allocated on the same stream, but not on any other stream"), best fit, and split; FSDP2's
   all-gather output is allocated on its copy-in stream, so one layer's gathered parameters stay
-  reserved there beside those the compute stream holds (:func:`copy_in_pool_bytes`). A
-  training step repeats the same requests every micro-batch and step (activations freed in
-  the reverse order of their allocation, the same FSDP all-gather buffers, the same loss
-  transients), so after the first step each request finds the cached block its predecessor
-  freed: the reserved high-water mark is the allocated peak plus the rounding of the blocks
-  alive at it. Cached free memory never makes a plan fail: a ``cudaMalloc`` that fails frees
-  the cached unsplit segments (with expandable segments, unmaps their free pages) and retries
-  (``malloc``: ``release_available_cached_blocks`` ... ``release_cached_blocks(context) &&
-  alloc_block(params, true, ...)``), so only what is allocated and its rounding count against
-  the GPU's memory.
+  reserved there beside those the compute stream holds (:func:`copy_in_pool_bytes`). Were a
+  step's requests the same in size and order every micro-batch and step, each would find the
+  cached block its predecessor freed and the reserved high-water mark would be the allocated
+  peak plus the rounding of the blocks alive at it (:func:`stage_required_bytes`); they are
+  not quite, which is the fragmentation below.
 
 What is outside the allocator (the CUDA context, which the report's ``other`` holds) is in
-:func:`stage_reserved_bytes` as it is in ``memory_per_gpu_gb``, so the reserved prediction is never
+:func:`stage_required_bytes` as it is in ``memory_per_gpu_gb``, so the reserved prediction is never
 below the allocated one (SCENARIO.md: "``memory_per_gpu_gb`` plus fragmentation and cached
 blocks"); torchtitan's logged ``max_memory_reserved`` leaves it out (about 1 GB on 50-90 GB).
 
-Not counted: the rounding of the activations' blocks (the model does not itemise the tensors a
-layer saves; Llama-shaped activations are multiples of 2 MiB), fragmentation from
-irregular lifetimes (interleaved pipeline chunks with partial recompute: Huang et al. 2025,
-STAlloc, arXiv 2507.16274, measure up to 43 % of memory wasted by the default allocator on
-such schedules, without a formula to carry over)."""
+Fragmentation (:func:`fragmentation_bytes`). The requests do not repeat exactly: a step allocates
+and frees, in another order than it allocated them, blocks of many sizes (each layer's saved and
+recomputed activations, freed in backward in the reverse order of the forward; the loss's
+logit-sized transients; FSDP's per-layer all-gather outputs and, under a pipeline, the stage it
+keeps unsharded and its gradient accumulators until the last backward), and a freed block is
+reused only by a request it fits, on its own stream. So the segments (or, with expandable
+segments, the mapped pages) stay above the allocated peak by a share of those bytes, the
+*churn*. That share, :data:`FRAGMENTATION`, is not in the allocator's code (it depends on the
+program's sizes and order); it is one physical parameter, fitted once over the bundled runs that
+report ``max_memory_reserved`` by ``tools/fit_fragmentation.py``, which prints its
+leave-one-source-group-out errors. The persistent state (sharded weights, gradients and
+optimizer states, allocated once) churns nothing.
+
+The cap (:func:`stage_reserved_bytes`): the allocator reserves no more than the GPU has. When a
+``cudaMalloc`` fails it frees every cached block that is not in use and retries (``malloc``:
+``release_available_cached_blocks(params, context)`` ... ``|| (release_cached_blocks(context) &&
+alloc_block(params, true, context, lock))``), so cached free memory never fails a plan and the
+reserved peak of a plan that fits is at most the GPU's memory. Feasibility therefore compares
+:func:`stage_required_bytes` (what the step must hold: the allocated peak plus the rounding of its
+blocks, which no retry gives back) with the GPU's memory; the reported reserved peak is that plus
+the fragmentation, capped at the GPU's memory, and never below what is required.
+
+Measured against the 30 bundled torchtitan / torchao runs that log ``max_memory_reserved``
+(``tools/memory_table.py``): 28 within 10 %; under it by 16-18 % are the 2024-12 405B pipeline
+rows with 8 micro-batches of 4 (1F1B) and at cp 8, whose siblings (cp 1-4, the same tokens per
+micro-batch) are met within 10 %. Not counted: the rounding of the activations' blocks (the
+model does not itemise the tensors a layer saves; Llama-shaped activations are multiples of
+2 MiB), and a schedule's own share (interleaved pipeline chunks with partial recompute: Huang et
+al. 2025, STAlloc, arXiv 2507.16274, measure up to 43 % of memory wasted by the default
+allocator on such schedules, without a formula to carry over)."""
 
 from __future__ import annotations
 
@@ -62,6 +82,10 @@ __all__ = [
     "state_rounding_bytes",
     "page_slack_bytes",
     "copy_in_pool_bytes",
+    "FRAGMENTATION",
+    "churn_bytes",
+    "fragmentation_bytes",
+    "stage_required_bytes",
     "stage_reserved_bytes",
 ]
 
@@ -84,6 +108,11 @@ K_ROUND_LARGE = 2.0 * MIB
 #: torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py), each with its own cached blocks
 #: and, with expandable segments, its own segment.
 FSDP_SIDE_STREAMS = 3.0
+#: The share of the step's churn (:func:`churn_bytes`) that stays reserved beyond the allocated
+#: peak: fitted by ``tools/fit_fragmentation.py`` over the bundled runs reporting
+#: ``max_memory_reserved`` (least squares of the relative error; it prints the fit, the
+#: leave-one-source-group-out errors and the share within 10 %). Not a constant of PyTorch's.
+FRAGMENTATION = 0.256
 
 
 def block_bytes(request: Array) -> Array:
@@ -134,10 +163,11 @@ def page_slack_bytes(streams: Array, expandable: Array) -> Array:
     return ops.where(ops.as_bool(expandable), streams * K_LARGE_BUFFER, 0.0)
 
 
-def stage_reserved_bytes(
+def stage_required_bytes(
     ms: ModelShape, tr: Training, shard: ShardInputs, state: StateBytes, allocated_bytes: Array
 ) -> Array:
-    """The allocator's reserved peak on one GPU, bytes: the step's ``allocated_bytes`` (the
+    """What the allocator must hold on one GPU at the step's peak, bytes, what feasibility
+    compares with the GPU's memory: the step's ``allocated_bytes`` (the
     report's ``memory_per_gpu_gb``, its ``other`` included) plus the rounding of the persistent
     state's blocks (:func:`state_rounding_bytes`) and the last page of each stream's expandable
     segment (:func:`page_slack_bytes`). Cached free blocks add nothing at the peak: a step's
@@ -173,6 +203,38 @@ def stage_reserved_bytes(
     streams = 1.0 + ops.where(per_param, FSDP_SIDE_STREAMS, 0.0)
     held = ops.where(per_param, rounding + copy_in_pool_bytes(shard), 0.0)
     return allocated_bytes + ops.maximum(held, 0.0) + page_slack_bytes(streams, exp)
+
+
+def churn_bytes(
+    shard: ShardInputs, state: StateBytes, activations_bytes: Array, transient_bytes: Array
+) -> Array:
+    """The bytes one step allocates and frees again, bytes: the activations and the loss's
+    transients, and of the sharding state what is beyond its persistent shard: the gathered
+    layers (FSDP's two in flight, or the stage FSDP keeps unsharded under a pipeline) and the
+    unsharded gradient accumulators (``state.weights`` and ``state.gradients`` above the
+    parameters' shard ``params_per_gpu / param_shards`` in ``weight_bytes`` / ``grad_bytes``).
+    The optimizer states and the sharded weights and gradients are allocated once."""
+    shards = ops.maximum(ops.as_float(state.param_shards), 1.0)
+    own = shard.params_per_gpu / shards
+    gathered = ops.maximum(state.weights - own * shard.weight_bytes, 0.0)
+    unsharded = ops.maximum(state.gradients - own * shard.grad_bytes, 0.0)
+    return activations_bytes + transient_bytes + gathered + unsharded
+
+
+def fragmentation_bytes(churn: Array) -> Array:
+    """What stays reserved beyond the allocated peak from the step's ``churn`` (bytes):
+    :data:`FRAGMENTATION` of it (module docstring)."""
+    return FRAGMENTATION * churn
+
+
+def stage_reserved_bytes(required_bytes: Array, churn: Array, capacity_bytes: Array) -> Array:
+    """The allocator's reserved peak on one GPU (``max_memory_reserved``, with what is outside
+    the allocator as ``memory_per_gpu_gb`` has it), bytes: what is required
+    (:func:`stage_required_bytes`) plus the fragmentation of the step's ``churn``
+    (:func:`fragmentation_bytes`), capped at the GPU's ``capacity_bytes`` (a failing
+    ``cudaMalloc`` frees the cache and retries) and never below what is required."""
+    grown = required_bytes + fragmentation_bytes(churn)
+    return ops.maximum(required_bytes, ops.minimum(grown, capacity_bytes))
 
 
 def copy_in_pool_bytes(shard: ShardInputs) -> Array:

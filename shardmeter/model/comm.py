@@ -105,12 +105,14 @@ def layer_comm(
     async_tp: Array = False,
     *,
     hbm_bytes_s: Array,
+    etp: Array | None = None,
 ) -> LayerComm:
     """Tensor (:func:`tp_comm`), context (:func:`cp_comm`) and expert-parallel
     (:func:`ep_exposed_s`) communication of one micro-batch on the stage. ``share``: the share
     of the stage's layers full recompute recomputes (:func:`~.recompute.full_recompute_share`);
     ``async_tp`` is already false without sequence parallelism or ``compile``; ``hbm_bytes_s``
-    (achieved HBM rate) prices async TP's own copies and reductions."""
+    (achieved HBM rate) prices async TP's own copies and reductions; ``etp``: the experts'
+    tensor parallelism (None: ``tp``)."""
     act_msg = sh.tokens * ms.hidden * ACT_BYTES
     tpc = tp_comm(sh, ct, topo, act_msg, tp, tp_overlap, recompute, sp, share, async_tp, hbm_bytes_s)
     cpc = cp_comm(sh, ct, topo, tp, cp, recompute, share)
@@ -119,7 +121,7 @@ def layer_comm(
         tp_hidden=tpc.hidden_s,
         cp_exposed=cpc.exposed_s,
         cp_hidden=cpc.hidden_s,
-        ep_exposed=ep_exposed_s(ms, sh, topo, tp, cp, ep, recompute, share),
+        ep_exposed=ep_exposed_s(ms, sh, topo, tp, cp, ep, recompute, share, tp if etp is None else etp),
         act_msg=act_msg,
     )
 
@@ -287,16 +289,24 @@ def ep_exposed_s(
     ep: Array,
     recompute: Array,
     share: Array,
+    etp: Array,
 ) -> Array:
     """Expert-parallel all-to-alls of one micro-batch, exposed: dispatch and combine, forward
     and backward (4 per MoE layer; + 2 on full recompute's share, op recompute saving
     ``all_to_all_single``'s outputs), of the capacity-padded ``c T k h`` routed activations;
-    the stage's dense layers route no tokens."""
+    the stage's dense layers route no tokens.
+
+    Megatron-Core's expert grid orders its ranks ``etp-ep-edp-pp`` with no CP axis
+    (megatron/core/parallel_state.py @d98e8a64, ``expert_decoder_rank_generator``: ``cp=1``), so
+    an expert-parallel group's ranks are ``etp`` apart; torchtitan's EP mesh likewise spans
+    the data-parallel and context-parallel ranks inside a TP group's stride. With the experts'
+    tensor parallelism below ``tp`` (parallel folding), each rank dispatches only its
+    ``etp / tp`` of the TP group's tokens (the sequence-parallel shard, no gather across TP)."""
 
     def a2a_s() -> Array:
         cap = ops.where(sh.moe, ops.maximum(ms.capacity_factor, 1e-9), 1.0)
-        a2a_msg = cap * sh.tokens * ms.experts_per_token * ms.hidden * ACT_BYTES
-        t_a2a = collective_time("all_to_all", a2a_msg, ep, tp * cp, topo)
+        a2a_msg = cap * sh.tokens * ms.experts_per_token * ms.hidden * ACT_BYTES * etp / tp
+        t_a2a = collective_time("all_to_all", a2a_msg, ep, etp, topo)
         moe_layers = sh.layers_per_stage - sh.dense_layers_local
         return moe_layers * (4.0 + ops.where(recompute == Recompute.FULL, 2.0 * share, 0.0)) * t_a2a
 

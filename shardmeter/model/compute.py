@@ -16,6 +16,7 @@ from shardmeter.model.branches import any_row
 from shardmeter.model.elementwise import layer_elementwise
 from shardmeter.model.fp8 import layer_cast_time
 from shardmeter.model.gemms import GemmRoof, GemmShapes, gemm_shapes, layer_gemms
+from shardmeter.model.lora import weight_grad_share
 from shardmeter.model.recompute import full_recompute_share, recompute_time
 from shardmeter.model.shapes import Shapes, local_shapes
 from shardmeter.numeric import ops
@@ -76,7 +77,8 @@ def micro_batch_compute(
     precision's and the 16-bit FLOP/s with missing rates replaced (infeasible rows). The
     layers' GEMMs are fp8 where the precision says so (one byte per input element); attention,
     the router and the head stay 16-bit. Backward is twice the GEMMs' forward (data and weight
-    gradients) and the attention core's own backward."""
+    gradients; the data gradient only for LoRA's frozen weights, :func:`~.lora.weight_grad_share`)
+    and the attention core's own backward."""
     hbm = hw.hbm_bytes_s * hw.hbm_efficiency
     fp8 = ops.as_float(tr.fp8) > 0
     eff, sms = hw.gemm_efficiency, hw.sm_count
@@ -93,9 +95,10 @@ def micro_batch_compute(
     att = attention_time(ms, tr, hw, sh, gs, roof16, tp)
     Ls, Ld = sh.layers_per_stage, sh.dense_layers_local
     forward = Ls * (g.forward_s + att.forward_s) + Ld * g.dense_delta_s
-    backward = Ls * (2.0 * g.forward_s + att.backward_s) + Ld * 2.0 * g.dense_delta_s
+    bwd = 1.0 + weight_grad_share(tr)  # data + weight gradients; frozen (LoRA): data only
+    backward = Ls * (bwd * g.forward_s + att.backward_s) + Ld * bwd * g.dense_delta_s
     rc = recompute_time(ms, tr, sh, gs, roof, g, att, forward)
-    head = head_time(ms, sh, tp, roof16)
+    head = head_time(ms, sh, tp, roof16, bwd)
     mo = memory_ops_time(ms, tr, sh, gs, tp, sp, hbm, fp8)
     # Full and op recompute rerun every elementwise kernel (and fp8 cast) of what they recompute.
     rerun = rc.rerun_share
@@ -131,12 +134,13 @@ class HeadTime:
     total_s: Array
 
 
-def head_time(ms: ModelShape, sh: Shapes, tp: Array, roof16: GemmRoof) -> HeadTime:
+def head_time(ms: ModelShape, sh: Shapes, tp: Array, roof16: GemmRoof, backward: Array = 2.0) -> HeadTime:
     """The logits GEMM (``h -> V / tp``, 16-bit) and a vocab-parallel fp32 cross-entropy over
-    the logits (12 bytes of HBM traffic per logit); its backward is twice the forward."""
+    the logits (12 bytes of HBM traffic per logit); its backward is ``backward`` forwards
+    (twice; once for a frozen output layer, :func:`~.lora.weight_grad_share`)."""
     T, v_t = sh.tokens, ms.vocab / tp
     forward = roof16.seconds(T, v_t, ms.hidden) + T * v_t * 12.0 / roof16.hbm_bytes_s
-    return HeadTime(forward_s=forward, total_s=3.0 * forward)
+    return HeadTime(forward_s=forward, total_s=(1.0 + backward) * forward)
 
 
 @attrs.frozen(kw_only=True)

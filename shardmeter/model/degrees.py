@@ -15,7 +15,8 @@ __all__ = ["Degrees", "degrees"]
 class Degrees:
     """Parallel degrees, floats (``(rows..., islands)``, or numbers on the scalar path): ``tp``,
     ``pp``, ``dp``, ``cp``, ``ep``; ``v``: virtual stages per pipeline rank (1 where ``pp = 1``:
-    interleaving one stage is a no-op); ``sp``: sequence parallelism (bool)."""
+    interleaving one stage is a no-op); ``sp``: sequence parallelism (bool); ``etp``: the routed
+    experts' tensor parallelism (``tp`` unless ``parallelism.expert_tp`` says otherwise)."""
 
     tp: Array
     pp: Array
@@ -24,6 +25,7 @@ class Degrees:
     ep: Array
     v: Array
     sp: Array
+    etp: Array = 1.0
 
     @property
     def gpus(self) -> Array:
@@ -34,9 +36,10 @@ class Degrees:
 def degrees(lay: Layout) -> Degrees:
     """:class:`Degrees` of a :class:`~shardmeter.inputs.bundles.Layout`."""
     f = ops.as_float
-    pp = f(lay.pp)
+    pp, tp = f(lay.pp), f(lay.tp)
     return Degrees(
-        tp=f(lay.tp),
+        tp=tp,
+        etp=ops.where(f(lay.expert_tp) > 0, f(lay.expert_tp), tp),
         pp=pp,
         dp=f(lay.dp),
         cp=f(lay.cp),

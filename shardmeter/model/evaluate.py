@@ -23,7 +23,7 @@ import attrs
 import numpy as np
 
 from shardmeter.inputs.bundles import ModelInputs, PartTable
-from shardmeter.model.allocator import stage_reserved_bytes
+from shardmeter.model.allocator import churn_bytes, stage_required_bytes, stage_reserved_bytes
 from shardmeter.model.busiest import BusiestGpu, busiest_gpu, busiest_parts
 from shardmeter.model.compute import full_recompute_share
 from shardmeter.model.degrees import Degrees, degrees
@@ -47,6 +47,7 @@ __all__ = [
     "batch_shape",
     "optimizer_s",
     "reserved_bytes",
+    "required_bytes",
     "BREAKDOWN_TERMS",
     "ADAM_BYTES_PER_PARAM",
 ]
@@ -173,7 +174,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # ---- memory of the busiest GPU: the first, middle (rank 1) and last stages -------------------
     busiest = busiest_gpu(inp, parts, deg, stl, pipe.schedule, shape[-1] if shape else 1)
     reserved = reserved_bytes(inp, busiest)
-    reasons = reasons | ops.where(reserved > hw.memory_bytes, int(Reason.MEMORY), 0)
+    reasons = reasons | ops.where(required_bytes(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
 
     flops = model_flops(ms, tr, full_recompute_share(tr, pace.shapes))
     steps = IslandSteps(
@@ -198,11 +199,21 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     return combine_islands(parts, inp, shape, steps, detail, islands_only)
 
 
-def reserved_bytes(inp: ModelInputs, busiest: BusiestGpu) -> Array:
-    """What the caching allocator reserves on the busiest GPU at the peak
-    (:func:`~.allocator.stage_reserved_bytes`): what feasibility compares with the GPU's memory."""
+def required_bytes(inp: ModelInputs, busiest: BusiestGpu) -> Array:
+    """What the caching allocator must hold on the busiest GPU at the peak, its blocks' rounding
+    included (:func:`~.allocator.stage_required_bytes`): what feasibility compares with the
+    GPU's memory."""
     assert busiest.shard is not None
-    return stage_reserved_bytes(inp.model, inp.training, busiest.shard, busiest.state, busiest.memory_bytes)
+    return stage_required_bytes(inp.model, inp.training, busiest.shard, busiest.state, busiest.memory_bytes)
+
+
+def reserved_bytes(inp: ModelInputs, busiest: BusiestGpu) -> Array:
+    """What the caching allocator reserves on the busiest GPU at the peak: what is required plus
+    the fragmentation of the step's churn, capped at the GPU's memory
+    (:func:`~.allocator.stage_reserved_bytes`)."""
+    assert busiest.shard is not None
+    churn = churn_bytes(busiest.shard, busiest.state, busiest.activations_bytes, busiest.transient_bytes)
+    return stage_reserved_bytes(required_bytes(inp, busiest), churn, inp.hardware.memory_bytes)
 
 
 def _step_terms(
@@ -230,10 +241,11 @@ def _step_terms(
 
 def optimizer_s(inp: ModelInputs, stage: StageTerms) -> Array:
     """The optimizer's seconds on one GPU of ``stage``: memory-bound Adam over its optimizer
-    shard (:data:`ADAM_BYTES_PER_PARAM` at the achieved HBM rate) and ten kernel launches."""
+    shard (:data:`ADAM_BYTES_PER_PARAM` at the achieved HBM rate; the trained parameters only,
+    LoRA's adapters under ``training.peft``) and ten kernel launches."""
     hw = inp.hardware
     hbm = hw.hbm_bytes_s * hw.hbm_efficiency
-    p_gpu = stage.shard.params_per_gpu
+    p_gpu = stage.shard.params_per_gpu * stage.shard.trainable_fraction
     return p_gpu / stage.state.optimizer_shards * ADAM_BYTES_PER_PARAM / hbm + 10 * KERNEL_OVERHEAD_S
 
 
@@ -285,7 +297,9 @@ def structural_reasons(inp: ModelInputs, parts: PartTable, deg: Degrees, m: Arra
     first_l, last_l = _f(lay.first_stage_layers), _f(lay.last_stage_layers)
     gpus = _f(topo.nodes) * _f(topo.gpus_per_node)
     return (
-        layout_reasons(ms.heads, ms.seq_len, _f(ms.experts), deg.tp, deg.pp, deg.cp, deg.dp, deg.ep, gpus)
+        layout_reasons(
+            ms.heads, ms.seq_len, _f(ms.experts), deg.tp, deg.pp, deg.cp, deg.dp, deg.ep, gpus, deg.etp
+        )
         | batch_reasons(
             m, deg.pp, deg.v, ms.layers, first_l, last_l, _f(lay.embedding_in_split), _f(lay.loss_in_split)
         )
@@ -324,6 +338,6 @@ def island_memory(inp: ModelInputs, parts: PartTable) -> MemoryProbe:
         reasons = reasons | ops.where(_f(sch.infeasible) > 0, int(Reason.SCHEDULE), 0)
         busiest = busiest_gpu(inp, parts, deg, stl, sch, shape[-1])
         mem = busiest.memory_bytes
-        reasons = reasons | ops.where(reserved_bytes(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
+        reasons = reasons | ops.where(required_bytes(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
         full = np.broadcast_shapes(shape, np.shape(reasons), np.shape(mem))
         return MemoryProbe(reasons=ops.broadcast(reasons, full), memory_bytes=ops.broadcast(mem, full))

@@ -51,7 +51,11 @@ class Reason(enum.IntFlag):
 REASONS: dict[int, tuple[str, str]] = {
     Reason.TP_HEADS: ("parallelism.tp", "tp ({tp}) must divide model.heads ({heads})"),
     Reason.CP_SEQUENCE: ("parallelism.cp", "cp ({cp}) must divide model.seq_len ({s})"),
-    Reason.EP_EXPERTS: ("parallelism.ep", "ep ({ep}) must divide model.experts ({E}) and dp x cp ({dpcp})"),
+    Reason.EP_EXPERTS: (
+        "parallelism.ep",
+        "ep ({ep}) must divide model.experts ({E}), and expert_tp x ep ({etp_ep}) a stage's tp x cp x dp "
+        "ranks ({tcd}; Megatron-Core: world_size must be divisible by expert_tensor_model_pipeline_parallel size)",
+    ),
     Reason.TOO_MANY_GPUS: ("parallelism", "tp x pp x cp x dp = {used} exceeds the island's {gpus} GPUs"),
     Reason.BATCH_SPLIT: (
         "training.global_batch",
@@ -132,13 +136,19 @@ def layout_reasons(
     dp: Array,
     ep: Array,
     gpus: Array,
+    etp: Array | None = None,
 ) -> Array:
-    """Reasons that depend on the layout and the model only."""
+    """Reasons that depend on the layout and the model only. Experts (``ep``, with their own
+    tensor parallelism ``etp``, default ``tp``) are laid over a stage's ``tp x cp x dp`` ranks,
+    Megatron-Core's expert grid ``etp x ep x edp x pp = world`` (megatron/core/parallel_state.py
+    @d98e8a64: ``if world_size % expert_tensor_model_pipeline_parallel_size != 0: raise``)."""
     moe = experts > 1
+    etp = tp if etp is None else etp
     bits = ops.where(ops.mod(heads, tp) != 0, Reason.TP_HEADS, 0)
     bits |= ops.where(ops.mod(seq_len, cp) != 0, Reason.CP_SEQUENCE, 0)
     bits |= ops.where(
-        moe & ((ops.mod(experts, ep) != 0) | (ops.mod(dp * cp, ep) != 0)) | (ops.logical_not(moe) & (ep > 1)),
+        moe & ((ops.mod(experts, ep) != 0) | (ops.mod(tp * cp * dp, etp * ep) != 0))
+        | (ops.logical_not(moe) & (ep > 1)),
         Reason.EP_EXPERTS,
         0,
     )

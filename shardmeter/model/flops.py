@@ -11,6 +11,7 @@ from shardmeter.model.formulas import (
     model_params,
     op_recompute_flops_per_token,
 )
+from shardmeter.model.lora import weight_grad_share
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 
@@ -52,6 +53,9 @@ def model_flops(ms: ModelShape, tr: Training, share: Array = 1.0) -> ModelFlops:
     }
     mf_tok = model_flops_per_token(ms.layers, *args, ms.vocab, ms.seq_len, ktop, E, **shape)
     dense_all, att_all = layers_forward_flops(ms.layers, *args, ms.seq_len, ktop, E, **shape)
+    # LoRA: no weight gradients for the frozen matrices and the output layer, 2/3 of their
+    # FLOPs; the attention scores in full (Megatron-Bridge flop_utils.py @067f987, :mod:`.lora`)
+    mf_tok = mf_tok - (1.0 - weight_grad_share(tr)) * (dense_all + 2.0 * ms.hidden * ms.vocab)
     op_moe = op_recompute_flops_per_token(
         ms.hidden,
         ms.q_dim,

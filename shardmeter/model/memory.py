@@ -8,6 +8,7 @@ from shardmeter.model.activations import activation_bytes_per_layer
 from shardmeter.model.branches import where_needed
 from shardmeter.model.fp8 import activation_saving, full_layer_saving
 from shardmeter.model.recompute import full_recompute_share
+from shardmeter.model.selective import selective_saving_bytes
 from shardmeter.model.shapes import Shapes
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -48,7 +49,7 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: A
     share = full_recompute_share(tr, sh)
     h_rep = ms.hidden * ops.where(sp, 1.0 / tp, 1.0)
 
-    def kept(ffn: Array, k: Array, compiled: Array, ffn_k: Array) -> tuple[Array, Array]:
+    def kept(ffn: Array, k: Array, compiled: Array, ffn_k: Array, moe_layer: Array) -> tuple[Array, Array]:
         """``(stored, full)`` of one layer whose MLP is ``ffn`` wide (``k`` of them active)."""
         stored, full = activation_bytes_per_layer(
             sh.seq_local,
@@ -71,16 +72,20 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: A
         )
         # fp8 GEMMs whose recipe keeps the fp8 copy of their inputs for backward (fp8.py)
         stored = stored - activation_saving(tr, sh.tokens, h_rep, sh.q_local, ffn_k, rec)
+        # Megatron's selective recompute of more modules than the attention core (selective.py)
+        stored = stored - selective_saving_bytes(ms, tr, sh, tp, sp, ffn, moe_layer)
         # a layer full recompute leaves alone, or re-runs in backward, saves them the same way
         full = full - full_layer_saving(tr, sh.tokens, h_rep, sh.q_local, ffn_k)
         return share * stored + (1.0 - share) * full, full
 
     k_act = ops.where(sh.moe, ms.experts_per_token + ms.shared_experts, 1.0)
-    stored, full = kept(sh.ffn_local * tp, k_act, compiled & ops.logical_not(sh.moe), sh.ffn_local * k_act)
+    stored, full = kept(
+        sh.ffn_local * tp, k_act, compiled & ops.logical_not(sh.moe), sh.ffn_local * k_act, sh.moe
+    )
     Ld = sh.dense_layers_local
     dense = Ld > 0
     stored_d, full_d = where_needed(  # a MoE model's dense layer, where the stage holds one
-        dense, lambda: kept(ms.ffn_hidden, 1.0, compiled, ms.ffn_hidden / tp), lambda: (stored, full)
+        dense, lambda: kept(ms.ffn_hidden, 1.0, compiled, ms.ffn_hidden / tp, False), lambda: (stored, full)
     )
     d_stored = ops.where(dense, stored_d - stored, 0.0)  # a dense layer's less a MoE layer's
     working = ops.where(
@@ -136,12 +141,20 @@ def loss_transient_bytes(ms: ModelShape, tr: Training, sh: Shapes, tp: Array) ->
       of the log-softmax and ``log_softmax``'s fp32 gradient of its input (its backward,
       ``_log_softmax_backward_data``, reads its saved output and writes a new tensor), both
       alive at once beside the saved fp32 log-softmax;
+    * 12 bytes with the same loss on vocab-sharded logits under DTensor's ``loss_parallel()``
+      (``tr.loss_parallel`` and ``tp`` > 1: torchtitan's TP): its ``nll_loss_backward`` handler
+      computes both backwards at once, unfused, ``grad_input = torch.zeros_like(x)`` ...
+      ``return (grad_input + torch.exp(x)) * grad_output`` with ``x`` the saved log-softmax
+      (``_nll_loss_and_log_softmax_backward``, torch/distributed/tensor/parallel/loss.py @
+      02eef6b8), so ``grad_input``, ``exp(x)`` and their sum (then the sum and the product) are
+      three fp32 copies alive at once beside ``x``;
     * 2 under a compiled loss (``tr.compiled_loss``): Inductor's fused backward reads the bf16
       logits and the saved row statistics and writes the bf16 gradient of the logits;
     * 0 with a loss that writes the gradient in place (``tr.fused_loss``: Megatron's
       vocab-parallel cross-entropy, ``grad_input = softmax`` ... ``grad_input.mul_(grad_output)``,
       megatron/core/tensor_parallel/cross_entropy.py @ d98e8a64)."""
-    per = ops.where(ops.as_bool(tr.fused_loss), 0.0, ops.where(ops.as_bool(tr.compiled_loss), 2.0, 8.0))
+    eager = ops.where(ops.as_bool(tr.loss_parallel) & (tp > 1), 12.0, 8.0)
+    per = ops.where(ops.as_bool(tr.fused_loss), 0.0, ops.where(ops.as_bool(tr.compiled_loss), 2.0, eager))
     return sh.tokens * ms.vocab / tp * per
 
 

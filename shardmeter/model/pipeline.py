@@ -8,6 +8,7 @@ import attrs
 from shardmeter.inputs.bundles import ModelInputs, PartTable
 from shardmeter.model.degrees import Degrees
 from shardmeter.model.dispatch import by_code
+from shardmeter.model.lora import weight_grad_share
 from shardmeter.model.stage import StageTerms
 from shardmeter.model.tiers import span_link
 from shardmeter.numeric import ops
@@ -84,7 +85,7 @@ def pipeline_terms(
         virtual_stages=deg.v,
         stage_s=pace.micro_batch_s,
         forward_s=ct.forward,
-        weight_grad_s=pace.shapes.layers_per_stage * ct.dense_forward,
+        weight_grad_s=pace.shapes.layers_per_stage * ct.dense_forward * weight_grad_share(inp.training),
         activation_bytes=pace.comm.act_msg,
         tp=deg.tp,
     )

@@ -11,6 +11,7 @@ from shardmeter.inputs.bundles import ModelShape, Recompute, Training
 from shardmeter.model.attention import AttentionTime
 from shardmeter.model.branches import where_needed
 from shardmeter.model.gemms import GemmRoof, GemmShapes, LayerGemms
+from shardmeter.model.selective import selective_rerun_s
 from shardmeter.model.shapes import Shapes
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -125,7 +126,8 @@ def recompute_time(
 ) -> RecomputeTime:
     """Recompute per mode (module docstring): full reruns :func:`full_recompute_share` of the
     stage's ``forward_s``; selective the attention core of every layer (Korthikanti et al.
-    2022, arXiv 2205.05198, selective activation recomputation); op :func:`op_recompute_s`,
+    2022, arXiv 2205.05198, selective activation recomputation) and what else
+    ``training.recompute_modules`` names (:func:`~.selective.selective_rerun_s`); op :func:`op_recompute_s`,
     priced only where a plan recomputes per operator."""
     rec = tr.recompute
     share = full_recompute_share(tr, sh)
@@ -135,6 +137,8 @@ def recompute_time(
     stage = ops.where(
         full,
         share * forward_s,
-        ops.where(rec == Recompute.SELECTIVE, sh.layers_per_stage * att.forward_s, ops.where(op, op_s, 0.0)),
+        ops.where(
+            rec == Recompute.SELECTIVE, selective_rerun_s(ms, tr, sh, g, att), ops.where(op, op_s, 0.0)
+        ),
     )
     return RecomputeTime(stage_s=stage, rerun_share=ops.where(full, share, ops.where(op, 1.0, 0.0)))

@@ -13,6 +13,7 @@ from shardmeter.model.degrees import Degrees
 from shardmeter.model.dispatch import by_code
 from shardmeter.model.flops import attention_shape
 from shardmeter.model.formulas import params_per_layer
+from shardmeter.model.lora import adapter_params_per_layer, trainable_fraction
 from shardmeter.model.optimizers import optimizer_bytes_per_param
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -79,54 +80,70 @@ def shard_inputs(
     element of weights, gradients and the optimizer. A MoE layer's
     shared experts are tensor-parallel like a dense MLP, not spread over ``ep``; the stage's dense
     layers (``dense_layers_local``) hold one ``ffn_hidden`` MLP each; the routed experts' share
-    (``expert_params_per_gpu``) is sharded over the expert-data-parallel group
+    (``expert_params_per_gpu``, split by the experts' own tensor parallelism ``etp``,
+    ``parallelism.expert_tp``) is sharded over the expert-data-parallel group
     (:func:`~shardmeter.strategies.zero.expert_shard_group_size`). With ``training.fp8_params``
     the layers' weights are held and all-gathered in fp8 (1 byte; Megatron ``--fp8-param-gather``,
     torchao ``enable_fsdp_float8_all_gather``: only the linears' weights, the embeddings stay 16-bit),
     the gradients and the optimizer's fp32 master copy unchanged. Full recompute re-runs the
     forward of ``training.recompute_layers`` (0: all) of the stage. The optimizer's state per
     parameter is ``training.optimizer``'s (:func:`~.optimizers.optimizer_bytes_per_param`: its
-    matrices ``hidden`` by the layer's mean other side, the embeddings' share for Muon)."""
+    matrices ``hidden`` by the layer's mean other side, the embeddings' share for Muon). With
+    LoRA (:mod:`.lora`) the GPU also holds its adapters, and gradients and optimizer state are
+    the adapters' only: their bytes per parameter are averaged over all the GPU's parameters,
+    as the fp8 gather bytes are (``trainable_fraction`` of them trained)."""
     tp, pp = deg.tp, deg.pp
     wb, fp8_params = _f(tr.weight_bytes), ops.as_bool(tr.fp8_params)
     mats = ops.where(ms.swiglu, 3.0, 2.0)
     ffn = sh.ffn_local * tp  # an expert's width in a MoE layer
     mlp = mats * ms.hidden * ffn
     attn = attention_shape(ms)
+    # a MoE layer's routed experts are split by their own tensor parallelism (``etp``)
+    routed = ops.where(sh.moe, mlp * ms.experts / deg.ep / deg.etp, 0.0)
     p_layer = (
         params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ffn, ms.swiglu, 1.0, **attn)
         - mlp
-        + mlp * ops.where(sh.moe, ms.experts / deg.ep + ms.shared_experts, 1.0)
-    ) / tp
+        + mlp * ops.where(sh.moe, ms.shared_experts, 1.0)
+    ) / tp + routed
     p_dense = params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0, **attn) / tp
     Ld = sh.dense_layers_local
     emb = ms.vocab * ms.hidden / tp
     emb_gpu = emb * ops.where(ops.as_bool(emb_here), 1.0, 0.0) + emb * ops.where(
         ops.as_bool(head) & ((pp > 1) | ops.logical_not(ops.as_bool(ms.tied))), 1.0, 0.0
     )
-    p_gpu = sh.layers_per_stage * p_layer + ops.where(Ld > 0, Ld * (p_dense - p_layer), 0.0) + emb_gpu
+    p_base = sh.layers_per_stage * p_layer + ops.where(Ld > 0, Ld * (p_dense - p_layer), 0.0) + emb_gpu
+    # LoRA's adapters on the stage's layers (:mod:`.lora`; 0 in full training), split like their linears
+    mlps = ops.where(sh.moe, ms.experts / deg.ep + ms.shared_experts, 1.0)
+    a_layer = adapter_params_per_layer(ms, tr, ffn, mlps) / tp
+    a_dense = adapter_params_per_layer(ms, tr, ms.ffn_hidden, 1.0) / tp
+    a_gpu = sh.layers_per_stage * a_layer + ops.where(Ld > 0, Ld * (a_dense - a_layer), 0.0)
+    p_gpu = p_base + a_gpu
+    trained = trainable_fraction(p_gpu, a_gpu)
     # the stage's routed experts (its MoE layers' experts / ep), sharded over dp x cp / ep
     moe_layers = ops.maximum(sh.layers_per_stage - Ld, 0.0)
-    p_experts = ops.where(sh.moe, moe_layers * mlp * ms.experts / deg.ep / tp, 0.0)
+    p_experts = moe_layers * routed
     gather16 = ops.where(wb > 2, 4.0, 2.0)
     return ShardInputs(
         recompute_layers=_recompute_layers(tr, sh),
         params_last_module=ops.where(sh.moe, 0.0, ms.hidden * ms.ffn_hidden / tp),
         params_largest_module=_largest_matrix(ms, ffn) / tp,
         params_per_gpu=p_gpu,
-        params_per_layer=p_layer,
+        params_per_layer=p_layer + a_layer,
         expert_params_per_gpu=p_experts,
         ep=deg.ep,
+        expert_tp=deg.etp,
         pp=pp,
         layers_per_stage=sh.layers_per_stage,
         weight_bytes=ops.where(fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * wb) / p_gpu, wb),
         param_gather_bytes=ops.where(
             fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * gather16) / p_gpu, gather16
         ),
-        grad_bytes=ops.where(wb > 2, 4.0, 2.0),
+        grad_bytes=ops.where(wb > 2, 4.0, 2.0) * trained,
         optimizer_bytes_per_param=optimizer_bytes_per_param(
             tr.optimizer, wb, ms.hidden, p_layer / ((4.0 + mats) * ms.hidden), emb_gpu / p_gpu
-        ),
+        )
+        * trained,
+        trainable_fraction=trained,
         tp=tp,
         dp=deg.dp,
         cp=deg.cp,

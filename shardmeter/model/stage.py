@@ -115,6 +115,7 @@ def stage_terms(
         full_recompute_share(tr, sh),
         async_tp=ops.as_bool(lay.async_tp) & deg.sp & ops.as_bool(tr.compile),
         hbm_bytes_s=hw.hbm_bytes_s * hw.hbm_efficiency,
+        etp=deg.etp,
     )
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
     offload_mb = _offload_exposed(ms, tr, hw, sh, ct, deg)

@@ -50,7 +50,7 @@ from shardmeter.inputs.bundles import ModelInputs, PartTable
 from shardmeter.model.busiest import rank_memory
 from shardmeter.model.degrees import degrees
 from shardmeter.model.dispatch import by_code
-from shardmeter.model.evaluate import optimizer_s, reserved_bytes, structural_reasons
+from shardmeter.model.evaluate import optimizer_s, required_bytes, reserved_bytes, structural_reasons
 from shardmeter.model.feasibility import Reason, batch_split
 from shardmeter.model.stage import peaks, stage_terms
 from shardmeter.model.tiers import span_link
@@ -133,7 +133,7 @@ def stage_cost(
     reserved = reserved_bytes(inp, mem)
     group_deg = degrees(inp.layout)
     reasons = structural_reasons(inp, parts, group_deg, m, _f(hw.peak_flops))
-    reasons = reasons | ops.where(reserved > hw.memory_bytes, int(Reason.MEMORY), 0)
+    reasons = reasons | ops.where(required_bytes(inp, mem) > hw.memory_bytes, int(Reason.MEMORY), 0)
     return StageCost(
         micro_batch_s=st.micro_batch_s,
         compute_s=st.compute.compute,

@@ -149,7 +149,8 @@ def _load_entry_points(
     for ep in _entry_points():
         dist = getattr(ep, "dist", None)
         dist_label = f"{dist.name} {dist.version}" if dist is not None else "unknown distribution"
-        if dist is not None and dist.name.lower().replace("_", "-") == "shardmeter":
+        own = dist is not None and dist.name.lower().replace("_", "-") == "shardmeter"
+        if own:
             core = (core or set()) | {str(ep.value).partition(":")[0]}
         if _norm(ep.name) in disabled or (dist is not None and _norm(dist.name) in disabled):
             continue
@@ -164,7 +165,9 @@ def _load_entry_points(
         if not _load_entry_point(pm, ep, dist_label):
             continue
         took = time.perf_counter() - started
-        if took > SLOW_IMPORT_S:  # no timeout (a plugin is code, run at import): say who is slow
+        # no timeout (a plugin is code, run at import): say who is slow; the bundled parts are
+        # the package's own import (a loaded machine, not a plugin to disable)
+        if took > SLOW_IMPORT_S and not own:
             _warn(
                 f"ShardMeter plugin '{ep.name}' from {dist_label} took {took:.1f} s to import "
                 f"(SHARDMETER_DISABLE_PLUGINS={ep.name} skips it)"

@@ -332,6 +332,8 @@ def _reasons(res: Resolved, out: Outputs, row: int) -> list[str]:
             "ep": par.ep,
             "E": sc.model.experts,
             "dpcp": isl.dp * par.cp,
+            "etp_ep": (par.expert_tp or par.tp) * par.ep,
+            "tcd": par.tp * par.cp * isl.dp,
             "used": isl.gpus_used,
             "gpus": isl.gpus,
             "bi": _fmt_int(_at(_detailed(o.batch_sequences), row, j)),

@@ -83,10 +83,13 @@ def expert_shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
     state over the expert-data-parallel group, ``world_size // (etp x ep x pp)``
     (``megatron/core/parallel_state.py``, ``theoretical_memory_usage.py``'s
     ``expert_data_parallel_size`` since NVIDIA/Megatron-LM#4687, a7c9e8c4); with the experts'
-    tensor parallelism equal to ``tp`` that is ``dp x cp / ep``. torchtitan's FSDP2 shards the
+    tensor parallelism equal to ``tp`` that is ``dp x cp / ep``, and ``tp x cp x dp / (etp x
+    ep)`` with their own (``expert_tp``, parallel folding). torchtitan's FSDP2 shards the
     experts over the ``dp_shard_mod_ep`` mesh dimension (``efsdp``: the data-parallel shard
     ranks divided by ``ep``), the same group."""
-    return ops.maximum(shard_group_size(inp, by_domain) / ops.maximum(inp.ep, 1.0), 1.0)
+    etp = inp.tp if inp.expert_tp is None else inp.expert_tp
+    folded = inp.tp / ops.maximum(etp, 1.0)  # experts over tp x cp x dp, each split etp ways
+    return ops.maximum(shard_group_size(inp, by_domain) * folded / ops.maximum(inp.ep, 1.0), 1.0)
 
 
 @attrs.frozen(kw_only=True)
@@ -170,12 +173,13 @@ class ZeroSharding(ShardingPart):
         ``backward_maybe_with_nosync``), and FSDP2 then keeps the gradient unsharded,
         accumulated in the reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``:
         ``self.unsharded_accumulated_grad = unsharded_grad.to(self.reduce_dtype)``), fp32 in
-        torchtitan (``mixed_precision_reduce = "float32"``)."""
+        torchtitan (``mixed_precision_reduce = "float32"``); for the trained parameters only
+        (``trainable_fraction``: a frozen one has no gradient)."""
         if not (self.shard_parameters and self.unsharded_under_pp):
             return 0.0, 0.0
         on = ops.where(inp.pp > 1, 1.0, 0.0)
         p = inp.params_per_gpu
-        return on * p * inp.param_gather_bytes, on * p * 4.0
+        return on * p * inp.param_gather_bytes, on * p * inp.trainable_fraction * 4.0
 
     def gathers(self, inp: ShardInputs) -> tuple[Array, Array, Array]:
         """Parameter all-gathers of the stage per micro-batch, in layers' worth: ``(forward,
@@ -267,8 +271,12 @@ class ZeroSharding(ShardingPart):
                     group_stride=inp.tp,
                     **bucket,
                 ),
-                CommEvent(
-                    collective="all_gather", bytes=param_msg, group_size=dpcp, group_stride=inp.tp, **bucket
+                CommEvent(  # the updated parameters: the trained ones only
+                    collective="all_gather",
+                    bytes=param_msg * inp.trainable_fraction,
+                    group_size=dpcp,
+                    group_stride=inp.tp,
+                    **bucket,
                 ),
             ]
         return [

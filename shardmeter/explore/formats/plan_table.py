@@ -290,17 +290,18 @@ def _per_island(value: Any) -> Any:
 
 
 def _why(plan: Doc, best: Doc, objective: str) -> str:
-    """The plan's bottleneck and its share of the step, the memory left free (beside the caching
-    allocator's reserved peak, ``memory_reserved_gb``), and (ranked by
+    """The plan's bottleneck and its share of the step, the memory left free beside what the
+    plan holds (``memory_per_gpu_gb``: the caching allocator's cache may fill the rest, up to the
+    GPU's memory, ``memory_reserved_gb``, and gives it back before it runs out), and (ranked by
     time or cost) how far it is from the best plan."""
     rep = plan["report"]
     bits = []
     if rep.get("bottleneck") and rep.get("step_time_s"):
         share = rep["breakdown_s"][rep["bottleneck"]] / rep["step_time_s"]
         bits.append(f"{rep['bottleneck']} {share:.0%}")
-    held = rep.get("memory_reserved_gb", rep.get("memory_per_gpu_gb"))
+    held = rep.get("memory_per_gpu_gb")
     if rep.get("memory_capacity_gb") and held is not None:
-        free = rep["memory_capacity_gb"] - held  # what the caching allocator leaves
+        free = rep["memory_capacity_gb"] - held  # headroom: cached blocks are given back
         bits.append(f"{free:.1f} GB free" if free < 9.95 else f"{free:.0f} GB free")
     if plan is not best and objective != "pareto":
         a, b = _score(plan, objective), _score(best, objective)

@@ -65,6 +65,8 @@ def layout_reason_bits(layout: Mapping[str, np.ndarray], base: Mapping[str, np.n
 
     tp, pp, cp, ep = (layout[k].astype(float)[:, None] for k in ("tp", "pp", "cp", "ep"))
     dp = layout["dp"].astype(float)
+    etp_w = f("layout.expert_tp") if "layout.expert_tp" in base else np.zeros(1)
+    etp = np.where(etp_w > 0, etp_w, tp)
     nodes = layout["nodes"].astype(float) if "nodes" in layout else f("topology.nodes")
     bits = layout_reasons(
         f("model.heads"),
@@ -76,6 +78,7 @@ def layout_reason_bits(layout: Mapping[str, np.ndarray], base: Mapping[str, np.n
         dp,
         ep,
         nodes * f("topology.gpus_per_node"),
+        etp,
     )
     return np.bitwise_or.reduce(np.atleast_2d(bits), axis=-1)
 

@@ -186,6 +186,8 @@ class _ReasonRows:
 
         names = ("tp", "pp", "cp", "ep", "dp", "virtual_stages")
         self.lay = {k: per_island(cols[f"layout.{k}"], np.int64) for k in names}
+        if "layout.expert_tp" in cols:
+            self.lay["expert_tp"] = per_island(cols["layout.expert_tp"], np.int64)
         self.gpus = per_island(_col(cols, "topology.nodes") * _col(cols, "topology.gpus_per_node"), np.int64)
         self.mbs = per_island(_col(cols, "training.micro_batch"), np.int64)
         self.bits = per_island(out.reasons, np.int64)
@@ -215,6 +217,9 @@ class _ReasonRows:
                 "ep": lay["ep"][j][r],
                 "E": model.experts,
                 "dpcp": dp * cp,
+                "etp_ep": (lay["expert_tp"][j][r] if "expert_tp" in lay and lay["expert_tp"][j][r] else tp)
+                * lay["ep"][j][r],
+                "tcd": tp * cp * dp,
                 "used": tp * pp * cp * dp,
                 "gpus": self.gpus[j][r],
                 "bi": _fmt_int(out["island_batch"][j][r]),

@@ -288,6 +288,13 @@ class TorchTitan(FrameworkPart):
     fp8_backend_default = "torchao"
 
     versions: ClassVar[tuple[StackVersion, ...]] = TORCHTITAN_VERSIONS
+    #: with TP its train context enters ``torch.distributed.tensor.parallel.loss_parallel()``:
+    #: ``loss_parallel_enabled = self.tp > 1 and self.enable_loss_parallel``, the latter ``not
+    #: --training.disable_loss_parallel`` (default off), and the output projection then keeps
+    #: ``output_layouts=Shard(-1)`` (torchtitan/parallelisms/parallel_dims.py, utils.py
+    #: ``get_train_context``, parallelize_llama.py @ 9dec370; the same in torchtitan/distributed
+    #: since 82afc842)
+    loss_parallel: ClassVar[bool] = True
     compiled_loss: ClassVar[bool] = True  # at the newest state; loss_compiled() by state
 
     def loss_compiled(self, version: StackVersion | None = None) -> bool:
