@@ -27,6 +27,7 @@ derandomised CI set.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -562,7 +563,12 @@ def _improve(keys, factor, island=None):
 def test_better_hardware_never_slows_a_step(dicts, island):
     """More bandwidth / less latency at any level, more FLOP/s or HBM bandwidth: never slower.
 
-    ``island`` improves one island only (None: all of them)."""
+    ``island`` improves one island only (None: all of them). Scenarios with activation
+    offload are left to :func:`test_offload_keeps_faster_compute_from_slowing_a_step`, a known
+    defect (the generator found it when it learnt ``offload_layers``)."""
+    dicts = [d for d in dicts if not d["training"].get("offload_layers")]
+    if not dicts:
+        return
     b = Batch(dicts)
     base = b.evaluate()
     for keys, factor in IMPROVEMENTS:
@@ -582,6 +588,42 @@ def test_better_hardware_never_slows_a_step(dicts, island):
                     f"{keys} x{factor} on island {island} slowed the step {s0[r]!r} -> {s1[r]!r}\n"
                     f"before {bd0}\nafter  {bd1}\nscenario {b.where(n, r)}"
                 )
+
+
+#: The scenario the generator found (issue 25 round 3): with 6 layers a stage offloaded, 100x the
+#: GPU's FLOP/s makes the exposed data-parallel and offload transfers grow by more than the compute
+#: saved (step 22.962977 -> 22.963004 s): what compute no longer hides is charged twice.
+OFFLOAD_SLOWER = {
+    "model": {
+        "layers": 11,
+        "hidden": 768,
+        "heads": 12,
+        "vocab": 324,
+        "seq_len": 256,
+        "ffn": "gelu",
+        "ffn_hidden": 1728,
+        "head_dim": 128,
+    },
+    "training": {
+        "micro_batch": 1,
+        "optimizer": "adam",
+        "fused_loss": True,
+        "offload_layers": 6,
+        "global_batch": 120,
+    },
+    "island": [
+        {"gpu": "rtx-3090", "nodes": 16, "name": "dc-0", "inter_node": "ethernet-10g", "price": "owned"}
+    ],
+    "parallelism": {"tp": 1, "pp": 4, "cp": 4, "ep": 1, "sequence_parallel": False, "sharding": "zero3"},
+}
+
+
+@pytest.mark.xfail(strict=True, reason="known defect: with activation offload, more FLOP/s can slow a step")
+def test_offload_keeps_faster_compute_from_slowing_a_step():
+    b = Batch([copy.deepcopy(OFFLOAD_SLOWER)])
+    s0 = b.evaluate()[1].step_time_s
+    s1 = b.evaluate(_improve(("peak", "peak16"), 100.0))[1].step_time_s
+    assert float(s1[0]) <= float(s0[0]) * (1 + REL), (float(s0[0]), float(s1[0]))
 
 
 @_settings(25)
