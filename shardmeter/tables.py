@@ -37,6 +37,10 @@ __all__ = [
 _BLANK = ("", "-")
 
 
+#: A table cell's length before it is shortened (only a cell from a hostile file is this long).
+_CELL_LIMIT = 400
+
+
 def render_table(
     headers: Sequence[str],
     rows: Sequence[Sequence[Any]],
@@ -54,8 +58,9 @@ def render_table(
     from rich.table import Table
     from rich.text import Text
 
-    cells = [["" if c is None else str(c) for c in r] for r in rows]
-    heads = [str(h) for h in headers]
+    # every cell escaped (safe_text): names from a file (islands, offers, parts) reach a terminal
+    cells = [["" if c is None else safe_text(c, limit=_CELL_LIMIT) for c in r] for r in rows]
+    heads = [safe_text(h, limit=_CELL_LIMIT) for h in headers]
     if terminal is None:
         terminal = sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
     rule = box.SIMPLE_HEAD if terminal else _ascii_rule(box)

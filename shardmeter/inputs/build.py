@@ -26,6 +26,7 @@ from shardmeter.load.scenario import framework_failed
 from shardmeter.load.specs import LORA_DEFAULT_RANK, LORA_TARGETS, RECOMPUTE_MODULES
 from shardmeter.parts import FrameworkPart, call_framework
 from shardmeter.records import Interconnect
+from shardmeter.registry.guard import guarded_call
 from shardmeter.resolve.resolver import Resolved, ResolvedIsland
 
 __all__ = ["build_inputs", "tier_arrays"]
@@ -121,7 +122,15 @@ def _framework_says(res: Resolved, hook: str, *args, default: bool) -> bool:
     if not isinstance(res.framework, FrameworkPart):
         return default
     try:
-        return bool(call_framework(res.framework, hook, *args, version=res.framework_version))
+        part = res.framework
+        return bool(
+            guarded_call(
+                "framework",
+                part,
+                hook,
+                lambda: call_framework(part, hook, *args, version=res.framework_version),
+            )
+        )
     except ScenarioError:
         raise
     except Exception as exc:  # a plugin's bug is named, not a traceback

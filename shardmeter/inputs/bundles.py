@@ -20,6 +20,7 @@ import attrs
 import numpy as np
 
 from shardmeter.numeric.ops import Array
+from shardmeter.registry.guard import GuardedPart
 
 __all__ = [
     "ModelShape",
@@ -319,7 +320,11 @@ class PartTable:
         return len(rows) - 1
 
     def get(self, kind: str, code: int) -> tuple[Any, Any]:
-        return self.entries[kind][code]
+        """The (part, options) pair of ``code``: the part as a
+        :class:`~shardmeter.registry.guard.GuardedPart`, whose every hook's result is checked
+        where the model uses it (a broken one is a PluginError naming the plugin)."""
+        part, opts = self.entries[kind][code]
+        return GuardedPart(kind, part), opts
 
     def __getstate__(self) -> dict[str, Any]:
         return {"entries": self.entries}

@@ -29,6 +29,7 @@ import attrs
 from shardmeter.errors import ScenarioError
 from shardmeter.load.specs import ModelSpec, qualified_key
 from shardmeter.parts import FrameworkPart, StackVersion, call_framework
+from shardmeter.registry.guard import PartFault, guarded_call
 
 __all__ = ["apply_framework", "framework_failed", "framework_state", "version_note"]
 
@@ -41,7 +42,15 @@ _FRAMEWORK_TABLES = ("training", "parallelism")
 
 def framework_failed(name: str, exc: Exception, file: str | None) -> ScenarioError:
     """The one-line error for a framework profile whose code raised (its defaults or one of its
-    behaviour hooks): names the profile and the exception, at ``training.framework``."""
+    behaviour hooks): names the profile and the exception, at ``training.framework``; a
+    :class:`~shardmeter.registry.guard.PartFault` (its result broken, or it raised) also names
+    the plugin and distribution that provided it."""
+    if isinstance(exc, PartFault):
+        cause = exc.__cause__
+        what = f"{type(cause).__name__}: {cause}" if isinstance(cause, Exception) else exc.problem
+        return ScenarioError(
+            f"framework '{name}' failed: {what} ({exc.label})", path="training.framework", file=file
+        )
     return ScenarioError(
         f"framework '{name}' failed: {type(exc).__name__}: {exc}", path="training.framework", file=file
     )
@@ -72,7 +81,13 @@ def apply_framework(
         notes.append(version_note(name, version, asked))
     tables = copy.deepcopy({**data, "model": attrs.asdict(model)})  # the profile reads, never writes
     try:
-        defaults = call_framework(part, "defaults", tables, _island_gpus(data, reg, file), version=version)
+        gpus = _island_gpus(data, reg, file)
+        defaults = guarded_call(
+            "framework",
+            part,
+            "defaults",
+            lambda: call_framework(part, "defaults", tables, gpus, version=version),
+        )
         items = list(dict(defaults).items())
     except ScenarioError:
         raise

@@ -14,6 +14,7 @@ builds the records from the raw tables.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import math
@@ -50,6 +51,7 @@ from shardmeter.load.specs import (
 from shardmeter.load.stage_groups import stage_group_records
 from shardmeter.parts import option_defaults
 from shardmeter.registry.convert import FLOAT_MAX, key_path, structure_record
+from shardmeter.registry.guard import provider, who
 
 __all__ = [
     "Scenario",
@@ -167,7 +169,7 @@ def _build(data: dict[str, Any], file: str | None, registry) -> Scenario:
     model_rec = _model_record(data.get("model"), file, notes)
     training = _required_table(data.get("training"), "training", file)
     framework_keys = apply_framework(data, model_rec, reg, file, notes)
-    with _blaming_profile(data, framework_keys, data["training"].get("framework")):
+    with _blaming_profile(data, framework_keys, _profile_named(reg, data["training"].get("framework"))):
         training_rec = structure_record(training, TrainingSpec, path="training", file=file)
         parse_par = _parallelism_parser(reg, file, notes)
         par_rec = parse_par(data.get("parallelism", {}), "parallelism")
@@ -228,20 +230,38 @@ def _blaming_profile(data: Mapping[str, Any], set_keys: tuple[str, ...], name: A
         mine = [k for k in set_keys if k.startswith(table + ".")]
         if not mine:
             raise
-        quoted = [k for k in mine if k.partition(".")[2] in exc.message] or mine
+        quoted = (
+            [k for k in mine if exc.path == k or exc.path.startswith((k + ".", k + "["))]
+            or [k for k in mine if k.partition(".")[2] in exc.message]
+            or mine
+        )
         filled = ", ".join(f"{k} = {_shown_value(data, k)}" for k in quoted)
         raise ScenarioError(
-            f"{exc.message} ({filled}: a default of framework {name}; write "
+            f"{exc.message} ({filled}: a default of {name}; write "
             f"{' and '.join(quoted)} in the scenario to choose another)",
             path=exc.path,
             file=exc.file,
         ) from None
 
 
-def _shown_value(data: Mapping[str, Any], key: str) -> str:
+def _profile_named(reg: Any, name: Any) -> str:
+    """``framework torchtitan``, and the plugin and distribution that provide it where that is
+    not ShardMeter itself (a plugin's profile whose default does not load is the plugin's)."""
+    try:
+        part = reg.get("framework", name)
+    except Exception:  # noqa: BLE001 - an unknown profile was refused before; name it as written
+        return f"framework {name}"
+    found = provider(part)
+    ours = found is None or found[1].split(" ")[0] == "shardmeter"
+    return f"framework {name}" if ours else who("framework", part)
+
+
+def _shown_value(data: Mapping[str, Any], key: str, limit: int = 60) -> str:
+    """A profile-filled value for a one-line message (shortened past ``limit``)."""
     table, _, field = key.partition(".")
     value = data.get(table, {}).get(field)
-    return f'"{value}"' if isinstance(value, str) else repr(value)
+    text = f'"{value}"' if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _check_tables(data: Mapping[str, Any], file: str | None) -> None:
@@ -420,7 +440,7 @@ def _island_records(
 def _check_unique_names(isl_recs: list[IslandSpec], file: str | None) -> None:
     """No name used twice by islands and offers together (an offer becomes an island)."""
     names = [str(r.name) for r in isl_recs]  # every island is named by now
-    dup = {n for n in names if names.count(n) > 1}
+    dup = {n for n, k in collections.Counter(names).items() if k > 1}  # linear: thousands of islands
     if dup:
         raise ScenarioError(f"island name {sorted(dup)[0]!r} is used twice", path="island", file=file)
 

@@ -11,6 +11,7 @@ import numpy as np
 from shardmeter.inputs.bundles import PartTable
 from shardmeter.numeric.ops import Array
 from shardmeter.parts import ConvergenceInputs, ConvergencePart, SyncHyperparameters, SyncPart
+from shardmeter.registry.guard import run_part
 
 __all__ = ["sync_hyperparameters", "convergence_inputs", "tokens_factor"]
 
@@ -56,7 +57,7 @@ def tokens_factor(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(factor, in_range)`` of every plan (module docstring, "For the planner")."""
     inp = convergence_inputs(table, sync_codes, params=params, replicas=replicas)
-    terms = model.terms(inp, opts if opts is not None else model.options())
+    terms = run_part("convergence", model, "terms", inp, opts if opts is not None else model.options())
     shape = np.broadcast_shapes(np.shape(sync_codes), np.shape(params), np.shape(replicas))
     factor = np.broadcast_to(np.asarray(terms.tokens_factor, dtype=float), shape)
     return factor, np.broadcast_to(np.asarray(terms.in_range, dtype=bool), shape)

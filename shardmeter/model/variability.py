@@ -25,6 +25,7 @@ from typing import Any
 
 from shardmeter.numeric.ops import Array
 from shardmeter.parts import VariabilityPart
+from shardmeter.registry.guard import run_part
 
 __all__ = ["GPU_TERMS", "LINK_TERMS", "WAN_TERMS", "step_quantile"]
 
@@ -46,10 +47,10 @@ def step_quantile(
     extra: Array = 0.0
     for name, t in terms_s.items():
         if name in WAN_TERMS:
-            f = part.quantile_factor(q, islands, "link", opts)
+            f = run_part("variability", part, "quantile_factor", q, islands, "link", opts)
         elif name in LINK_TERMS:
-            f = part.quantile_factor(q, gpus, "link", opts)
+            f = run_part("variability", part, "quantile_factor", q, gpus, "link", opts)
         else:  # GPU_TERMS, and any term a later release adds: the GPU's own time
-            f = part.quantile_factor(q, gpus, "gpu", opts)
+            f = run_part("variability", part, "quantile_factor", q, gpus, "gpu", opts)
         extra = extra + t * (f - 1.0)
     return step_s + extra

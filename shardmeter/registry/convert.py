@@ -45,19 +45,26 @@ def _type_name(v: Any) -> str:
     return type(v).__name__
 
 
+def _shown(v: Any, limit: int = 60) -> str:
+    """``repr(v)`` for a one-line message, shortened past ``limit`` (a value from a file may be
+    a megabyte long)."""
+    text = repr(v)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class StrictTypeError(TypeError):
     pass
 
 
 def _int(v, _t):
     if isinstance(v, bool) or not isinstance(v, int):
-        raise StrictTypeError(f"expected an integer, got {_type_name(v)} ({v!r})")
+        raise StrictTypeError(f"expected an integer, got {_type_name(v)} ({_shown(v)})")
     return v
 
 
 def _float(v, _t):
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise StrictTypeError(f"expected a number, got {_type_name(v)} ({v!r})")
+        raise StrictTypeError(f"expected a number, got {_type_name(v)} ({_shown(v)})")
     v = float(v)
     if not math.isfinite(v):
         raise StrictTypeError(f"expected a finite number, got {v!r}")
@@ -76,13 +83,13 @@ FLOAT_MIN, FLOAT_MAX = 1e-9, 1e18
 
 def _str(v, _t):
     if not isinstance(v, str):
-        raise StrictTypeError(f"expected a string, got {_type_name(v)} ({v!r})")
+        raise StrictTypeError(f"expected a string, got {_type_name(v)} ({_shown(v)})")
     return v
 
 
 def _bool(v, _t):
     if not isinstance(v, bool):
-        raise StrictTypeError(f"expected true or false, got {_type_name(v)} ({v!r})")
+        raise StrictTypeError(f"expected true or false, got {_type_name(v)} ({_shown(v)})")
     return v
 
 

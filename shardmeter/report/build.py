@@ -297,13 +297,16 @@ def _outside_allocator(out: Outputs, row: int, n_isl: int) -> float | None:
     return _num(_gb(parts.outside_allocator_bytes, row, _busiest_island(out, row, n_isl)))
 
 
-def batch_split_key(sc: Any, j: int) -> str:
+def batch_split_key(sc: Any, j: int, *, any_island: bool | None = None) -> str:
     """The key a batch that does not split on island ``j`` names: ``island[j].micro_batch`` when
     the island sets its own, ``training.micro_batch`` when another island does, else (no island
-    sets one: as before the per-island key) ``training.global_batch``."""
+    sets one: as before the per-island key) ``training.global_batch``. ``any_island``: whether
+    any island sets one, where the caller knows (a loop over thousands of islands asks once)."""
     if sc.islands[j].micro_batch is not None:
         return f"island[{j}].micro_batch"
-    if any(isl.micro_batch is not None for isl in sc.islands):
+    if any_island is None:
+        any_island = any(isl.micro_batch is not None for isl in sc.islands)
+    if any_island:
         return "training.micro_batch"
     return REASONS[Reason.BATCH_SPLIT][0]
 
@@ -315,6 +318,7 @@ def _reasons(res: Resolved, out: Outputs, row: int) -> list[str]:
     n_isl = len(islands)
     reasons: list[str] = []
     o = out.island
+    any_island = any(isl.micro_batch is not None for isl in sc.islands)
     for j, isl in enumerate(islands):
         bits = int(_at(out.reasons, row, j))
         if not bits:
@@ -350,7 +354,7 @@ def _reasons(res: Resolved, out: Outputs, row: int) -> list[str]:
             else:
                 label = f"{prefix}{key}" if not key.startswith("training") else key
             if key == REASONS[Reason.BATCH_SPLIT][0]:
-                label = batch_split_key(sc, j)
+                label = batch_split_key(sc, j, any_island=any_island)
             where = f" (island '{isl.name}')" if n_isl > 1 else ""
             reasons.append(f"{label}: {msg}{where}")
     return reasons

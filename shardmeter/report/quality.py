@@ -29,6 +29,7 @@ import numpy as np
 
 from shardmeter.model.convergence import convergence_inputs
 from shardmeter.parts import ConvergencePart
+from shardmeter.registry.guard import run_part
 from shardmeter.report.batch_price import batch_figures
 
 __all__ = ["quality_figures", "apply_quality"]
@@ -72,7 +73,7 @@ def quality_figures(res: Any, report: Any) -> dict[str, Any]:
     inp = convergence_inputs(table, np.array([code]), params=np.array([report.params]), replicas=replicas)
     local = bool(np.asarray(inp.local_steps).reshape(-1)[0])
     if model is not None:
-        terms = model.terms(inp, model.options())
+        terms = run_part("convergence", model, "terms", inp, model.options())
         factor = float(np.asarray(terms.tokens_factor, dtype=float).reshape(-1)[0])
         in_range = bool(np.asarray(terms.in_range).reshape(-1)[0])
     else:  # the batch alone: the sync strategy is not priced

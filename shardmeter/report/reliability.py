@@ -28,6 +28,7 @@ import numpy as np
 from shardmeter.model.reliability import Checkpoint, checkpoint_bytes_per_param, checkpoint_terms, goodput
 from shardmeter.model.variability import step_quantile
 from shardmeter.parts import FailureInputs
+from shardmeter.registry.guard import run_part
 from shardmeter.resolve.resolver import Resolved
 
 __all__ = ["apply_reliability", "job_reliability", "JobReliability", "step_at", "nodes_used"]
@@ -68,7 +69,7 @@ def job_reliability(res: Resolved, gpus_used: Any, params: Any) -> JobReliabilit
     inp = FailureInputs(
         gpus=(nodes * gpn).sum(axis=-1), nodes=nodes.sum(axis=-1), gpus_per_node=float(gpn.max())
     )
-    terms = res.failures.terms(inp, res.failure_options)  # type: ignore[attr-defined]
+    terms = run_part("failures", res.failures, "terms", inp, res.failure_options)
     pre = np.array([float(isl.preemption_per_h or 0.0) for isl in res.scenario.islands], dtype=float)
     unexpected = np.asarray(terms.failures_per_h, dtype=float) + (pre * nodes).sum(axis=-1)
     with np.errstate(divide="ignore"):

@@ -19,6 +19,7 @@ from shardmeter.tables import (
     fmt_times,
     fmt_usd,
     render_table,
+    safe_text,
 )
 
 __all__ = ["format_report", "cost_line", "layout_table"]
@@ -206,9 +207,17 @@ def _reliability_rows(r: Any) -> list[tuple[str, str]]:
 def format_report(r: Any) -> str:
     """The CLI's text of a :class:`~shardmeter.report.build.Report` (unknown or non-finite numbers
     as ``-``, absurd ones in scientific notation). Compute utilisation is shown only between
-    islands: on one island it is 100 % by definition."""
-    if not r.feasible:
-        return _infeasible(r)
+    islands: on one island it is 100 % by definition. Every line is escaped for a terminal
+    (:func:`~shardmeter.tables.safe_text`): reasons and notes quote names from the scenario."""
+    text = _infeasible(r) if not r.feasible else _feasible(r)
+    return "\n".join(safe_text(line, limit=_LINE_LIMIT) for line in text.split("\n"))
+
+
+#: A report line's length before it is shortened (only text from a hostile file is this long).
+_LINE_LIMIT = 2000
+
+
+def _feasible(r: Any) -> str:
     rows = [
         ("step time", fmt_time(r.step_time_s)),
         ("tokens/s (total)", fmt_num(r.tokens_per_s)),

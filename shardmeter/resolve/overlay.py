@@ -277,11 +277,16 @@ def read_overlay(path: str, *, shown: str | None = None) -> Overlay:
     return _cached(os.path.realpath(path), st.st_mtime_ns, st.st_size, shown)
 
 
-def _record(reg, entry: OverlayEntry, file: str):
+def _record(reg, entry: OverlayEntry, file: str, pending: Mapping[tuple[str, str], Any]):
+    """The record ``entry`` makes: its fields over the record of its name that an earlier entry
+    (``pending``) or the registry holds, else a new one."""
     cls = TABLES[next(t for t, (k, _) in TABLES.items() if k == entry.kind)][1]
     at = _where(file, entry.line)
-    if entry.name in reg.names(entry.kind):
-        merged = attrs.asdict(reg.get(entry.kind, entry.name), recurse=False)
+    earlier = pending.get((entry.kind, entry.name))
+    if earlier is None and reg.has(entry.kind, entry.name):
+        earlier = reg.get(entry.kind, entry.name)
+    if earlier is not None:
+        merged = attrs.asdict(earlier, recurse=False)
         merged.update(entry.fields)
     else:
         merged = {"name": entry.name, **entry.fields}
@@ -305,10 +310,41 @@ def apply_overlays(reg, paths: Iterable[str], *, base: str | None, scenario_file
                 file=scenario_file,
             )
         ov = read_overlay(full, shown=p if scenario_file is None else full)
-        for entry in ov.entries:
-            reg = reg.override(entry.kind, _record(reg, entry, ov.file), plugin=f"catalog {p}")
+        reg = _applied(reg, ov, f"catalog {p}")
         overlays.append(ov)
     return reg, overlays
+
+
+#: ``(id(registry), id(overlay), plugin) -> (registry, overlay, the registry with it applied)``:
+#: a planner resolves its scenario once per variant, each time over the same registry and the
+#: same (cached) overlay; the inputs are held so that their ids are not reused.
+_APPLIED: dict[tuple[int, int, str], tuple[Any, Overlay, Any]] = {}
+_APPLIED_MAX = 16
+
+
+def _applied(reg: Any, ov: Overlay, plugin: str) -> Any:
+    """``reg`` with every entry of ``ov`` applied in order, in one copy (a later entry of a name
+    over an earlier one's), computed once per registry and overlay."""
+    key = (id(reg), id(ov), plugin)
+    hit = _APPLIED.get(key)
+    if hit is not None and hit[0] is reg and hit[1] is ov:
+        return hit[2]
+    pending: dict[tuple[str, str], Any] = {}
+    records = []
+    for entry in ov.entries:
+        record = _record(reg, entry, ov.file, pending)
+        pending[(entry.kind, entry.name)] = record
+        records.append((entry.kind, record))
+    out = reg.override_many(records, plugin=plugin)
+    if len(_APPLIED) >= _APPLIED_MAX:
+        _APPLIED.pop(next(iter(_APPLIED)))
+    _APPLIED[key] = (reg, ov, out)
+    return out
+
+
+#: Unused entries of one overlay named one note each; the rest are counted in one note (an
+#: overlay of thousands of records, most of them for other scenarios).
+UNUSED_NOTES = 20
 
 
 def overlay_notes(overlays: Iterable[Overlay], used: Mapping[str, set[str]]) -> list[str]:
@@ -318,7 +354,11 @@ def overlay_notes(overlays: Iterable[Overlay], used: Mapping[str, set[str]]) -> 
     notes = []
     for ov in overlays:
         shown = safe_text(ov.file, limit=400)
+        unused = [e for e in ov.entries if e.name not in used.get(e.kind, set())]
+        quiet = {id(e) for e in unused[UNUSED_NOTES:]}
         for e in ov.entries:
+            if id(e) in quiet:
+                continue
             fields = ", ".join(f"{safe_text(k)}={_short(v)}" for k, v in e.fields.items() if k != "source")
             src = safe_text(e.fields.get("source") or ov.provenance or "no provenance given", limit=600)
             table = next(t for t, (k, _) in TABLES.items() if k == e.kind)
@@ -327,6 +367,8 @@ def overlay_notes(overlays: Iterable[Overlay], used: Mapping[str, set[str]]) -> 
                 notes.append(f"catalog {shown}: {table} '{name}' applied ({fields or 'no fields'}; {src})")
             else:
                 notes.append(f"catalog {shown}: {table} '{name}' not used by this scenario")
+        if quiet:
+            notes.append(f"catalog {shown}: {len(quiet):,} more entries not used by this scenario")
         if ov.collectives:
             notes.append(
                 f"catalog {shown}: {len(ov.collectives)} [[collective]] fit(s) recorded, not applied "
