@@ -176,6 +176,19 @@ CASES = {
             "training.global_batch=64..64000+64",
         ],
     ),
+    # the largest grid a sweep takes (sweep.MAX_GRID, 4,096 points): whole reports, in --json
+    "sweep-at-the-grid-limit": (
+        {"s.toml": _one()},
+        [
+            "sweep",
+            "s.toml",
+            "--json",
+            "--vary",
+            "training.micro_batch=1,2,4,8",
+            "--vary",
+            "training.global_batch=64..65536+64",
+        ],
+    ),
     "sweep-1e300-geometric": (
         {"s.toml": _one()},
         ["sweep", "s.toml", "--json", "--vary", "training.global_batch=1..1e300x1.0000001"],
