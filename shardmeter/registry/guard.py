@@ -196,17 +196,51 @@ class _Rows:
     hook's input record (its first argument; None where there is none), and :attr:`finite`,
     whether those inputs are all finite (a part given an infinite or NaN figure, such as a zero
     bandwidth's inverse, may answer in kind: numpy's semantics decide, not the part). The
-    inputs are scanned only when a result is not finite."""
+    inputs are read only when a check needs them (:func:`_rows`: a plain positive float of the
+    scalar path passes without), and scanned for finiteness only when a result is not finite."""
 
-    __slots__ = ("_finite", "_values", "shape")
+    __slots__ = ("_args", "_finite", "_shape", "_values")
 
-    def __init__(self, shape: tuple[int, ...] | None, values: Sequence[Any] = ()):
-        self.shape = shape
+    def __init__(
+        self, shape: tuple[int, ...] | None, values: Sequence[Any] = (), args: Sequence[Any] | None = None
+    ):
+        self._args = args
+        self._shape = shape
         self._values = values
-        self._finite: bool | None = None if values else True
+        self._finite: bool | None = None if values or args else True
+
+    def _read(self) -> None:
+        """The record's number and array fields and their broadcast shape, once."""
+        args, self._args = self._args, None
+        if not args:
+            return
+        given = attrs.astuple(args[0], recurse=False) if attrs.has(type(args[0])) else args
+        self._values = [
+            v for v in given if isinstance(v, (np.ndarray, np.number, int, float)) and not isinstance(v, bool)
+        ]
+        shapes = {np.shape(v) for v in self._values}
+        try:
+            self._shape = np.broadcast_shapes(*shapes) if shapes else None
+        except ValueError:
+            self._shape = None
+        self._finite = None if self._values else True
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        if self._args is not None:
+            self._read()
+        return self._shape
+
+    @property
+    def values(self) -> Sequence[Any]:
+        if self._args is not None:
+            self._read()
+        return self._values
 
     @property
     def finite(self) -> bool:
+        if self._args is not None:
+            self._read()
         if self._finite is None:
             self._finite = all(
                 bool(np.all(np.isfinite(v))) for v in self._values if np.asarray(v).dtype.kind == "f"
@@ -216,18 +250,9 @@ class _Rows:
 
 def _rows(args: Sequence[Any]) -> _Rows:
     """The rows of a hook's input record (its first argument), or of its array and number
-    arguments where the first is not a record (``quantile_factor(q, ranks, kind, opts)``)."""
-    if not args:
-        return _Rows(None)
-    given = attrs.astuple(args[0], recurse=False) if attrs.has(type(args[0])) else args
-    values = [
-        v for v in given if isinstance(v, (np.ndarray, np.number, int, float)) and not isinstance(v, bool)
-    ]
-    shapes = {np.shape(v) for v in values}
-    try:
-        return _Rows(np.broadcast_shapes(*shapes) if shapes else None, values)
-    except ValueError:
-        return _Rows(None, values)
+    arguments where the first is not a record (``quantile_factor(q, ranks, kind, opts)``), read
+    when first asked for."""
+    return _Rows(None, args=args) if args else _Rows(None)
 
 
 def _figure(
@@ -334,10 +359,10 @@ def _pipe_terms(v: Any, rows: Any) -> None:
 def _sync_terms(v: Any, rows: Any) -> None:
     _record(v, SyncTerms, "exchange")
     shape = rows.shape
-    per_island = _Rows(None if not shape else (*shape[:-1], 1), rows._values)  # (..., 1) of (..., I)
+    per_island = _Rows(None if not shape else (*shape[:-1], 1), rows.values)  # (..., 1) of (..., I)
     for f in ("exposed_s", "wan_s", "round_s"):
         _figure(getattr(v, f), f"exchange().{f}", per_island, forever=True)
-    _figure(v.egress_bytes, "exchange().egress_bytes", _Rows(None if not shape else shape[:-1], rows._values))
+    _figure(v.egress_bytes, "exchange().egress_bytes", _Rows(None if not shape else shape[:-1], rows.values))
 
 
 def _hyper(v: Any, rows: Any) -> None:
