@@ -204,3 +204,110 @@ def test_a_framework_behaviour_hook_is_checked_and_named(what, change, message):
     msg = str(err.value)
     assert "framework 'torchtitan' failed" in msg and message in msg
     assert "plugin 'override' (registered in code)" in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# the bundled parts take the fast way; every other part keeps every guard
+
+
+def _counting(monkeypatch):
+    """Every guarded hook call, as ``(kind, hook, class name)``."""
+    calls = []
+    real = guard.guarded_call
+
+    def counted(kind, part, hook, *args, **kwargs):
+        calls.append((kind, hook, type(part).__name__))
+        return real(kind, part, hook, *args, **kwargs)
+
+    monkeypatch.setattr(guard, "guarded_call", counted)
+    return calls
+
+
+def test_a_bundled_part_is_called_directly_and_a_third_party_one_through_the_guard(monkeypatch):
+    calls = _counting(monkeypatch)
+    good = Estimator().estimate(SHARDED).to_dict()
+    assert [c for c in calls if c[0] in ("sharding", "schedule", "sync")] == []  # bundled: direct
+
+    # the same bundled class, registered in code (what a third party's plugin could register)
+    same = copy.copy(Estimator().registry.get("sharding", "zero1"))
+    assert not guard.bundled(same)  # no registry holds this copy yet
+    calls.clear()
+    assert (
+        Estimator().with_part("sharding", same).estimate(SHARDED).to_dict()["step_time_s"]
+        == good["step_time_s"]
+    )
+    assert ("sharding", "state", "ZeroSharding") in calls and ("sharding", "traffic", "ZeroSharding") in calls
+    assert not guard.bundled(same)
+
+    # a subclass of a bundled part (its module is not the package's)
+    calls.clear()
+    changed = _changed("sharding", "zero1", "state", lambda s: s)
+    assert Estimator().with_part("sharding", changed).estimate(SHARDED).to_dict() == good
+    assert ("sharding", "state", type(changed).__name__) in calls
+
+
+def test_guard_bundled_puts_the_bundled_parts_back_through_every_guard(monkeypatch):
+    calls = _counting(monkeypatch)
+    monkeypatch.setattr(guard, "GUARD_BUNDLED", True)
+    Estimator().estimate(SHARDED)
+    kinds = {(c[0], c[1]) for c in calls}
+    assert {("sharding", "state"), ("sharding", "traffic"), ("schedule", "terms")} <= kinds
+
+
+def test_a_pickled_part_table_keeps_who_is_guarded():
+    import pickle
+
+    from shardmeter.inputs.bundles import PartTable
+
+    reg = Estimator().registry
+    table = PartTable()
+    own = table.code("sharding", reg.get("sharding", "zero1"), None)
+    # a bundled class with other data, registered in code (not bundled): a third party's record
+    third = attrs.evolve(reg.get("sharding", "zero1"), description="a third party's ZeRO-1")
+    Estimator().with_part("sharding", third)
+    other = table.code("sharding", third, None)
+    for t in (table, pickle.loads(pickle.dumps(table))):
+        assert not isinstance(t.get("sharding", own)[0], guard.GuardedPart)
+        assert isinstance(t.get("sharding", other)[0], guard.GuardedPart)
+    # unpickled in a process where no registry records the part: guarded, whatever its class
+    bare = PartTable()
+    bare.entries = pickle.loads(pickle.dumps(table)).entries
+    assert isinstance(bare.get("sharding", own)[0], guard.GuardedPart)
+
+
+def _bundled_sources(everything: bool) -> list:
+    """The examples; ``everything``: also the published runs and the golden record's random
+    scenarios."""
+    import pathlib
+
+    from shardmeter.validate.run import bundled_validation_dir, collect_files
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    sources: list = [p for p in (root / "examples").rglob("*.toml") if "plugins" not in p.parts]
+    if everything:
+        golden = json.loads((root / "tests" / "golden" / "predictions.json").read_text())
+        sources += [pathlib.Path(p) for p in collect_files([bundled_validation_dir()])]
+        sources += [c["scenario"] for c in golden["random"] if "error" not in c]
+    return sources
+
+
+@pytest.mark.parametrize("everything", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_the_bundled_parts_results_hold_to_every_check_on_every_bundled_scenario(everything, monkeypatch):
+    """What lets the bundled parts skip the checks: with them on, no bundled part's result on any
+    example (``everything``: published run and random scenario of the golden record too; the
+    scalar path), nor on the plans of a search (the array path, many parts per batch), breaks
+    one."""
+    from shardmeter.explore.search.plan import search
+
+    monkeypatch.setattr(guard, "GUARD_BUNDLED", True)
+    est = Estimator()
+    done = 0
+    for source in _bundled_sources(everything):
+        sc = est.load(source)
+        if sc.stage_groups:
+            continue
+        est.estimate(sc)  # a PartFault would raise
+        done += 1
+    assert done >= (500 if everything else 15)
+    for scenario in (SHARDED, MULTI):
+        assert search(scenario, top=3)["evaluated"] > 0

@@ -20,7 +20,8 @@ import attrs
 import numpy as np
 
 from shardmeter.numeric.ops import Array
-from shardmeter.registry.guard import GuardedPart
+from shardmeter.registry import guard
+from shardmeter.registry.guard import GuardedPart, bundled
 
 __all__ = [
     "ModelShape",
@@ -310,6 +311,11 @@ class PartTable:
 
     def __init__(self) -> None:
         self.entries: dict[str, list[tuple[Any, Any]]] = {"sharding": [], "schedule": [], "sync": []}
+        #: ``(kind, code) -> whether the part is bundled`` (:func:`~shardmeter.registry.guard.bundled`),
+        #: decided once per entry where the registry's record of who provided it is at hand
+        #: (the entries are only ever appended; a pickled table carries the decisions to a
+        #: worker process, where no registry holds its parts)
+        self._bundled: dict[tuple[str, int], bool] = {}
 
     def code(self, kind: str, part: Any, opts: Any) -> int:
         rows = self.entries[kind]
@@ -322,12 +328,18 @@ class PartTable:
     def get(self, kind: str, code: int) -> tuple[Any, Any]:
         """The (part, options) pair of ``code``: the part as a
         :class:`~shardmeter.registry.guard.GuardedPart`, whose every hook's result is checked
-        where the model uses it (a broken one is a PluginError naming the plugin)."""
+        where the model uses it (a broken one is a PluginError naming the plugin), or itself
+        where it is bundled (:func:`~shardmeter.registry.guard.bundled`)."""
         part, opts = self.entries[kind][code]
-        return GuardedPart(kind, part), opts
+        own = self._bundled.get((kind, code))
+        if own is None:
+            own = self._bundled[(kind, code)] = bundled(part)
+        return (part if own and not guard.GUARD_BUNDLED else GuardedPart(kind, part)), opts
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"entries": self.entries}
+        own = {(k, i): bundled(p) for k, rows in self.entries.items() for i, (p, _) in enumerate(rows)}
+        return {"entries": self.entries, "bundled": own}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.entries = state["entries"]
+        self._bundled = dict(state.get("bundled", {}))

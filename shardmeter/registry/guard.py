@@ -21,6 +21,14 @@ plugin's code in this process, so it is not killed).
 
 Who provided a part is what the registry recorded (:func:`remember`); a part that reached a
 worker process by pickle is named by its class.
+
+The bundled parts (:func:`bundled`: registered by the ``shardmeter`` distribution's own plugins,
+their class defined in the package) are the project's own code, which neither prints nor
+sleeps, and whose results the tests hold to these same checks on every bundled scenario
+(tests/test_part_guard.py): they are called directly, without the redirect, the watchdog or the
+checks, which together cost about half of an in-process estimate (issue 24). Every other
+part, a third party's or one registered in code, keeps every guard; :data:`GUARD_BUNDLED` set
+true guards the bundled ones too.
 """
 
 from __future__ import annotations
@@ -52,16 +60,23 @@ __all__ = [
     "provider",
     "SLOW_PART_S",
     "GuardedPart",
+    "bundled",
+    "GUARD_BUNDLED",
 ]
 
 #: Seconds after which a part that has not returned is named on stderr (it keeps running).
 SLOW_PART_S = 3.0
 
-#: ``id(part) -> (a reference to the part, plugin, distribution)`` of every registered part: a
-#: weak reference where the part takes one (an entry goes with its part, so a process that
-#: applies overlays estimate after estimate does not keep every record it ever made), else the
-#: part itself (its id is then never reused while the entry stands).
-_PROVIDERS: dict[int, tuple[Callable[[], object | None], str, str]] = {}
+#: Guard the bundled parts too (tests that hold them to the checks set this; False: a bundled
+#: part's hooks are called directly, see the module docstring).
+GUARD_BUNDLED = False
+
+#: ``id(part) -> (a reference to the part, plugin, distribution, bundled)`` of every registered
+#: part: a weak reference where the part takes one (an entry goes with its part, so a process
+#: that applies overlays estimate after estimate does not keep every record it ever made), else
+#: the part itself (its id is then never reused while the entry stands); ``bundled``: the
+#: ``shardmeter`` distribution registered it.
+_PROVIDERS: dict[int, tuple[Callable[[], object | None], str, str, bool]] = {}
 
 
 class PartFault(PluginError):
@@ -78,7 +93,7 @@ def remember(part: object, plugin: str, distribution: str) -> None:
     """Record who provided ``part`` (called by the registry for every part it holds)."""
     key = id(part)
     found = _PROVIDERS.get(key)
-    if found is not None and found[0]() is part and found[1:] == (plugin, distribution):
+    if found is not None and found[0]() is part and found[1:3] == (plugin, distribution):
         return
 
     def forget(_: object) -> None:
@@ -88,7 +103,34 @@ def remember(part: object, plugin: str, distribution: str) -> None:
         ref: Callable[[], object | None] = weakref.ref(part, forget)
     except TypeError:  # no __weakref__ slot
         ref = functools.partial(_same, part)
-    _PROVIDERS[key] = (ref, plugin, distribution)
+    _PROVIDERS[key] = (ref, plugin, distribution, _own_distribution(distribution))
+
+
+def _own_distribution(distribution: str) -> bool:
+    """Whether a registry's distribution label is the ``shardmeter`` distribution's own:
+    ``shardmeter 0.1.0`` (an installed entry point) or ``shardmeter (source tree)`` (the
+    bundled modules registered by name); never ``registered in code``."""
+    name = distribution.split(" ", 1)[0]
+    return name.lower().replace("_", "-") == "shardmeter"
+
+
+#: ``type -> whether it is defined in the shardmeter package`` (its module's name).
+_OWN_TYPES: dict[type, bool] = {}
+
+
+def bundled(part: object) -> bool:
+    """Whether ``part`` is a bundled part: the ``shardmeter`` distribution's own plugin
+    registered it (:func:`remember`) and its class is defined in the package (a third party's
+    subclass of a bundled part, a part registered in code or by another distribution, or one
+    no registry in this process holds, is not), unless :data:`GUARD_BUNDLED`."""
+    found = _PROVIDERS.get(id(part))
+    if found is None or not found[3] or GUARD_BUNDLED or found[0]() is not part:
+        return False
+    cls = type(part)
+    own = _OWN_TYPES.get(cls)
+    if own is None:
+        own = _OWN_TYPES[cls] = cls.__module__.startswith("shardmeter.")
+    return own
 
 
 def _same(part: object) -> object:
@@ -431,7 +473,10 @@ CHECKS: dict[tuple[str, str], Callable[[Any, Any], None]] = {
 
 
 def run_part(kind: str, part: object, hook: str, *args: Any, **kwargs: Any) -> Any:
-    """``part.<hook>(*args, **kwargs)`` through :func:`guarded_call`."""
+    """``part.<hook>(*args, **kwargs)`` through :func:`guarded_call`; a :func:`bundled` part's
+    directly."""
+    if bundled(part):
+        return getattr(part, hook)(*args, **kwargs)
     return guarded_call(kind, part, hook, lambda: getattr(part, hook)(*args, **kwargs), args)
 
 
