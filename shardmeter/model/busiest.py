@@ -4,6 +4,9 @@ state; :mod:`.memory`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import attrs
 
 from shardmeter.inputs.bundles import ModelInputs, PartTable
@@ -51,12 +54,24 @@ class BusiestGpu:
     outside_allocator_bytes: Array = 0.0
 
 
+#: A stage already timed: ``(layers, emb, head, its StageTerms)`` (:func:`busiest_gpu`'s ``known``).
+Known = tuple[Array, Array, Array, Any]
+
+
 def busiest_gpu(
-    inp: ModelInputs, parts: PartTable, deg: Degrees, stl: StageLayers, sch: ScheduleTerms, islands: int
+    inp: ModelInputs,
+    parts: PartTable,
+    deg: Degrees,
+    stl: StageLayers,
+    sch: ScheduleTerms,
+    islands: int,
+    known: Sequence[Known] = (),
 ) -> BusiestGpu:
     """The busiest GPU of the first, middle (rank 1) and last stages (``stl``), with the
     schedule's micro-batches in flight per rank (``sch``); ``islands``: of the batch (a sync
-    strategy keeps state only between several)."""
+    strategy keeps state only between several). ``known``: stages the step has timed already
+    (:func:`~.stage.stage_terms`); a rank of one plan with the same layers, embedding and head
+    takes its shapes, sharding inputs and state from there instead of computing them again."""
     pp = deg.pp
     one = pp == 1
     outer = _outer_state_bytes(parts, inp) if islands > 1 else 0.0
@@ -65,12 +80,46 @@ def busiest_gpu(
         (stl.middle, one, pp <= 2, sch.held_middle),
         (stl.last, one, True, sch.held_last),
     )
+    outside = outside_allocator_bytes(deg.tp, deg.cp, deg.dp, deg.pp, deg.ep)
+    other = overhead_bytes(deg.tp, deg.cp, deg.dp, deg.pp, deg.ep, inp.hardware.compute_capability)
+    loss_held = _f(sch.loss_held)
     busiest: BusiestGpu | None = None
     for layers_r, emb_r, head_r, held_r in ranks:
-        cand = rank_memory(inp, parts, deg, layers_r, emb_r, head_r, held_r, _f(sch.loss_held), outer)
+        stage = _same_stage(known, layers_r, emb_r, head_r)
+        cand = rank_memory(
+            inp,
+            parts,
+            deg,
+            layers_r,
+            emb_r,
+            head_r,
+            held_r,
+            loss_held,
+            outer,
+            stage=stage,
+            overheads=(outside, other),
+        )
         busiest = cand if busiest is None else pick(cand.memory_bytes > busiest.memory_bytes, cand, busiest)
     assert busiest is not None
     return busiest
+
+
+def _same_stage(known: Sequence[Known], layers: Array, emb: Array, head: Array) -> Any:
+    """The :class:`~.stage.StageTerms` of ``known`` with these ``layers``, ``emb`` and ``head``
+    (one plan: plain numbers and bools), or None."""
+    if type(layers) is not float:
+        return None
+    for k_layers, k_emb, k_head, stage in known:
+        if (
+            type(k_layers) is float
+            and k_layers == layers
+            and type(k_emb) is bool
+            and k_emb is bool(emb)
+            and type(k_head) is bool
+            and k_head is bool(head)
+        ):
+            return stage
+    return None
 
 
 def rank_memory(
@@ -83,17 +132,29 @@ def rank_memory(
     held: Array,
     loss_held: Array,
     outer: Array,
+    *,
+    stage: Any = None,
+    overheads: tuple[Array, Array] | None = None,
 ) -> BusiestGpu:
     """One pipeline rank's GPU: ``layers`` layers, the embedding (``emb``) and the output layer
     (``head``) if it holds them, ``held`` micro-batches' activations in flight (``loss_held``
     saved logits on the head's rank, and the loss's transient on it) and ``outer`` bytes per
-    parameter of a sync strategy; the process's ``other`` bytes (:mod:`.overheads`) on every rank."""
+    parameter of a sync strategy; the process's ``other`` bytes (:mod:`.overheads`) on every rank.
+    ``stage``: a :class:`~.stage.StageTerms` of the same layers, embedding and head (its shapes,
+    sharding inputs and state are this rank's); ``overheads``: ``(outside, other)`` of the
+    layout, computed once for every rank."""
     ms, tr, topo, lay = inp.model, inp.training, inp.topology, inp.layout
-    outside = outside_allocator_bytes(deg.tp, deg.cp, deg.dp, deg.pp, deg.ep)
-    other = overhead_bytes(deg.tp, deg.cp, deg.dp, deg.pp, deg.ep, inp.hardware.compute_capability)
-    sh_r = local_shapes(ms, tr, deg.tp, deg.pp, deg.cp, deg.v, layers=layers)
-    shard_r = shard_inputs(ms, tr, sh_r, topo, deg, emb_here=emb, head=head)
-    st_r = sharding_state(parts, shard_r, lay.sharding)
+    if overheads is None:
+        outside = outside_allocator_bytes(deg.tp, deg.cp, deg.dp, deg.pp, deg.ep)
+        other = overhead_bytes(deg.tp, deg.cp, deg.dp, deg.pp, deg.ep, inp.hardware.compute_capability)
+    else:
+        outside, other = overheads
+    if stage is not None:
+        sh_r, shard_r, st_r = stage.shapes, stage.shard, stage.state
+    else:
+        sh_r = local_shapes(ms, tr, deg.tp, deg.pp, deg.cp, deg.v, layers=layers)
+        shard_r = shard_inputs(ms, tr, sh_r, topo, deg, emb_here=emb, head=head)
+        st_r = sharding_state(parts, shard_r, lay.sharding)
     logits_r = ops.where(ops.as_bool(head), loss_held, 0.0)
     act_r, loss_r = activation_memory(ms, tr, sh_r, deg.tp, deg.sp, held, logits_r, head)
     extra_r = shard_r.params_per_gpu * outer / st_r.param_shards  # a sync strategy's

@@ -150,18 +150,10 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # at the same shape): the same shapes, compute and communication (each stage then takes out
     # the head it does not hold)
     same = _same_layers(body_layers, stl.last)
-    body = stage_terms(
-        inp, parts, deg, pk, body_layers, emb=(stl.first >= stl.middle) | one, head=one, compute=body_compute
-    )
+    body_emb, tail_head = (stl.first >= stl.middle) | one, ops.where(deg.pp > 0, True, False)
+    body = stage_terms(inp, parts, deg, pk, body_layers, emb=body_emb, head=one, compute=body_compute)
     tail = stage_terms(
-        inp,
-        parts,
-        deg,
-        pk,
-        stl.last,
-        emb=one,
-        head=ops.where(deg.pp > 0, True, False),
-        compute=body_compute if same else None,
+        inp, parts, deg, pk, stl.last, emb=one, head=tail_head, compute=body_compute if same else None
     )
     pace = pick(tail.micro_batch_s >= body.micro_batch_s, tail, body)
 
@@ -173,7 +165,8 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     dp_exposed = ops.maximum(body.dp_exposed_s, tail.dp_exposed_s)
 
     # ---- memory of the busiest GPU: the first, middle (rank 1) and last stages -------------------
-    busiest = busiest_gpu(inp, parts, deg, stl, pipe.schedule, shape[-1] if shape else 1)
+    known = ((body_layers, body_emb, one, body), (stl.last, one, tail_head, tail))
+    busiest = busiest_gpu(inp, parts, deg, stl, pipe.schedule, shape[-1] if shape else 1, known)
     reserved = reserved_bytes(inp, busiest)
     reasons = reasons | ops.where(required_bytes(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
 
