@@ -7,6 +7,8 @@ of candidate plans. Units: bytes, FLOPs, seconds, bytes/s.
 
 from __future__ import annotations
 
+import math
+
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 
@@ -313,10 +315,49 @@ def gemm_time(
 
     Checked against bf16 GEMMs measured on an H200 over 342 transformer-layer shapes
     (``benchmarks/gemm_model_check.py``): 8 % mean absolute error.
+
+    One plan's plain numbers take :func:`_gemm_time_floats`, the same operations in the same
+    order without a call per operation (the scalar path, :func:`~.evaluate.evaluate`).
     """
     m = ops.as_float(m)
     n = ops.as_float(n)
     k = ops.as_float(k)
+    sm_count = ops.as_float(sm_count)
+    if (
+        type(m) is float
+        and type(n) is float
+        and type(k) is float
+        and type(sm_count) is float
+        and type(peak_flops) in _PLAIN
+        and type(efficiency) in _PLAIN
+        and type(hbm_bytes_s) in _PLAIN
+        and type(bytes_per_el) in _PLAIN
+        and type(count) in _PLAIN
+        and type(batch) in _PLAIN
+    ):
+        return _gemm_time_floats(
+            m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_el, count, batch
+        )
+    return _gemm_time_ops(m, n, k, peak_flops, efficiency, hbm_bytes_s, sm_count, bytes_per_el, count, batch)
+
+
+#: The plain Python numbers :func:`_gemm_time_floats` takes (not bool, not numpy's).
+_PLAIN = (float, int)
+
+
+def _gemm_time_ops(
+    m: Array,
+    n: Array,
+    k: Array,
+    peak_flops: Array,
+    efficiency: Array,
+    hbm_bytes_s: Array,
+    sm_count: Array,
+    bytes_per_el: Array,
+    count: Array,
+    batch: Array,
+) -> Array:
+    """:func:`gemm_time` through :mod:`~shardmeter.numeric.ops` (arrays, or any numbers)."""
     flops = 2.0 * m * n * k
     sms = ops.maximum(ops.as_float(sm_count), 0.0)
     k_block = 128.0 / bytes_per_el
@@ -336,6 +377,57 @@ def gemm_time(
     t_in = batch * bytes_per_el * (m * k + k * n) / hbm_bytes_s
     t_out = batch * 2.0 * m * n / hbm_bytes_s
     return count * (ops.maximum(t_flop, t_in) + t_out + KERNEL_OVERHEAD_S)
+
+
+def _gemm_time_floats(
+    m: float,
+    n: float,
+    k: float,
+    peak_flops: float,
+    efficiency: float,
+    hbm_bytes_s: float,
+    sm_count: float,
+    bytes_per_el: float,
+    count: float,
+    batch: float,
+) -> float:
+    """:func:`_gemm_time_ops` of plain numbers, operation for operation, with :mod:`.ops`'
+    scalar semantics written out (``ceil``/``floor`` of a non-finite number is itself;
+    ``maximum``/``minimum`` propagate nan); a zero divisor raises as it does there."""
+    ceil, floor, nan = math.ceil, math.floor, math.nan
+    flops = 2.0 * m * n * k
+    sms = sm_count if sm_count >= 0.0 else (0.0 if sm_count < 0.0 else nan)
+    k_block = 128.0 / bytes_per_el
+    x = k / k_block
+    k1 = k if k >= 1.0 else (1.0 if k < 1.0 else nan)
+    k_pad = (float(ceil(x)) if x - x == 0.0 else x) * k_block / k1
+    sms1 = sms if sms >= 1.0 else (1.0 if sms < 1.0 else nan)
+    x = k / 512.0
+    k_splits = float(floor(x)) if x - x == 0.0 else x
+    best = 0.0
+    for i, (tm, tn) in enumerate(((128.0, 256.0), (128.0, 128.0))):
+        a, b = m / tm, n / tn
+        per_gemm = (float(ceil(a)) if a - a == 0.0 else a) * (float(ceil(b)) if b - b == 0.0 else b)
+        tiles = per_gemm * batch
+        x = sms / tiles
+        x = float(floor(x)) if x - x == 0.0 else x
+        x = x if x <= k_splits else (k_splits if k_splits < x else nan)
+        split = x if x >= 1.0 else (1.0 if x < 1.0 else nan)
+        work = tiles * split
+        x = work / sms1
+        waves = float(ceil(x)) if x - x == 0.0 else x
+        x = waves * sms
+        x = x if x >= 1.0 else (1.0 if x < 1.0 else nan)
+        q = work / x if sms > 0 else 1.0
+        useful = m * n / (per_gemm * tm * tn)
+        q = q * useful
+        best = q if i == 0 else (best if best >= q else (q if q > best else nan))
+    t_flop = batch * flops * k_pad / (peak_flops * efficiency * best)
+    t_in = batch * bytes_per_el * (m * k + k * n) / hbm_bytes_s
+    t_out = batch * 2.0 * m * n / hbm_bytes_s
+    return count * (
+        (t_flop if t_flop >= t_in else (t_in if t_in > t_flop else nan)) + t_out + KERNEL_OVERHEAD_S
+    )
 
 
 def ring_collective_time(nbytes: Array, n: Array, bw: Array, lat: Array, steps_factor: Array = 1.0) -> Array:

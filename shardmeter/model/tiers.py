@@ -36,6 +36,8 @@ takes the slowest.
 
 from __future__ import annotations
 
+import math
+
 from shardmeter.inputs.bundles import Topology
 from shardmeter.model.formulas import ring_collective_time
 from shardmeter.numeric import ops
@@ -77,6 +79,16 @@ def collective_time(
         raise ValueError(f"unknown collective {kind!r} (expected one of {', '.join(COLLECTIVES)})")
     kind = _KIND[kind]
     size = ops.as_float(size)
+    bw, lat = topo.tier_bytes_s, topo.tier_latency_s
+    if kind != "a2a" and type(flat) is bool and _finite_floats(nbytes, size, stride, topo):
+        return _ring_or_tree_floats(kind, nbytes, size, stride, topo.tier_gpus, bw, lat, flat)
+    return _collective_ops(kind, nbytes, size, stride, topo, flat)
+
+
+def _collective_ops(
+    kind: str, nbytes: Array, size: Array, stride: Array, topo: Topology, flat: Array
+) -> Array:
+    """:func:`collective_time` (``kind`` ag, rs, ar or a2a) through :mod:`~shardmeter.numeric.ops`."""
     bw, lat = topo.tier_bytes_s, topo.tier_latency_s
     ks = members_per_tier(size, stride, topo)
     if kind == "a2a":
@@ -127,6 +139,76 @@ def collective_time(
     ring = 2.0 * (bw_total + ring_lat)
     tree = 2.0 * (bw_total / TREE_BW_FACTOR + tree_lat)
     return ops.where(flat, ring, ops.minimum(ring, tree))
+
+
+def _finite_floats(nbytes: Array, size: Array, stride: Array, topo: Topology) -> bool:
+    """Whether one plan's collective is plain finite numbers throughout: its bytes, size and
+    stride floats and its tiers tuples of floats (:func:`_ring_or_tree_floats` takes it)."""
+    gpus, bw, lat = topo.tier_gpus, topo.tier_bytes_s, topo.tier_latency_s
+    if not (type(nbytes) is float and type(size) is float and type(stride) is float):
+        return False
+    if not (type(gpus) is tuple and type(bw) is tuple and type(lat) is tuple):
+        return False
+    return all(type(x) is float and x - x == 0.0 for x in (nbytes, size, stride, *gpus, *bw, *lat))
+
+
+def _ring_or_tree_floats(
+    kind: str,
+    nbytes: float,
+    size: float,
+    stride: float,
+    gpus: tuple[float, ...],
+    bw: tuple[float, ...],
+    lat: tuple[float, ...],
+    flat: bool,
+) -> float:
+    """:func:`collective_time` of an all-gather, reduce-scatter or all-reduce of one plan
+    (:func:`_finite_floats`): the same operations in the same order, :mod:`.ops`' scalar
+    semantics written out (every quotient taken, so a zero divisor raises as it does there;
+    ``maximum``/``minimum`` of finite numbers)."""
+    ceil, floor, log2 = math.ceil, math.floor, math.log2
+    st = stride if stride >= 1.0 else 1.0
+    ks = []
+    for g in gpus:  # members_per_tier: clip(floor(g / stride), 1, size)
+        x = float(floor(g / st))
+        x = x if x >= 1.0 else 1.0
+        ks.append(x if x <= size else size)
+    frac_all = (size - 1.0) / (size if size >= 1.0 else 1.0)
+    frac = frac_all if size > 1 else 0.0
+    last = len(ks) - 1
+    bw_total = ring_lat = tree_lat = carried = spanned = flat_bw = 0.0
+    for t, k in enumerate(ks):
+        lat_t, bw_t = lat[t], bw[t]
+        if t == 0:
+            n, tier_bytes = k, nbytes
+            carried = k
+        else:
+            n = float(ceil(size / ks[t - 1])) if t == last else float(ceil(k / ks[t - 1]))
+            tier_bytes = nbytes / carried
+            carried = carried * n
+        # ring_collective_time(tier_bytes, n, bw_t, 0.0)
+        r = (n - 1.0) / (n if n >= 1.0 else 1.0)
+        part = 1.0 * ((n - 1.0 if n - 1.0 >= 0.0 else 0.0) * 0.0 + (r if n > 1 else 0.0) * tier_bytes / bw_t)
+        flat_v = frac * nbytes / bw_t
+        flat_t = flat_v if n > 1 else 0.0
+        domains = 1.0 if t == last else float(ceil(size / k))
+        if t == 0:
+            bw_total = part
+            flat_bw = flat_t
+            ring_lat = (size - domains) * lat_t
+            tree_lat = (k - 1.0 if k - 1.0 >= 0.0 else 0.0) * lat_t
+        else:
+            bw_total = bw_total + (part if n > 1 else 0.0)
+            flat_bw = flat_bw if flat_bw >= flat_t else (flat_t if flat_t > flat_bw else math.nan)
+            ring_lat = ring_lat + (spanned - domains) * lat_t
+            tree_lat = tree_lat + float(floor(log2(n if n >= 1.0 else 1.0))) * lat_t
+        spanned = domains
+    bw_total = flat_bw if flat else bw_total
+    if kind != "ar":
+        return bw_total + ring_lat
+    ring = 2.0 * (bw_total + ring_lat)
+    tree = 2.0 * (bw_total / TREE_BW_FACTOR + tree_lat)
+    return ring if flat else (ring if ring <= tree else (tree if tree < ring else math.nan))
 
 
 def span_link(size: Array, stride: Array, topo: Topology) -> tuple[Array, Array]:

@@ -1,0 +1,91 @@
+"""The scalar path's written-out twins of the model's busiest formulas compute, for plain
+numbers, exactly what the general code computes through :mod:`shardmeter.numeric.ops` (the
+same operations in the same order: equal to the last bit, nan where it gives nan, and a
+ZeroDivisionError where it raises one)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from shardmeter.model import formulas
+
+EDGES = (0.0, 1.0, 7.0, 100.0, 511.0, 512.0, 4096.0, 50257.0, 1e9, math.inf, math.nan)
+
+
+def _same(a, b) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+
+
+def _both(fa, fb, *args):
+    try:
+        a = fa(*args)
+    except ZeroDivisionError:
+        with pytest.raises(ZeroDivisionError):
+            fb(*args)
+        return
+    b = fb(*args)
+    assert _same(a, b), (args, a, b)
+
+
+def test_gemm_time_of_plain_numbers_is_the_general_codes_to_the_bit():
+    rng = random.Random(24)
+    cases = 0
+    for _ in range(3000):
+        m, n, k = (
+            rng.choice(EDGES) if rng.random() < 0.2 else float(rng.randint(1, 70000)) for _ in range(3)
+        )
+        sms = rng.choice((0.0, 1.0, 108.0, 132.0, -1.0, math.nan))
+        args = (
+            m,
+            n,
+            k,
+            rng.choice((312e12, 989e12, 0.0, 1e15)),
+            rng.choice((0.7, 0.85, 1.0)),
+            rng.choice((2.0e12, 3.35e12, 1.0)),
+            sms,
+            rng.choice((1.0, 2.0, 4.0, 2)),
+            rng.choice((1.0, 3.0, 2)),
+            rng.choice((1.0, 8.0, 96.0, 3)),
+        )
+        _both(formulas._gemm_time_floats, formulas._gemm_time_ops, *args)
+        cases += 1
+    assert cases == 3000
+    # and gemm_time takes the twin for plain numbers
+    assert formulas.gemm_time(
+        4096.0, 4096.0, 4096.0, 989e12, 0.8, 3.35e12, 132.0
+    ) == formulas._gemm_time_floats(4096.0, 4096.0, 4096.0, 989e12, 0.8, 3.35e12, 132.0, 2.0, 1.0, 1.0)
+
+
+def test_a_collective_of_plain_numbers_is_the_general_codes_to_the_bit():
+    import attrs
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import tiers
+
+    est = Estimator()
+    inp, _ = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)
+    base = inp.topology
+    rng = random.Random(7)
+    for _ in range(3000):
+        n_t = rng.choice((1, 2, 3))
+        gpus = tuple(sorted(rng.choice((1.0, 2.0, 4.0, 8.0, 72.0, 256.0, 1024.0)) for _ in range(n_t)))
+        bw = tuple(rng.choice((0.0, 25e9, 50e9, 300e9, 450e9)) for _ in range(n_t))
+        lat = tuple(rng.choice((0.0, 1e-6, 5e-6, 2e-5)) for _ in range(n_t))
+        topo = attrs.evolve(base, tier_gpus=gpus, tier_bytes_s=bw, tier_latency_s=lat)
+        nbytes = rng.choice((0.0, 1.0, 3e6, 7.5e8, 1e12))
+        size = rng.choice((0.0, 1.0, 2.0, 3.0, 8.0, 16.0, 96.0, 1024.0))
+        stride = rng.choice((0.0, 0.5, 1.0, 2.0, 8.0, 64.0))
+        kind = rng.choice(("ag", "rs", "ar"))
+        flat = rng.random() < 0.3
+        assert tiers._finite_floats(nbytes, size, stride, topo)
+        _both(
+            lambda k, nb, sz, st, tp, f: tiers._ring_or_tree_floats(
+                k, nb, sz, st, tp.tier_gpus, tp.tier_bytes_s, tp.tier_latency_s, f
+            ),
+            tiers._collective_ops,
+            *(kind, nbytes, size, stride, topo, flat),
+        )
