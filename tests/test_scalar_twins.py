@@ -72,7 +72,9 @@ def test_a_collective_of_plain_numbers_is_the_general_codes_to_the_bit():
     rng = random.Random(7)
     for _ in range(3000):
         n_t = rng.choice((1, 2, 3))
-        gpus = tuple(sorted(rng.choice((1.0, 2.0, 4.0, 8.0, 72.0, 256.0, 1024.0)) for _ in range(n_t)))
+        gpus = tuple(
+            sorted(rng.choice((1.0, 2.0, 4.0, 8.0, 72.0, 256.0, 1024.0, math.inf)) for _ in range(n_t))
+        )
         bw = tuple(rng.choice((0.0, 25e9, 50e9, 300e9, 450e9)) for _ in range(n_t))
         lat = tuple(rng.choice((0.0, 1e-6, 5e-6, 2e-5)) for _ in range(n_t))
         topo = attrs.evolve(base, tier_gpus=gpus, tier_bytes_s=bw, tier_latency_s=lat)
@@ -89,3 +91,15 @@ def test_a_collective_of_plain_numbers_is_the_general_codes_to_the_bit():
             tiers._collective_ops,
             *(kind, nbytes, size, stride, topo, flat),
         )
+    # the example's own island: NVLink nodes of 8 inside an island whose outer tier is inf GPUs
+    assert base.tier_gpus[-1] == math.inf
+    for kind in ("ag", "rs", "ar"):
+        for size, stride in ((8.0, 1.0), (16.0, 8.0), (128.0, 1.0)):
+            assert tiers._finite_floats(5.6e9, size, stride, base)
+            _both(
+                lambda k, nb, sz, st, tp, f: tiers._ring_or_tree_floats(
+                    k, nb, sz, st, tp.tier_gpus, tp.tier_bytes_s, tp.tier_latency_s, f
+                ),
+                tiers._collective_ops,
+                *(kind, 5.6e9, size, stride, base, False),
+            )

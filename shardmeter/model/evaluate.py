@@ -136,13 +136,13 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
 
     # ---- batch split and structural feasibility ------------------------------------------------
     b_isl, m, m_int = batch_split(_f(tr.global_batch), deg.dp, _f(tr.micro_batch), _f(tr.island_batch))
-    reasons = structural_reasons(inp, parts, deg, m, _f(hw.peak_flops))
+    stl = _stage_layers(ms, lay, deg)
+    reasons = structural_reasons(inp, parts, deg, m, _f(hw.peak_flops), stl)
     pk = peaks(hw)
 
     # ---- the stages: compute, the core's communication and the sharding strategy's --------------
     # The pace is the slower of the largest of the first and middle stages (the embedding on the
     # first) and the last (its layers, the output layer and the loss); see model/stages.py.
-    stl = _stage_layers(ms, lay, deg)
     one = deg.pp == 1
     body_layers = ops.maximum(stl.first, stl.middle)
     body_compute = stage_compute(inp, deg, pk, body_layers)
@@ -290,10 +290,13 @@ def _stage_layers(ms: Any, lay: Any, deg: Degrees) -> StageLayers:
     )
 
 
-def structural_reasons(inp: ModelInputs, parts: PartTable, deg: Degrees, m: Array, peak: Array) -> Array:
+def structural_reasons(
+    inp: ModelInputs, parts: PartTable, deg: Degrees, m: Array, peak: Array, stl: StageLayers | None = None
+) -> Array:
     """The reason bits that need no stage: the layout's, the sharding part's own rule
     (:func:`~.feasibility.sharding_reasons`), the batch split's (``m`` micro-batches per replica)
-    and a precision the GPU has no peak for (``peak``, FLOP/s)."""
+    and a precision the GPU has no peak for (``peak``, FLOP/s); ``stl``: the layout's
+    :func:`_stage_layers`, where the caller has it."""
     ms, lay, topo = inp.model, inp.layout, inp.topology
     first_l, last_l = _f(lay.first_stage_layers), _f(lay.last_stage_layers)
     gpus = _f(topo.nodes) * _f(topo.gpus_per_node)
@@ -302,7 +305,15 @@ def structural_reasons(inp: ModelInputs, parts: PartTable, deg: Degrees, m: Arra
             ms.heads, ms.seq_len, _f(ms.experts), deg.tp, deg.pp, deg.cp, deg.dp, deg.ep, gpus, deg.etp
         )
         | batch_reasons(
-            m, deg.pp, deg.v, ms.layers, first_l, last_l, _f(lay.embedding_in_split), _f(lay.loss_in_split)
+            m,
+            deg.pp,
+            deg.v,
+            ms.layers,
+            first_l,
+            last_l,
+            _f(lay.embedding_in_split),
+            _f(lay.loss_in_split),
+            split=stl,
         )
         | ops.where(peak <= 0, int(Reason.PRECISION), 0)
     ) | sharding_reasons(parts, lay.sharding, deg.tp, deg.dp, deg.cp, topo)

@@ -12,7 +12,7 @@ import numpy as np
 
 from shardmeter.inputs.bundles import PartTable
 from shardmeter.model.dispatch import by_code
-from shardmeter.model.stages import stage_layers
+from shardmeter.model.stages import StageLayers, stage_layers
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 from shardmeter.numeric.reduce import over_islands
@@ -182,18 +182,28 @@ def batch_reasons(
     last_stage_layers: Array = 0.0,
     embedding_in_split: Array = 0.0,
     loss_in_split: Array = 0.0,
+    split: StageLayers | None = None,
 ) -> Array:
     """A batch that does not split into whole micro-batches, too many stages for the layers
     (``virtual_stages`` already 1 where ``pp = 1``), and first / last stage layers that break
     Megatron-LM's split rule, the embedding and loss counted in it or not
-    (:func:`~.stages.stage_layers`)."""
+    (:func:`~.stages.stage_layers`; ``split``: its result for these same arguments, where the
+    caller has it)."""
     bits = ops.where(ops.absolute(m - ops.rint(m)) > 1e-9, Reason.BATCH_SPLIT, 0) | ops.where(
         m < 1 - 1e-9, Reason.BATCH_SPLIT, 0
     )
     bits = bits | ops.where(pp * virtual_stages > layers, Reason.STAGES, 0)
-    bad = stage_layers(
-        layers, pp, virtual_stages, first_stage_layers, last_stage_layers, embedding_in_split, loss_in_split
-    ).bad
+    if split is None:
+        split = stage_layers(
+            layers,
+            pp,
+            virtual_stages,
+            first_stage_layers,
+            last_stage_layers,
+            embedding_in_split,
+            loss_in_split,
+        )
+    bad = split.bad
     bits = bits | ops.where(bad, Reason.STAGE_LAYERS, 0)
     return _bits(bits)
 

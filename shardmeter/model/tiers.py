@@ -143,13 +143,16 @@ def _collective_ops(
 
 def _finite_floats(nbytes: Array, size: Array, stride: Array, topo: Topology) -> bool:
     """Whether one plan's collective is plain finite numbers throughout: its bytes, size and
-    stride floats and its tiers tuples of floats (:func:`_ring_or_tree_floats` takes it)."""
+    stride floats and its tiers tuples of floats, a tier's GPUs finite or inf (the island's
+    tier; :func:`_ring_or_tree_floats` takes it)."""
     gpus, bw, lat = topo.tier_gpus, topo.tier_bytes_s, topo.tier_latency_s
     if not (type(nbytes) is float and type(size) is float and type(stride) is float):
         return False
     if not (type(gpus) is tuple and type(bw) is tuple and type(lat) is tuple):
         return False
-    return all(type(x) is float and x - x == 0.0 for x in (nbytes, size, stride, *gpus, *bw, *lat))
+    if not all(type(g) is float and g == g for g in gpus):  # the outermost tier's may be inf (the island)
+        return False
+    return all(type(x) is float and x - x == 0.0 for x in (nbytes, size, stride, *bw, *lat))
 
 
 def _ring_or_tree_floats(
@@ -170,7 +173,8 @@ def _ring_or_tree_floats(
     st = stride if stride >= 1.0 else 1.0
     ks = []
     for g in gpus:  # members_per_tier: clip(floor(g / stride), 1, size)
-        x = float(floor(g / st))
+        x = g / st
+        x = float(floor(x)) if x - x == 0.0 else x  # inf: the island's tier holds the group
         x = x if x >= 1.0 else 1.0
         ks.append(x if x <= size else size)
     frac_all = (size - 1.0) / (size if size >= 1.0 else 1.0)
