@@ -16,11 +16,12 @@ from shardmeter.model.dispatch import by_code
 from shardmeter.model.memory import (
     MEMORY_PARTS,
     activation_memory,
+    layer_activations,
     memory_parts,
     total_memory,
 )
 from shardmeter.model.outputs import MemoryParts
-from shardmeter.model.overheads import outside_allocator_bytes, overhead_bytes
+from shardmeter.model.overheads import cublas_workspace_bytes, outside_allocator_bytes, overhead_bytes
 from shardmeter.model.pick import pick
 from shardmeter.model.pipeline import ScheduleTerms
 from shardmeter.model.sharding import shard_inputs, sharding_state
@@ -81,8 +82,9 @@ def busiest_gpu(
         (stl.last, one, True, sch.held_last),
     )
     outside = outside_allocator_bytes(deg.tp, deg.cp, deg.dp, deg.pp, deg.ep)
-    other = overhead_bytes(deg.tp, deg.cp, deg.dp, deg.pp, deg.ep, inp.hardware.compute_capability)
+    other = outside + cublas_workspace_bytes(inp.hardware.compute_capability)  # overhead_bytes
     loss_held = _f(sch.loss_held)
+    memo: dict[int, tuple[Any, tuple[Array, Array]]] = {}
     busiest: BusiestGpu | None = None
     for layers_r, emb_r, head_r, held_r in ranks:
         stage = _same_stage(known, layers_r, emb_r, head_r)
@@ -98,10 +100,23 @@ def busiest_gpu(
             outer,
             stage=stage,
             overheads=(outside, other),
+            shapes=None if stage is not None else _same_shapes(known, layers_r),
+            memo=memo,
         )
         busiest = cand if busiest is None else pick(cand.memory_bytes > busiest.memory_bytes, cand, busiest)
     assert busiest is not None
     return busiest
+
+
+def _same_shapes(known: Sequence[Known], layers: Array) -> Any:
+    """The :class:`~.shapes.Shapes` of a ``known`` stage of one plan with as many ``layers``
+    (:func:`~.shapes.local_shapes` reads nothing else of the stage), or None."""
+    if type(layers) is not float:
+        return None
+    for k_layers, _, _, stage in known:
+        if type(k_layers) is float and k_layers == layers:
+            return stage.shapes
+    return None
 
 
 def _same_stage(known: Sequence[Known], layers: Array, emb: Array, head: Array) -> Any:
@@ -135,6 +150,8 @@ def rank_memory(
     *,
     stage: Any = None,
     overheads: tuple[Array, Array] | None = None,
+    shapes: Any = None,
+    memo: dict[int, tuple[Any, tuple[Array, Array]]] | None = None,
 ) -> BusiestGpu:
     """One pipeline rank's GPU: ``layers`` layers, the embedding (``emb``) and the output layer
     (``head``) if it holds them, ``held`` micro-batches' activations in flight (``loss_held``
@@ -142,7 +159,9 @@ def rank_memory(
     parameter of a sync strategy; the process's ``other`` bytes (:mod:`.overheads`) on every rank.
     ``stage``: a :class:`~.stage.StageTerms` of the same layers, embedding and head (its shapes,
     sharding inputs and state are this rank's); ``overheads``: ``(outside, other)`` of the
-    layout, computed once for every rank."""
+    layout, computed once for every rank; ``shapes``: this rank's local shapes, where a stage of
+    as many layers has them; ``memo``: the layers' activations (:func:`~.memory.layer_activations`)
+    of shapes a rank before it had, one plan's (they read the shapes, not the rank)."""
     ms, tr, topo, lay = inp.model, inp.training, inp.topology, inp.layout
     if overheads is None:
         outside = outside_allocator_bytes(deg.tp, deg.cp, deg.dp, deg.pp, deg.ep)
@@ -152,11 +171,23 @@ def rank_memory(
     if stage is not None:
         sh_r, shard_r, st_r = stage.shapes, stage.shard, stage.state
     else:
-        sh_r = local_shapes(ms, tr, deg.tp, deg.pp, deg.cp, deg.v, layers=layers)
+        sh_r = (
+            shapes
+            if shapes is not None
+            else local_shapes(ms, tr, deg.tp, deg.pp, deg.cp, deg.v, layers=layers)
+        )
         shard_r = shard_inputs(ms, tr, sh_r, topo, deg, emb_here=emb, head=head)
         st_r = sharding_state(parts, shard_r, lay.sharding)
     logits_r = ops.where(ops.as_bool(head), loss_held, 0.0)
-    act_r, loss_r = activation_memory(ms, tr, sh_r, deg.tp, deg.sp, held, logits_r, head)
+    layer = None
+    if memo is not None and type(layers) is float:
+        seen = memo.get(id(sh_r))
+        if seen is not None and seen[0] is sh_r:
+            layer = seen[1]
+        else:
+            layer = layer_activations(ms, tr, sh_r, deg.tp, deg.sp)
+            memo[id(sh_r)] = (sh_r, layer)
+    act_r, loss_r = activation_memory(ms, tr, sh_r, deg.tp, deg.sp, held, logits_r, head, layer=layer)
     extra_r = shard_r.params_per_gpu * outer / st_r.param_shards  # a sync strategy's
     mem_r = total_memory(
         st_r.weights, st_r.gradients, st_r.optimizer + extra_r, st_r.extra, act_r, loss_r, other

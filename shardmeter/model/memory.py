@@ -167,6 +167,7 @@ def activation_memory(
     in_flight: Array,
     logits_held: Array = 0.0,
     head: Array = False,
+    layer: tuple[Array, Array] | None = None,
 ) -> tuple[Array, Array]:
     """Activation bytes of one pipeline stage of ``sh.layers_per_stage`` layers holding
     ``in_flight`` micro-batches through them (the schedule's count for its rank) and, on the
@@ -179,8 +180,9 @@ def activation_memory(
     Returns ``(activations, transient)``: the transient is what the loss's backward adds on the
     stage with the ``head`` (:func:`loss_transient_bytes`) beyond the recompute working set
     already counted, since the two never coexist (the loss's gradients are freed by the output
-    layer's backward, before any layer recomputes): ``max(loss - working, 0)``."""
-    stored, working = layer_activations(ms, tr, sh, tp, sp)
+    layer's backward, before any layer recomputes): ``max(loss - working, 0)``. ``layer``:
+    :func:`layer_activations` of these same arguments, where the caller has it."""
+    stored, working = layer if layer is not None else layer_activations(ms, tr, sh, tp, sp)
     stored = stored * offload_kept(tr, sh)
     logits = sh.tokens * ms.vocab / tp * logits_bytes_per_element(tr)
     loss = ops.where(ops.as_bool(head), loss_transient_bytes(ms, tr, sh, tp), 0.0)

@@ -175,7 +175,11 @@ def _offload_exposed(
     on a superchip; GPUs that share a PCIe switch are not divided) against one layer's GEMMs
     and attention, forward (offload) and backward with its recompute (reload). The layer's
     elementwise kernels and communication are left out of the window, and the copies' HBM
-    traffic is not charged to the kernels beside them."""
+    traffic is not charged to the kernels beside them. One plan that offloads no layer
+    (``offload_layers`` not above 0: :func:`~.formulas.offload_exposed_s` is 0 whatever the
+    rest) computes none of it."""
+    if ops.is_scalar(tr.offload_layers) and not tr.offload_layers > 0:
+        return 0.0
     Ls = sh.layers_per_stage
     stored, _ = layer_activations(ms, tr, sh, deg.tp, deg.sp)
     tau = stored / Ls / hw.host_bytes_s
