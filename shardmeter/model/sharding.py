@@ -4,6 +4,8 @@ strategy, :func:`~.dispatch.by_code`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from shardmeter.inputs.bundles import ModelShape, PartTable, Recompute, Topology, Training
@@ -103,7 +105,71 @@ def shard_inputs(
     LoRA (:mod:`.lora`) the GPU also holds its adapters, and gradients and optimizer state are
     the adapters' only: their bytes per parameter are averaged over all the GPU's parameters,
     as the fp8 gather bytes are (``trainable_fraction`` of them trained)."""
+    v = _stage_invariants(ms, tr, sh, topo, deg)
     tp, pp = deg.tp, deg.pp
+    wb, fp8_params, gather16, emb = v["wb"], v["fp8_params"], v["gather16"], v["emb"]
+    emb_gpu = emb * ops.where(ops.as_bool(emb_here), 1.0, 0.0) + emb * ops.where(
+        ops.as_bool(head) & ((pp > 1) | ops.logical_not(ops.as_bool(ms.tied))), 1.0, 0.0
+    )
+    p_base = v["layers_params"] + v["dense_delta"] + emb_gpu
+    a_gpu = v["a_gpu"]
+    p_gpu = p_base + a_gpu
+    trained = trainable_fraction(p_gpu, a_gpu)
+    return ShardInputs(
+        params_layer_linears=v["params_layer_linears"],
+        recompute_layers=v["recompute_layers"],
+        params_last_module=v["params_last_module"],
+        params_largest_module=v["params_largest_module"],
+        params_per_gpu=p_gpu,
+        params_per_layer=v["params_per_layer"],
+        expert_params_per_gpu=v["expert_params_per_gpu"],
+        ep=deg.ep,
+        expert_tp=deg.etp,
+        pp=pp,
+        layers_per_stage=sh.layers_per_stage,
+        weight_bytes=ops.where(fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * wb) / p_gpu, wb),
+        param_gather_bytes=ops.where(
+            fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * gather16) / p_gpu, gather16
+        ),
+        grad_bytes=ops.where(wb > 2, 4.0, 2.0) * trained,
+        optimizer_bytes_per_param=optimizer_bytes_per_param(
+            tr.optimizer, wb, ms.hidden, v["p_layer"] / ((4.0 + v["mats"]) * ms.hidden), emb_gpu / p_gpu
+        )
+        * trained,
+        trainable_fraction=trained,
+        tp=tp,
+        dp=deg.dp,
+        cp=deg.cp,
+        domain_gpus=_f(topo.domain_gpus),
+        tier_gpus=topo.tier_gpus,
+        tier_bytes_s=topo.tier_bytes_s,
+        tier_latency_s=topo.tier_latency_s,
+    )
+
+
+#: The last :func:`_stage_invariants` of one plan: ``(ms, tr, sh, topo, deg, terms)``.
+_LAST: tuple[Any, ...] | None = None
+
+
+def _stage_invariants(
+    ms: ModelShape, tr: Training, sh: Shapes, topo: Topology, deg: Degrees
+) -> dict[str, Any]:
+    """What :func:`shard_inputs` computes of a stage that does not depend on whether it holds
+    the embedding or the output layer: one plan's stages of as many layers (the body and a
+    rank of the busiest GPU: the same frozen records) compute it once (``_LAST``, the last
+    call's, by identity; a batch's arrays every time)."""
+    global _LAST
+    last = _LAST
+    if (
+        last is not None
+        and last[0] is ms
+        and last[1] is tr
+        and last[2] is sh
+        and last[3] is topo
+        and last[4] is deg
+    ):
+        return last[5]
+    tp = deg.tp
     wb, fp8_params = _f(tr.weight_bytes), ops.as_bool(tr.fp8_params)
     mats = ops.where(ms.swiglu, 3.0, 2.0)
     ffn = sh.ffn_local * tp  # an expert's width in a MoE layer
@@ -119,10 +185,6 @@ def shard_inputs(
     p_dense = params_per_layer(ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, 1.0, **attn) / tp
     Ld = sh.dense_layers_local
     emb = ms.vocab * ms.hidden / tp
-    emb_gpu = emb * ops.where(ops.as_bool(emb_here), 1.0, 0.0) + emb * ops.where(
-        ops.as_bool(head) & ((pp > 1) | ops.logical_not(ops.as_bool(ms.tied))), 1.0, 0.0
-    )
-    p_base = sh.layers_per_stage * p_layer + ops.where(Ld > 0, Ld * (p_dense - p_layer), 0.0) + emb_gpu
 
     def adapters() -> tuple[Array, Array]:
         """LoRA's adapters of one layer and of the stage (:mod:`.lora`), split like their linears."""
@@ -133,16 +195,22 @@ def shard_inputs(
 
     # none in full training (rank 0: the adapters' count is 0), computed only where a row has them
     a_layer, a_gpu = where_needed(is_lora(tr), adapters, lambda: (0.0, 0.0))
-    p_gpu = p_base + a_gpu
-    trained = trainable_fraction(p_gpu, a_gpu)
     # the stage's routed experts (its MoE layers' experts / ep), sharded over dp x cp / ep
     moe_layers = ops.maximum(sh.layers_per_stage - Ld, 0.0)
-    p_experts = moe_layers * routed
-    gather16 = ops.where(wb > 2, 4.0, 2.0)
     # a dense layer's four matrices (not a MoE layer's experts, nor MLA's low-rank projections)
     dense_four = ops.logical_not(ops.as_bool(sh.moe)) & (_f(ms.q_rank) + _f(ms.kv_rank) <= 0)
-    return ShardInputs(
-        params_layer_linears=tuple(
+    terms = {
+        "wb": wb,
+        "fp8_params": fp8_params,
+        "mats": mats,
+        "p_layer": p_layer,
+        "emb": emb,
+        "layers_params": sh.layers_per_stage * p_layer,
+        "dense_delta": ops.where(Ld > 0, Ld * (p_dense - p_layer), 0.0),
+        "a_gpu": a_gpu,
+        "gather16": ops.where(wb > 2, 4.0, 2.0),
+        "expert_params_per_gpu": moe_layers * routed,
+        "params_layer_linears": tuple(
             ops.where(dense_four, m, 0.0) / tp
             for m in (
                 ms.hidden * (ms.q_dim + ms.kv_dim + ms.v_dim),
@@ -151,34 +219,14 @@ def shard_inputs(
                 ms.hidden * ffn,
             )
         ),
-        recompute_layers=_recompute_layers(tr, sh),
-        params_last_module=ops.where(sh.moe, 0.0, ms.hidden * ms.ffn_hidden / tp),
-        params_largest_module=_largest_matrix(ms, ffn) / tp,
-        params_per_gpu=p_gpu,
-        params_per_layer=p_layer + a_layer,
-        expert_params_per_gpu=p_experts,
-        ep=deg.ep,
-        expert_tp=deg.etp,
-        pp=pp,
-        layers_per_stage=sh.layers_per_stage,
-        weight_bytes=ops.where(fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * wb) / p_gpu, wb),
-        param_gather_bytes=ops.where(
-            fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * gather16) / p_gpu, gather16
-        ),
-        grad_bytes=ops.where(wb > 2, 4.0, 2.0) * trained,
-        optimizer_bytes_per_param=optimizer_bytes_per_param(
-            tr.optimizer, wb, ms.hidden, p_layer / ((4.0 + mats) * ms.hidden), emb_gpu / p_gpu
-        )
-        * trained,
-        trainable_fraction=trained,
-        tp=tp,
-        dp=deg.dp,
-        cp=deg.cp,
-        domain_gpus=_f(topo.domain_gpus),
-        tier_gpus=topo.tier_gpus,
-        tier_bytes_s=topo.tier_bytes_s,
-        tier_latency_s=topo.tier_latency_s,
-    )
+        "recompute_layers": _recompute_layers(tr, sh),
+        "params_last_module": ops.where(sh.moe, 0.0, ms.hidden * ms.ffn_hidden / tp),
+        "params_largest_module": _largest_matrix(ms, ffn) / tp,
+        "params_per_layer": p_layer + a_layer,
+    }
+    if type(sh.layers_per_stage) is float:  # one plan's plain numbers: frozen, reused
+        _LAST = (ms, tr, sh, topo, deg, terms)
+    return terms
 
 
 def _largest_matrix(ms: ModelShape, ffn: Array) -> Array:
