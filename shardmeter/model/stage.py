@@ -112,7 +112,7 @@ def stage_compute(inp: ModelInputs, deg: Degrees, pk: Peaks, layers: Array) -> S
         hbm_bytes_s=hw.hbm_bytes_s * hw.hbm_efficiency,
         etp=deg.etp,
     )
-    off_f, off_b = _offload_exposed(ms, tr, hw, sh, ct, deg)
+    off_f, off_b = _offload_exposed(ms, tr, hw, sh, ct, deg, lc.tp_exposed + lc.cp_exposed + lc.ep_exposed)
     return StageCompute(shapes=sh, compute=ct, comm=lc, offload_forward_s=off_f, offload_backward_s=off_b)
 
 
@@ -178,19 +178,31 @@ def stage_terms(
 
 
 def _offload_exposed(
-    ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, ct: ComputeTerms, deg: Degrees
+    ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, ct: ComputeTerms, deg: Degrees, waits: Array
 ) -> tuple[Array, Array]:
     """Seconds per micro-batch that activation offload (``offload_layers``) does not hide,
-    ``(forward, backward)``: :func:`~.formulas.offload_exposed_s` with one layer's stored activations over
-    the GPU's own host link (``host_bytes_s``, one direction: a PCIe x16 link per GPU, NVLink-C2C
-    on a superchip; GPUs that share a PCIe switch are not divided) against one layer's GEMMs
-    and attention, forward (offload) and backward with its recompute (reload). The layer's
-    elementwise kernels and communication are left out of the window, and the copies' HBM
-    traffic is not charged to the kernels beside them."""
+    ``(forward, backward)``: :func:`~.formulas.offload_exposed_s` with one layer's stored
+    activations over the GPU's own host link (``host_bytes_s``, one direction: a PCIe x16 link
+    per GPU, NVLink-C2C on a superchip; GPUs that share a PCIe switch are not divided) against
+    one layer's GEMMs and attention, forward (offload) and backward with its recompute (reload).
+
+    The copies run on their own stream (``OffloadSynchronizer.offload_stream``,
+    transformer_engine/pytorch/cpu_offload.py @ 00382b96), so they also progress while the
+    compute stream runs the layers' elementwise kernels or waits on exposed TP/CP/EP
+    communication (``waits``, per micro-batch). Spread evenly over the ``L`` layers, those
+    widen each layer's window by ``waits / L``, which takes at most ``(L - 2) / L x waits`` off
+    the stall (the formula's ``L - 2`` windows); the stall is
+    ``max(0, stall - (L - 2) / L x waits)``, shared between the passes as before it. (Left out,
+    faster compute exposed the communication and the stall against the same shrinking compute,
+    and a step with twice the 16-bit FLOP/s came out slower.) The copies' HBM traffic is not
+    charged to the kernels beside them."""
     Ls = sh.layers_per_stage
     stored, _ = layer_activations(ms, tr, sh, deg.tp, deg.sp)
     tau = stored / Ls / hw.host_bytes_s
     k = tr.offload_layers
     fwd = offload_exposed_s(k, Ls, tau, ct.forward / Ls)
     bwd = offload_exposed_s(k, Ls, tau, (ct.backward + ct.recompute) / Ls)
-    return fwd, bwd
+    stall = fwd + bwd
+    hide = ops.maximum(Ls - 2.0, 0.0) / ops.maximum(Ls, 1.0) * (ct.memory_ops + waits)
+    left = ops.maximum(0.0, stall - hide) / ops.maximum(stall, 1e-300)
+    return fwd * left, bwd * left
