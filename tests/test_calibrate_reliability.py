@@ -230,7 +230,10 @@ def test_a_fit_with_a_middling_residual_is_written_and_flagged(tmp_path, capsys)
     assert rc == 0
     json.loads(printed.out)  # one document, the warning not in it
     (warn,) = [ln for ln in printed.err.splitlines() if "flagged" in ln]
-    assert warn.startswith("warning: link nvlink4: mean |error| ") and " rows, above 10%: written, flagged" in warn
+    assert (
+        warn.startswith("warning: link nvlink4: mean |error| ")
+        and " rows, above 10%: written, flagged" in warn
+    )
     (link,) = tomllib.loads(pathlib.Path(out).read_text(encoding="utf-8"))["link"]
     assert "flagged: mean |error| " in link["source"]
 
