@@ -23,6 +23,8 @@ SLOW = (
     "tests/test_properties.py::test_better_hardware_never_slows_a_step",
     "tests/test_properties.py::test_more_memory_never_makes_a_feasible_plan_infeasible",
     "tests/test_properties.py::test_bigger_island_with_same_per_gpu_work_never_lowers_throughput_unexplained",
+    "tests/test_properties.py::test_better_hardware_never_slows_a_stage_group_pipeline_deep",
+    "tests/test_properties.py::test_a_plans_best_is_the_estimate_of_that_plan_deep",
     "tests/test_plan_bruteforce.py::",
 )
 #: ... except these, which stay in the default run so that it still exercises each mechanism.

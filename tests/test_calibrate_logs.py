@@ -182,8 +182,9 @@ def test_nvlink_sharp_all_reduce_is_recorded_not_applied_to_the_link(tmp_path, c
     ag = _write(tmp_path / "ag.txt", nccl_log("all_gather", nodes=1, gpn=8, tiers=ring, seed=2))
     out = tmp_path / "cal.toml"
     assert _cli(["calibrate", ar, ag, "--gpu", "h100-sxm", "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert "warning: all_reduce on nvlink4 runs 1.07 x the wire rate (in-network reduction)" in printed
+    printed = capsys.readouterr()
+    assert "warning: all_reduce on nvlink4 runs 1.07 x the wire rate (in-network reduction)" in printed.err
+    assert "warning:" not in printed.out  # what must be seen goes to stderr
     data = tomllib.loads(out.read_text(encoding="utf-8"))
     (link,) = data["link"]
     assert "bandwidth_gb_s" not in link and _within(link["efficiency"], 0.78)

@@ -127,7 +127,7 @@ def test_rows_cut_short_and_wrong_results_are_skipped_with_a_counted_warning(tmp
     lines[wrong] = lines[wrong].replace(f"  {toks[8]}  ", "  1234  ", 1)
     path = _write(tmp_path / "all_reduce.log", "\n".join(lines) + "\n")
     rc, _ = _calibrate(tmp_path, path)
-    out = capsys.readouterr().out
+    out = capsys.readouterr().err
     assert rc == 0
     assert f"warning: {path}:1: 1 rows cut short by interleaved output left out (lines {cut + 1})" in out
     assert f"warning: {path}:1: 1 rows with #wrong > 0 left out (lines {wrong + 1})" in out
@@ -168,6 +168,76 @@ def test_a_huge_residual_is_refused(tmp_path, capsys):
     assert "leave a mean |error| of" in err and "(at most 25%): not written" in err
 
 
+def test_a_gemm_faster_than_the_peak_is_refused_by_line(tmp_path, capsys):
+    """One GEMM of a sweep timed at half its time: 2 m n k / s above the dense bf16 peak,
+    which no kernel reaches, while the others keep the fit inside its bounds (the old command
+    wrote the fit)."""
+    lines = gemm_csv(H100, {"bf16": 0.7}, noise=0.0).splitlines()
+    m, n, k, dt, sec = lines[-1].split(",")
+    lines[-1] = ",".join([m, n, k, dt, f"{float(sec) / 2:.6e}"])
+    path = _write(tmp_path / "g.csv", "\n".join(lines) + "\n")
+    rc, out = _calibrate(tmp_path, path)
+    err = _one_error(capsys)
+    assert rc == 2 and not pathlib.Path(out).exists()
+    assert (
+        f"{path}:{len(lines)}: 1 of " in err
+        and "GEMMs run faster than the bf16 peak of 'h100-sxm' (989" in err
+    )
+    assert f"{m}x{n}x{k} in " in err and " x the peak; not written" in err
+
+
+def test_a_gemm_fit_with_a_huge_residual_is_refused(tmp_path, capsys):
+    """Times 1 to 4 x the model's at one efficiency, at random: no efficiency explains them."""
+    rng = np.random.default_rng(1)
+    lines = gemm_csv(H100, {"bf16": 0.7}, noise=0.0).splitlines()
+    for i in range(1, len(lines)):
+        *head, sec = lines[i].split(",")
+        lines[i] = ",".join([*head, f"{float(sec) * rng.uniform(1.0, 4.0):.6e}"])
+    path = _write(tmp_path / "g.csv", "\n".join(lines) + "\n")
+    rc, out = _calibrate(tmp_path, path)
+    err = _one_error(capsys)
+    assert rc == 2 and not pathlib.Path(out).exists()
+    assert "matmul_efficiency of 'h100-sxm' = " in err and "(at most 25%): not written" in err
+
+
+def test_measured_steps_that_no_efficiency_explains_are_refused(tmp_path, capsys):
+    """One run measured three times at half, once and twice the model's figure: the fit keeps
+    the catalog's efficiencies and leaves a mean error near 50 % (the old command wrote it)."""
+    from test_calibrate import _step_scenario, _toml
+
+    import shardmeter
+
+    tps = shardmeter.estimate(_step_scenario(2048, 32)).tokens_per_s_per_gpu
+    files = [
+        _write(tmp_path / f"run{i}.toml", _toml(_step_scenario(2048, 32, tps * f)))
+        for i, f in enumerate((0.5, 1.0, 2.0))
+    ]
+    rc, out = _calibrate(tmp_path, *files, extra=())
+    err = _one_error(capsys)
+    assert rc == 2 and not pathlib.Path(out).exists()
+    assert "the measured steps fit with h100-sxm matmul_efficiency = " in err
+    assert "over 3 measured fields (at most 25%): not written" in err
+
+
+def test_a_fit_with_a_middling_residual_is_written_and_flagged(tmp_path, capsys):
+    """20 % noise on every time: written (exit 0), with its figures on stderr -- not stdout,
+    not --json -- and ``flagged`` in the entry's source."""
+    path = _write(
+        tmp_path / "ar.log", make_log("all_reduce", nodes=1, gpn=8, tiers=_tiers(), noise=0.2, seed=3)
+    )
+    rc, out = _calibrate(tmp_path, path, "--json")
+    printed = capsys.readouterr()
+    assert rc == 0
+    json.loads(printed.out)  # one document, the warning not in it
+    (warn,) = [ln for ln in printed.err.splitlines() if "flagged" in ln]
+    assert (
+        warn.startswith("warning: link nvlink4: mean |error| ")
+        and " rows, above 10%: written, flagged" in warn
+    )
+    (link,) = tomllib.loads(pathlib.Path(out).read_text(encoding="utf-8"))["link"]
+    assert "flagged: mean |error| " in link["source"]
+
+
 def test_a_latency_the_logs_cannot_determine_is_not_written(tmp_path, capsys):
     """Only sizes from 64 MB, timed a touch under S / B: the least squares wants a negative
     latency and holds it at 0; the old command wrote latency_us = 0."""
@@ -182,7 +252,7 @@ def test_a_latency_the_logs_cannot_determine_is_not_written(tmp_path, capsys):
         keep.append(ln)
     path = _write(tmp_path / "ar.log", "\n".join(keep) + "\n")
     rc, out = _calibrate(tmp_path, path)
-    printed = capsys.readouterr().out
+    printed = capsys.readouterr().err
     assert rc == 0
     assert "warning: link nvlink4: the logs do not determine a latency" in printed
     (link,) = tomllib.loads(pathlib.Path(out).read_text(encoding="utf-8"))["link"]

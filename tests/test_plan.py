@@ -324,3 +324,12 @@ def test_json_mode_prints_one_document_and_no_progress(capsys):
     out, err = capsys.readouterr()
     json.loads(out)
     assert err == ""
+
+
+def test_a_one_island_plan_notes_no_sync_its_scenario_never_had():
+    """The plan's candidates were loaded from every value as loaded, where ``[sync]`` is always
+    written: each report said "[sync] and [network] apply only with two islands or more:
+    ignored" of a scenario with neither, which its estimate does not say."""
+    best = search(TINY, top=1)["plans"][0]
+    assert best["report"]["notes"] == Estimator().estimate(TINY).to_dict()["notes"]
+    assert not any("[sync]" in n for n in best["report"]["notes"])

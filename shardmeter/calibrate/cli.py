@@ -11,6 +11,7 @@ import argparse
 import datetime
 import hashlib
 import os
+import sys
 from typing import Any
 
 import attrs
@@ -72,11 +73,24 @@ def _cmd(args) -> int:
         inter=args.inter,
         nics_per_node=args.nics_per_node,
     )
+    warnings = [ln for ln in result["lines"] if ln.startswith("warning: ")]
+    if warnings:  # what a user must see goes to stderr, out of --json's way
+        print("\n".join(safe_text(ln, limit=2000) for ln in warnings), file=sys.stderr)
     if args.json:
         print(dump_json(result))
     else:
-        print("\n".join(safe_text(ln, limit=2000) for ln in result["lines"]))
+        print("\n".join(safe_text(ln, limit=2000) for ln in result["lines"] if ln not in warnings))
     return 0
+
+
+def _flag(fits: _Fits, entry: dict, what: str, error: float, rows: int, unit: str) -> None:
+    """Flag a written fit whose mean error is above :data:`.nccl.FLAG_MEAN_ERROR`: a warning
+    with its figures and ``flagged`` in the entry's ``source``."""
+    if error <= nccl.FLAG_MEAN_ERROR:
+        return
+    text = f"mean |error| {error:.1%} over {rows} {unit}, above {nccl.FLAG_MEAN_ERROR:.0%}"
+    fits.lines.append(f"warning: {what}: {text}: written, flagged in its source; check the measurements")
+    _add_source(entry, f"flagged: {text}")
 
 
 def _classify(paths):
@@ -289,6 +303,7 @@ def _fit_link(
             f"warning: link {name}: the logs do not determine a latency (it fits below 0; their smallest "
             f"sizes are bandwidth-bound): latency_us kept at {link.latency_us:.3g}"
         )
+    _flag(fits, fits.entries[("link", name)], f"link {name}", fit.mean_abs_error, fit.points, "rows")
     was = f" (was {link.latency_us:.3g})" if not fit.latency_pinned else ""
     fits.lines.append(
         f"link {name}: {lat}{was}, efficiency {fit.efficiency:.3f} (was {link.efficiency:.3f}) of "
@@ -321,6 +336,7 @@ def _fit_gemms(fits: _Fits, inputs: _Inputs) -> set[tuple[str, str]]:
             )
             fits.doc["gemm"].append(attrs.asdict(f))
             fits.lines += _gemm_lines(name, gpu_now, f)
+            _flag(fits, entry, f"gpu {name}: {f.field}", f.error_after, f.rows, "GEMMs")
     return fixed
 
 
@@ -347,6 +363,14 @@ def _fit_measured_steps(fits: _Fits, inputs: _Inputs, fixed: set[tuple[str, str]
             fits.entries[("gpu", g)],
             f"{inputs.tag}: {fitted} from {len(inputs.scenarios)} measured runs (mean |error| "
             f"{sf.error_before:.1%} -> {sf.error_after:.1%})",
+        )
+        _flag(
+            fits,
+            fits.entries[("gpu", g)],
+            f"gpu {g}: measured steps",
+            sf.error_after,
+            len(sf.cases),
+            "fields",
         )
     for g, field in sf.unused:
         fits.lines.append(f"gpu {g}: {field} kept (no measured run depends on it)")

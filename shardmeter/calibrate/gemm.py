@@ -6,7 +6,8 @@ writes it). The model prices a GEMM with :func:`shardmeter.model.formulas.gemm_t
 roofline with wave quantisation at ``efficiency`` x the dense peak, inputs at the GPU's
 achievable HBM bandwidth); the efficiency of each precision class is the value that minimises
 the squared relative error of that very function over the class's rows
-(:func:`.lsq.scalar_relative`, in [0.01, 1]). The printed curve is the achieved fraction of
+(:func:`.lsq.scalar_relative`, in [0.01, 1]). A GEMM timed faster than the peak, a fit at a
+bound of the search or one leaving a mean error above 25 % is refused. The printed curve is the achieved fraction of
 peak, ``2 m n k / (peak x seconds)``, by GEMM size, against the model's.
 """
 
@@ -194,6 +195,43 @@ def _check_bounds(gpu: HardwareProfile, field: str, eff: float, rows: Sequence[G
     )
 
 
+def _check_below_peak(gpu: HardwareProfile, rows: Sequence[GemmRow], file: str) -> None:
+    """Refuse a GEMM timed faster than the GPU's dense peak at its precision, ``2 m n k /
+    seconds > peak``: no kernel exceeds the peak (NVIDIA, "Matrix Multiplication Background
+    User's Guide": the peak is the Tensor Cores' rate), so the row measured another GPU, a
+    sparse or lower-precision kernel, or not seconds. The fastest such row is named."""
+    over = [
+        (2.0 * r.m * r.n * r.k / r.seconds / 1e12 / gpu.peak(r.precision), r)
+        for r in rows
+        if 2.0 * r.m * r.n * r.k / r.seconds > gpu.peak(r.precision) * 1e12
+    ]
+    if not over:
+        return
+    ratio, r = max(over, key=lambda x: x[0])
+    raise ScenarioError(
+        f"{len(over)} of {len(rows)} GEMMs run faster than the {r.precision} peak of "
+        f"'{safe_text(gpu.name)}' ({gpu.peak(r.precision):.4g} TFLOP/s): {r.m}x{r.n}x{r.k} in "
+        f"{r.seconds:.4g} s is {ratio * gpu.peak(r.precision):.4g} TFLOP/s, {ratio:.2f} x the peak; not "
+        "written (wrong --gpu or dtype, or seconds not in seconds)",
+        file=f"{safe_text(file, limit=400)}:{r.line}",
+    )
+
+
+def _check_residual(gpu: HardwareProfile, field: str, eff: float, error: float, rows: int, file: str) -> None:
+    """Refuse a fit whose mean absolute relative error is above
+    :data:`~.nccl.MAX_MEAN_ERROR` (the link fits' bound): the times do not follow the
+    roofline the model prices GEMMs with, at any one efficiency."""
+    from shardmeter.calibrate.nccl import MAX_MEAN_ERROR
+
+    if error > MAX_MEAN_ERROR:
+        raise ScenarioError(
+            f"{field} of '{safe_text(gpu.name)}' = {eff:.3g} leaves a mean |error| of {error:.0%} over "
+            f"{rows} GEMMs (at most {MAX_MEAN_ERROR:.0%}): not written; the times do not follow the "
+            "model's roofline at one efficiency (mixed GPUs, clocks, or warm-up included)",
+            file=safe_text(file, limit=400),
+        )
+
+
 def fit_gemm(gpu: HardwareProfile, rows: Sequence[GemmRow], file: str = "") -> list[GemmFit]:
     """One fit per precision class present: 16-bit rows set ``matmul_efficiency``, fp8 rows
     ``matmul_efficiency_fp8`` (see the module docstring)."""
@@ -218,13 +256,16 @@ def fit_gemm(gpu: HardwareProfile, rows: Sequence[GemmRow], file: str = "") -> l
 
         eff = scalar_relative(times, meas, *SEARCH)
         _check_bounds(gpu, field, eff, sel, file)
+        _check_below_peak(gpu, sel, file)
         old = getattr(gpu, field) or gpu.matmul_efficiency
+        after = float(np.mean(np.abs(rel_errors(model_times(gpu, sel, eff), meas))))
+        _check_residual(gpu, field, eff, after, len(sel), file)
         fits.append(
             GemmFit(
                 field=field,
                 efficiency=eff,
                 error_before=float(np.mean(np.abs(rel_errors(model_times(gpu, sel, old), meas)))),
-                error_after=float(np.mean(np.abs(rel_errors(model_times(gpu, sel, eff), meas)))),
+                error_after=after,
                 rows=len(sel),
                 curve=_curve(gpu, sel, eff),
             )

@@ -46,10 +46,15 @@ __all__ = [
     "fit_link",
     "COLLECTIVES",
     "MAX_MEAN_ERROR",
+    "FLAG_MEAN_ERROR",
 ]
 
 #: Largest mean absolute relative error of a fit that is written (above: refused, exit 2).
 MAX_MEAN_ERROR = 0.25
+#: Above this mean absolute relative error a written fit is flagged: a warning on stderr and
+#: ``flagged`` in its overlay entry's ``source`` (the bundled real logs fit to 0.6-10 %; the
+#: RTX 5090 socket-transport one, 13-15 %, is flagged).
+FLAG_MEAN_ERROR = 0.10
 #: Fastest a collective may run, as a fraction of its tier's wire rate in the ring's form: 1
 #: (no ring beats its links) except an all-reduce with in-network reduction (NVLink SHARP, IB
 #: SHARP), where each GPU sends S instead of 2 (n - 1) / n x S: at most 2.

@@ -8,7 +8,8 @@ minimise ``sum_i ((predicted_i - measured_i) / measured_i)^2`` over every measur
 every run, the prediction being ``shardmeter estimate`` itself with the trial values (the links
 already calibrated), by Levenberg-Marquardt in [0.05, 1] (:func:`.lsq.gauss_newton_relative`).
 An unknown no run depends on keeps its catalog value. The mean absolute relative error before
-(catalog values) and after is reported.
+(catalog values) and after is reported; a fit held at a bound or leaving more than 25 % is
+refused.
 """
 
 from __future__ import annotations
@@ -45,6 +46,28 @@ def _check_bounds(keys: Sequence[tuple[str, str]], x: np.ndarray, files: Sequenc
             "scenarios' GPU, precision and measured fields)",
             file=safe_text(files[0], limit=400) if files else None,
         )
+
+
+def _check_residual(
+    keys: Sequence[tuple[str, str]], x: np.ndarray, error: float, n: int, files: Sequence[str]
+) -> None:
+    """Refuse a fit that leaves a mean absolute relative error above
+    :data:`~.nccl.MAX_MEAN_ERROR` over the measured fields (NaN: a run infeasible at the fitted
+    values): no efficiency in the bounds explains the runs."""
+    from shardmeter.calibrate.nccl import MAX_MEAN_ERROR
+
+    if error <= MAX_MEAN_ERROR:
+        return
+    what = (
+        ", ".join(f"{g} {f} = {v:.3g}" for (g, f), v in zip(keys, x, strict=True)) or "the catalog's values"
+    )
+    shown = "not finite" if not np.isfinite(error) else f"{error:.0%}"
+    raise ScenarioError(
+        f"the measured steps fit with {what} leave a mean |error| of {shown} over {n} measured fields "
+        f"(at most {MAX_MEAN_ERROR:.0%}): not written (check the scenarios' GPU, precision, layout "
+        "and measured fields)",
+        file=safe_text(files[0], limit=400) if files else None,
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -161,6 +184,7 @@ def fit_steps(files: Sequence[str], registry, *, fixed: Iterable[tuple[str, str]
     after = predict(x, used) if used else before
     err_b = np.abs((before - meas) / meas)
     err_a = np.abs((after - meas) / meas)
+    _check_residual(used, x, float(np.mean(err_a)), len(cases), files)
     return StepsFit(
         values={k: float(v) for k, v in zip(used, x, strict=True)},
         unused=tuple(unused),

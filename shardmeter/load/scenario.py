@@ -64,6 +64,7 @@ __all__ = [
     "SyncSpec",
     "load_scenario",
     "scenario_tables",
+    "without_default_sync",
     "apply_override",
     "parse_override",
     "model_presets",
@@ -140,8 +141,7 @@ def scenario_tables(sc: Scenario) -> dict[str, Any]:
         table, _, field = key.partition(".")
         if isinstance(data.get(table), dict):
             data[table].pop(field, None)
-    if data.get("sync") == {"strategy": "allreduce"} and _SINGLE_ISLAND_NOTE not in sc.notes:
-        del data["sync"]  # the default, which to_dict always writes: not a [sync] the file gave
+    data = without_default_sync(data, sc)
     model = data.get("model")
     name = model.get("preset") if isinstance(model, dict) else None
     presets = model_presets() if isinstance(name, str) else {}
@@ -149,6 +149,15 @@ def scenario_tables(sc: Scenario) -> dict[str, Any]:
         implied = {f.name: f.default for f in attrs.fields(ModelSpec) if f.default is not attrs.NOTHING}
         implied.update(presets[name])
         data["model"] = {k: v for k, v in model.items() if k == "preset" or implied.get(k, _NONE) != v}
+    return data
+
+
+def without_default_sync(data: dict[str, Any], sc: Scenario) -> dict[str, Any]:
+    """``data`` (``sc.to_dict()``) without its ``[sync]`` where that is the default, which
+    ``to_dict`` always writes, and the file gave none: loaded again, a one-island scenario
+    would otherwise note a ``[sync]`` its file never had."""
+    if data.get("sync") == {"strategy": "allreduce"} and _SINGLE_ISLAND_NOTE not in sc.notes:
+        data = {k: v for k, v in data.items() if k != "sync"}
     return data
 
 

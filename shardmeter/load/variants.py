@@ -23,7 +23,7 @@ import attrs
 
 from shardmeter.load.hf_config import model_table_from_hf, read_hf_config
 from shardmeter.load.overrides import apply_override, parse_override
-from shardmeter.load.scenario import load_scenario, scenario_tables
+from shardmeter.load.scenario import load_scenario, scenario_tables, without_default_sync
 from shardmeter.load.specs import ModelSpec, Scenario, stale_qualifiers
 from shardmeter.registry.manager import Registry
 
@@ -41,7 +41,7 @@ def variant_tables(
     """The tables of scenario ``sc`` (as written, or every value as loaded) with ``overrides``
     applied in order (:func:`~shardmeter.load.overrides.apply_override`); a ``None`` value
     removes its key, so that a later override of a key beneath it starts a new table."""
-    data = _written(sc) if as_written else sc.to_dict()
+    data = _written(sc) if as_written else without_default_sync(sc.to_dict(), sc)
     pairs = [parse_override(ov) if isinstance(ov, str) else ov for ov in overrides]
     named = {key for key, _ in pairs}
     for key, value in pairs:

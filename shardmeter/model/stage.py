@@ -78,13 +78,15 @@ class StageCompute:
     """What two stages of as many layers share (:func:`stage_compute`): their local ``shapes``,
     one micro-batch's ``compute`` through them with the output layer and loss (``head``; each
     stage takes it out where it does not hold it), the core's TP/CP/EP ``comm`` and the
-    activation offload not hidden (``offload_exposed_s``, per micro-batch). None of these reads
-    the head's seconds, so a stage with the head and one without share them."""
+    activation offload not hidden in the forward and backward passes (``offload_forward_s``,
+    ``offload_backward_s``, per micro-batch). None of these reads the head's seconds, so a stage
+    with the head and one without share them."""
 
     shapes: Shapes
     compute: ComputeTerms
     comm: LayerComm
-    offload_exposed_s: Array
+    offload_forward_s: Array
+    offload_backward_s: Array
 
 
 def stage_compute(inp: ModelInputs, deg: Degrees, pk: Peaks, layers: Array) -> StageCompute:
@@ -110,9 +112,8 @@ def stage_compute(inp: ModelInputs, deg: Degrees, pk: Peaks, layers: Array) -> S
         hbm_bytes_s=hw.hbm_bytes_s * hw.hbm_efficiency,
         etp=deg.etp,
     )
-    return StageCompute(
-        shapes=sh, compute=ct, comm=lc, offload_exposed_s=_offload_exposed(ms, tr, hw, sh, ct, deg)
-    )
+    off_f, off_b = _offload_exposed(ms, tr, hw, sh, ct, deg, lc.tp_exposed + lc.cp_exposed + lc.ep_exposed)
+    return StageCompute(shapes=sh, compute=ct, comm=lc, offload_forward_s=off_f, offload_backward_s=off_b)
 
 
 def stage_terms(
@@ -131,23 +132,33 @@ def stage_terms(
     ``layers``, when another stage of as many layers has it already."""
     ms, tr, topo, lay = inp.model, inp.training, inp.topology, inp.layout
     core = compute if compute is not None else stage_compute(inp, deg, pk, layers)
-    sh, ct, lc, offload_mb = core.shapes, core.compute, core.comm, core.offload_exposed_s
+    sh, ct, lc = core.shapes, core.compute, core.comm
+    off_f, off_b = core.offload_forward_s, core.offload_backward_s
+    offload_mb = off_f + off_b
     if not (type(head) is bool and head):  # a plain True (one plan holding the head) takes out 0
         no_head = ops.where(ops.as_bool(head), 0.0, ct.head)  # the logits and loss run on the last stage
         ct = attrs.evolve(ct, compute=ct.compute - no_head, head=ct.head - no_head)
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
-    mb_window = ct.compute + ct.memory_ops + mb_comm
+    work = ct.compute + ct.memory_ops + mb_comm
     # each pass's share of the micro-batch's work: its compute, with the elementwise kernels and
-    # exposed TP/CP/EP communication shared out in proportion (the head runs with the backward)
-    scale = mb_window / ops.maximum(ct.compute, 1e-30)
-    passes = (ct.forward * scale, ct.recompute * scale, (ct.backward + ct.head) * scale)
+    # exposed TP/CP/EP communication shared out in proportion (the head runs with the backward).
+    # The activation offload's stalls are in the windows too: Transformer Engine's compute
+    # stream waits on the copy stream's event (``current_stream().wait_event``,
+    # ``OffloadSynchronizer._start_reloads_finish_offloads`` and ``bwd_step``,
+    # transformer_engine/pytorch/cpu_offload.py @ 00382b96) while the collectives on their own
+    # NCCL streams run on, so a stall hides sharding traffic as compute does. Left out, faster
+    # compute exposed the traffic and the copies each against the same shrinking compute, and a
+    # step with 100x the FLOP/s came out slower.
+    scale = work / ops.maximum(ct.compute, 1e-30)
+    passes = (ct.forward * scale + off_f, ct.recompute * scale, (ct.backward + ct.head) * scale + off_b)
+    mb_window = work + offload_mb
     shard = shard_inputs(ms, tr, sh, topo, deg, emb_here=emb, head=head)
     sd = sharding_terms(parts, shard, topo, lay.sharding, windows=passes)
     priced = sd.traffic  # price_traffic's figures are floats already (ops.as_float)
     fsdp_mb, dp_exposed, ar_window = exposed_traffic(
         priced,
         mb_window,
-        ct.backward + ct.recompute + mb_comm,
+        ct.backward + ct.recompute + mb_comm + off_b,
         ops.as_bool(lay.dp_comm_overlap),
         pass_windows=passes,
     )
@@ -167,23 +178,34 @@ def stage_terms(
 
 
 def _offload_exposed(
-    ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, ct: ComputeTerms, deg: Degrees
-) -> Array:
-    """Seconds per micro-batch that activation offload (``offload_layers``) does not hide, both
-    directions: :func:`~.formulas.offload_exposed_s` with one layer's stored activations over
-    the GPU's own host link (``host_bytes_s``, one direction: a PCIe x16 link per GPU, NVLink-C2C
-    on a superchip; GPUs that share a PCIe switch are not divided) against one layer's GEMMs
-    and attention, forward (offload) and backward with its recompute (reload). The layer's
-    elementwise kernels and communication are left out of the window, and the copies' HBM
-    traffic is not charged to the kernels beside them. One plan that offloads no layer
-    (``offload_layers`` not above 0: :func:`~.formulas.offload_exposed_s` is 0 whatever the
-    rest) computes none of it."""
+    ms: ModelShape, tr: Training, hw: Hardware, sh: Shapes, ct: ComputeTerms, deg: Degrees, waits: Array
+) -> tuple[Array, Array]:
+    """Seconds per micro-batch that activation offload (``offload_layers``) does not hide,
+    ``(forward, backward)``: :func:`~.formulas.offload_exposed_s` with one layer's stored
+    activations over the GPU's own host link (``host_bytes_s``, one direction: a PCIe x16 link
+    per GPU, NVLink-C2C on a superchip; GPUs that share a PCIe switch are not divided) against
+    one layer's GEMMs and attention, forward (offload) and backward with its recompute (reload).
+
+    The copies run on their own stream (``OffloadSynchronizer.offload_stream``,
+    transformer_engine/pytorch/cpu_offload.py @ 00382b96), so they also progress while the
+    compute stream runs the layers' elementwise kernels or waits on exposed TP/CP/EP
+    communication (``waits``, per micro-batch). Spread evenly over the ``L`` layers, those
+    widen each layer's window by ``waits / L``, which takes at most ``(L - 2) / L x waits`` off
+    the stall (the formula's ``L - 2`` windows); the stall is
+    ``max(0, stall - (L - 2) / L x waits)``, shared between the passes as before it. (Left out,
+    faster compute exposed the communication and the stall against the same shrinking compute,
+    and a step with twice the 16-bit FLOP/s came out slower.) The copies' HBM traffic is not
+    charged to the kernels beside them. One plan that offloads no layer (``offload_layers`` not
+    above 0: :func:`~.formulas.offload_exposed_s` is 0 whatever the rest) computes none of it."""
     if ops.is_scalar(tr.offload_layers) and not tr.offload_layers > 0:
-        return 0.0
+        return 0.0, 0.0
     Ls = sh.layers_per_stage
     stored, _ = layer_activations(ms, tr, sh, deg.tp, deg.sp)
     tau = stored / Ls / hw.host_bytes_s
     k = tr.offload_layers
     fwd = offload_exposed_s(k, Ls, tau, ct.forward / Ls)
     bwd = offload_exposed_s(k, Ls, tau, (ct.backward + ct.recompute) / Ls)
-    return fwd + bwd
+    stall = fwd + bwd
+    hide = ops.maximum(Ls - 2.0, 0.0) / ops.maximum(Ls, 1.0) * (ct.memory_ops + waits)
+    left = ops.maximum(0.0, stall - hide) / ops.maximum(stall, 1e-300)
+    return fwd * left, bwd * left
