@@ -20,6 +20,7 @@ from shardmeter.calibrate import gemm, nccl, steps
 from shardmeter.calibrate.overlay_out import overlay_text
 from shardmeter.errors import ScenarioError
 from shardmeter.io import atomic_write, check_output
+from shardmeter.numbers import number_argument
 from shardmeter.reading import read_input_bytes
 from shardmeter.records import HardwareProfile, Interconnect
 from shardmeter.registry.manager import get_registry
@@ -57,7 +58,10 @@ def add_calibrate_parser(sub) -> None:
     p.add_argument("--intra", metavar="LINK", help="the link one-node logs measure (default: the GPU's)")
     p.add_argument("--inter", metavar="LINK", help="the link multi-node logs measure (default: the GPU's)")
     p.add_argument(
-        "--nics-per-node", type=int, metavar="N", help="NICs per node (default: the GPU's, else its GPUs)"
+        "--nics-per-node",
+        type=number_argument(integer=True, minimum=1, maximum=2**40, noun="NICs"),
+        metavar="N",
+        help="NICs per node (default: the GPU's, else its GPUs)",
     )
     p.add_argument("--json", action="store_true", help="print the fits as one JSON document")
     p.set_defaults(func=_cmd)
