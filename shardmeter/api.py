@@ -17,6 +17,10 @@ from shardmeter.errors import ShardMeterError
 from shardmeter.explore.formats.results import PlanResult, SensitivityResult, SweepResult
 from shardmeter.explore.search.sensitivity import STEP
 from shardmeter.explore.search.values import parse_values, parse_vary
+from shardmeter.numbers import check_argument
+
+#: Most of any count an argument gives (the scenario's counts, ``load.specs.MAX_COUNT``).
+MAX_COUNT = 2**40
 
 __all__ = ["sweep", "plan", "sensitivity"]
 
@@ -96,7 +100,9 @@ def _workers(workers: Any) -> int | None:
         isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or workers < 1
     ):
         raise ShardMeterError(f"workers: expected a whole number >= 1, got {workers!r}")
-    return None if workers is None else int(workers)
+    if workers is None:
+        return None
+    return int(check_argument(workers, name="workers", integer=True, minimum=1, maximum=MAX_COUNT))
 
 
 def sweep(
@@ -146,9 +152,12 @@ def plan(
     value; or ``["tp=1,2", "pp"]``)."""
     from shardmeter.explore.search.plan import search
 
-    for name, v in (("budget_usd", budget_usd), ("deadline_days", deadline_days)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real) or not v > 0):
-            raise ShardMeterError(f"{name}: expected a number > 0, got {v!r}")
+    budget_usd, deadline_days = (
+        None if v is None else check_argument(v, name=name, above=0.0)
+        for name, v in (("budget_usd", budget_usd), ("deadline_days", deadline_days))
+    )
+    if max_gpus is not None:
+        max_gpus = int(check_argument(max_gpus, name="max_gpus", integer=True, minimum=1, maximum=MAX_COUNT))
     doc = search(
         scenario,
         estimator=estimator,

@@ -21,6 +21,7 @@ from shardmeter.calibrate import gemm, nccl, steps
 from shardmeter.calibrate.overlay_out import overlay_text
 from shardmeter.errors import ScenarioError
 from shardmeter.io import atomic_write, check_output
+from shardmeter.numbers import number_argument
 from shardmeter.reading import read_input_bytes
 from shardmeter.records import HardwareProfile, Interconnect
 from shardmeter.registry.manager import get_registry
@@ -58,7 +59,10 @@ def add_calibrate_parser(sub) -> None:
     p.add_argument("--intra", metavar="LINK", help="the link one-node logs measure (default: the GPU's)")
     p.add_argument("--inter", metavar="LINK", help="the link multi-node logs measure (default: the GPU's)")
     p.add_argument(
-        "--nics-per-node", type=int, metavar="N", help="NICs per node (default: the GPU's, else its GPUs)"
+        "--nics-per-node",
+        type=number_argument(integer=True, minimum=1, maximum=2**40, noun="NICs"),
+        metavar="N",
+        help="NICs per node (default: the GPU's, else its GPUs)",
     )
     p.add_argument("--json", action="store_true", help="print the fits as one JSON document")
     p.set_defaults(func=_cmd)
@@ -105,6 +109,32 @@ def _classify(paths):
         if not os.path.exists(p):
             raise ScenarioError("no such file", file=safe_text(p, limit=400))
     return logs, csvs, scen
+
+
+def _measured_files(paths: list[str]) -> list[str]:
+    """The measured scenarios of ``paths`` (files, and the ``*.toml`` under folders). A folder
+    entry that cannot be read as a file (a FIFO, a device; never opened) or a folder holding no
+    scenario is an error naming it: a fit must not quietly leave out a measurement."""
+    from shardmeter.validate.run import _collect
+
+    if not paths:
+        return []
+    files, special, _ = _collect(paths)
+    if special:
+        path, why = min(special.items())
+        raise ScenarioError(why, file=safe_text(path, limit=400))
+    for p in paths:
+        if os.path.isdir(p) and not any(_inside(f, p) for f in files):
+            raise ScenarioError(
+                "is a folder holding no measured scenario (*.toml); give nccl-tests logs or CSVs by name",
+                file=safe_text(p, limit=400),
+            )
+    return files
+
+
+def _inside(file: str, folder: str) -> bool:
+    real = os.path.realpath(folder)
+    return os.path.commonpath([os.path.realpath(file), real]) == real
 
 
 def _sha256(path: str) -> str:
@@ -172,10 +202,8 @@ def run_calibrate(paths, *, out, gpu=None, intra=None, inter=None, nics_per_node
 def _read_inputs(paths, out: str, reg, gpu: str | None, nics_per_node: int | None) -> _Inputs:
     """The measurements ``paths`` sorted by kind, ``--out`` checked against them, ``--gpu``
     looked up."""
-    from shardmeter.validate.run import collect_files
-
     logs, csvs, scen = _classify(paths)
-    scenarios = collect_files(scen) if scen else []
+    scenarios = _measured_files(scen)
     check_output(out, label="--out", inputs=[*paths, *scenarios])
     gpu_rec = reg.get("hardware", gpu, path="--gpu") if gpu else None
     today = datetime.date.today().isoformat()

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeAlias
 
 from shardmeter.explore.commands import cmd_plan, cmd_sensitivity, cmd_sweep
 from shardmeter.explore.formats.sweep_csv import CSV_FIELDS
+from shardmeter.numbers import number_argument
 
 __all__ = ["add_sweep_parser", "add_plan_parser", "add_sensitivity_parser", "CSV_FIELDS"]
 
@@ -27,7 +27,7 @@ def _common(p: argparse.ArgumentParser, *, workers: bool = True) -> None:
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a scenario key (repeatable)")
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
     if workers:
-        p.add_argument("--workers", type=int, metavar="N", help="score chunks on N local processes")
+        p.add_argument("--workers", type=_positive_int, metavar="N", help="score chunks on N local processes")
         p.add_argument(
             "--dask",
             metavar="ADDRESS",
@@ -43,24 +43,12 @@ def _common(p: argparse.ArgumentParser, *, workers: bool = True) -> None:
         )
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+#: ``--top``, ``--max-gpus``, ``--chunk``, ``--workers``: whole numbers >= 1 in ASCII digits
+#: (the one number check, :func:`shardmeter.numbers.number_argument`).
+_positive_int = number_argument(integer=True, minimum=1, maximum=2**40)  # load.specs.MAX_COUNT
 
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
-    return v
+#: ``--budget-usd``, ``--deadline-days``, ``--dask-timeout``, ``--step``: finite numbers > 0.
+_positive_float = number_argument(integer=False, above=0.0)
 
 
 def _with_dask_timeout(cmd: Command) -> Command:

@@ -81,6 +81,7 @@ def import_config(
 def _apply_sets(d: Draft, sets: Sequence[Any]) -> None:
     import re
 
+    from shardmeter.importers.toml_out import toml_value
     from shardmeter.load.overrides import parse_override
 
     for item in sets:
@@ -91,6 +92,12 @@ def _apply_sets(d: Draft, sets: Sequence[Any]) -> None:
                 f"--set {key}: import writes keys of [model], [training], [parallelism], [source] and "
                 "the island (model.vocab=N, island.gpu=NAME); edit other keys in the file"
             )
+        try:  # what the scenario cannot hold (nan, inf, an inline table) is refused here, by key
+            toml_value(value)
+        except (TypeError, ValueError) as exc:
+            raise ShardMeterError(
+                f"--set {key}: {exc}; give a finite number, a string, a boolean or a list of them"
+            ) from None
         table = "island" if m.group(1).startswith("island") else m.group(1)
         d.set(f"{table}.{m.group(2)}", value, "--set")
 

@@ -207,21 +207,13 @@ examples:
 
 
 def _whole(what: str):
-    """An argparse type: a whole number >= 1, its error naming ``what``."""
+    """An argparse type: a whole number >= 1 in ASCII digits, its error naming ``what``
+    (:func:`shardmeter.numbers.number_argument`)."""
+    from shardmeter.numbers import number_argument
 
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number of {what}, got {text!r}") from None
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"expected a number of {what} >= 1, got {v}")
-        return v
-
-    return parse
+    return number_argument(integer=True, minimum=1, maximum=2**40, noun=what)  # load.specs.MAX_COUNT
 
 
-#: ``--gpus``: a whole number of GPUs >= 1 (also used by ``import``).
 gpu_count = _whole("GPUs")
 
 

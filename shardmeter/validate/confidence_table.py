@@ -31,7 +31,8 @@ def stored_document() -> dict[str, Any]:
     """The stored table's whole JSON document."""
     import json
 
-    return dict(json.loads(TABLE_PATH.read_text(encoding="utf-8")))
+    text = resources.files("shardmeter.validation_data").joinpath(TABLE_FILE).read_text(encoding="utf-8")
+    return dict(json.loads(text))
 
 
 def _run_stack(path: str, group: str) -> str:

@@ -18,6 +18,7 @@ from shardmeter.errors import ShardMeterError
 from shardmeter.explore.search.values import fields_of, format_value, parse_values
 from shardmeter.io import atomic_write, resolve_output
 from shardmeter.model.evaluate import BREAKDOWN_TERMS
+from shardmeter.reading import InputError, read_input_bytes
 
 __all__ = ["CSV_FIELDS", "write_csv", "read_resume"]
 
@@ -114,12 +115,12 @@ def read_resume(path: str | os.PathLike[str], keys: Sequence[str]) -> dict[tuple
     path = os.fspath(path)
     if not os.path.lexists(path):
         return {}
-    resolve_output(path, label="--csv")  # a FIFO or a device is refused before open() blocks on it
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read().decode("utf-8-sig", errors="surrogateescape")
-    except OSError as exc:
-        raise ShardMeterError(f"--resume: cannot read {path}: {exc.strerror or exc}") from None
+    resolve_output(path, label="--csv")  # a FIFO or a device is refused before it is read
+    try:  # the one reader: a regular file, bounded; cells that are not UTF-8 are damaged rows
+        raw = read_input_bytes(path, what="sweep CSV")
+    except InputError as exc:
+        raise ShardMeterError(f"--resume: {exc}") from None
+    text = raw.decode("utf-8-sig", errors="surrogateescape")
     header, lines = _read_rows(path, text)
     if header is None:
         return {}

@@ -59,7 +59,8 @@ class SensitivityInput:
 
 def check_step(step: Any) -> float:
     """``step`` as a float, else a one-line :class:`ShardMeterError` naming it."""
-    if isinstance(step, bool) or not isinstance(step, numbers.Real) or not 0.0 < float(step) < 1.0:
+    # compared as given: float() of an integer beyond float range raises, and NaN compares false
+    if isinstance(step, bool) or not isinstance(step, (int, float, numbers.Real)) or not 0 < step < 1:  # type: ignore[operator]
         raise ShardMeterError(f"step: expected a relative change > 0 and < 1 (0.1 is 10 %), got {step!r}")
     return float(step)
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from shardmeter.errors import ShardMeterError
 from shardmeter.load.scenario import parse_override
+from shardmeter.numbers import NumberError, check_number, parse_number
 
 __all__ = ["parse_vary", "parse_values", "format_value", "MAX_RANGE", "gpu_count_key", "fields_of"]
 
@@ -27,22 +28,26 @@ __all__ = ["parse_vary", "parse_values", "format_value", "MAX_RANGE", "gpu_count
 MAX_RANGE = 100_000
 
 _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
-_RANGE = re.compile(rf"^\s*({_NUM})\s*\.\.\s*({_NUM})\s*(?:([x*+])\s*({_NUM}))?\s*$")
+_RANGE = re.compile(rf"^\s*({_NUM})\s*\.\.\s*({_NUM})\s*(?:([x*+])\s*({_NUM}))?\s*$", re.ASCII)
 
 
-def _num(text: str) -> int | float:
-    v = float(text)
-    if re.fullmatch(r"[-+]?\d+", text.strip()):
-        return int(text)
-    return v
+def _num(text: str, key: str) -> int | float:
+    """A range's bound or step: ASCII digits (the pattern is ``re.ASCII``: ``\\d`` alone takes
+    other scripts' digits), finite and within float range (:func:`shardmeter.numbers.check_number`)."""
+    integer = re.fullmatch(r"[-+]?[0-9]+", text.strip()) is not None
+    try:
+        v = parse_number(text, integer=integer, field=f"--vary {key}")
+        return check_number(v, field=f"--vary {key}", integer=integer)
+    except NumberError as exc:
+        raise ShardMeterError(exc.message) from None
 
 
 def _range(key: str, item: str) -> list[Any] | None:
     m = _RANGE.match(item)
     if not m:
         return None
-    a, b = _num(m.group(1)), _num(m.group(2))
-    op, k = m.group(3), (_num(m.group(4)) if m.group(4) else 1)
+    a, b = _num(m.group(1), key), _num(m.group(2), key)
+    op, k = m.group(3), (_num(m.group(4), key) if m.group(4) else 1)
     ints = all(isinstance(x, int) for x in (a, b, k))
     out: list[Any] = []
     tol = 1e-9 * max(abs(a), abs(b), 1.0)
