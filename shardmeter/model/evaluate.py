@@ -163,6 +163,8 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # every stage reduces its own gradients after its last backward: the step waits for the
     # stage whose reduction shows most
     dp_exposed = ops.maximum(body.dp_exposed_s, tail.dp_exposed_s)
+    # and what its hidden part slows the compute beside it, on the stage where that shows most
+    dp_slowdown = ops.maximum(body.dp_slowdown_s, tail.dp_slowdown_s)
 
     # ---- memory of the busiest GPU: the first, middle (rank 1) and last stages -------------------
     known = ((body_layers, body_emb, one, body), (stl.last, one, tail_head, tail))
@@ -173,7 +175,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     flops = model_flops(ms, tr, full_recompute_share(tr, pace.shapes))
     steps = IslandSteps(
         reasons=reasons,
-        terms=_step_terms(inp, m_int, pace, pipe, dp_exposed),
+        terms=_step_terms(inp, m_int, pace, pipe, dp_exposed, dp_slowdown),
         hidden=_hidden_terms(m_int, pace, dp_exposed) if detail else None,
         # every stage reduces its own gradients after its last backward: a cross-island
         # reduction hides under the shortest stage's window
@@ -218,12 +220,19 @@ def reserved_bytes(inp: ModelInputs, busiest: BusiestGpu) -> Array:
 
 
 def _step_terms(
-    inp: ModelInputs, m_int: Array, pace: StageTerms, pipe: PipelineTerms, dp_exposed: Array
+    inp: ModelInputs,
+    m_int: Array,
+    pace: StageTerms,
+    pipe: PipelineTerms,
+    dp_exposed: Array,
+    dp_slowdown: Array,
 ) -> StepTerms:
     """The island's step by term: ``m_int`` micro-batches of the pacing stage, the pipeline's
     bubble and transfers, the exposed data-parallel traffic (``dp_exposed`` per step, the
     sharding traffic per micro-batch) and the optimizer (memory-bound Adam over this GPU's
-    optimizer shard)."""
+    optimizer shard). ``dp_comm`` also holds what the hidden data-parallel traffic costs the
+    compute beside it (``dp_slowdown`` per step and the stage's ``fsdp_slowdown_s`` per
+    micro-batch: NCCL's blocks hold SMs, :mod:`.interference`)."""
     ct, lc = pace.compute, pace.comm
     t_opt = optimizer_s(inp, pace)
     return StepTerms(
@@ -234,7 +243,7 @@ def _step_terms(
         ep_comm_s=m_int * lc.ep_exposed,
         pp_comm_s=pipe.p2p_s,
         pp_bubble_s=pipe.schedule.bubble_s,
-        dp_comm_s=dp_exposed + m_int * pace.fsdp_exposed_s,
+        dp_comm_s=dp_exposed + dp_slowdown + m_int * (pace.fsdp_exposed_s + pace.fsdp_slowdown_s),
         offload_s=m_int * pace.offload_exposed_s,
         optimizer_s=t_opt,
     )

@@ -22,6 +22,7 @@ from shardmeter.model.compute import (
 )
 from shardmeter.model.degrees import Degrees
 from shardmeter.model.formulas import offload_exposed_s
+from shardmeter.model.interference import overlap_slowdown_s
 from shardmeter.model.memory import layer_activations
 from shardmeter.model.sharding import shard_inputs, sharding_terms
 from shardmeter.numeric import ops
@@ -57,7 +58,9 @@ class StageTerms:
     the sharding strategy sees (``shard``), its ``state`` (bytes) and ``traffic`` (priced,
     seconds), and of that traffic the exposed ``fsdp_exposed_s`` (per micro-batch) and
     ``dp_exposed_s`` (per step) and ``ar_window_s`` (the window left after the last backward
-    pass); ``offload_exposed_s`` (activation offload not hidden, per micro-batch) and
+    pass); ``fsdp_slowdown_s`` (per micro-batch) and ``dp_slowdown_s`` (per step), what the
+    hidden part of that traffic costs the compute beside it (:mod:`.interference`);
+    ``offload_exposed_s`` (activation offload not hidden, per micro-batch) and
     ``micro_batch_s``, one micro-batch through the stage."""
 
     shapes: Shapes
@@ -68,6 +71,8 @@ class StageTerms:
     traffic: PricedTraffic
     fsdp_exposed_s: Array
     dp_exposed_s: Array
+    fsdp_slowdown_s: Array
+    dp_slowdown_s: Array
     ar_window_s: Array
     offload_exposed_s: Array
     micro_batch_s: Array
@@ -162,6 +167,9 @@ def stage_terms(
         ops.as_bool(lay.dp_comm_overlap),
         pass_windows=passes,
     )
+    sms = inp.hardware.sm_count
+    fsdp_slow = overlap_slowdown_s(ops.maximum(priced.micro_batch_s - fsdp_mb, 0.0), sms)
+    dp_slow = overlap_slowdown_s(ops.maximum(priced.step_s - dp_exposed, 0.0), sms)
     return StageTerms(
         shapes=sh,
         compute=ct,
@@ -171,9 +179,11 @@ def stage_terms(
         traffic=priced,
         fsdp_exposed_s=fsdp_mb,
         dp_exposed_s=dp_exposed,
+        fsdp_slowdown_s=fsdp_slow,
+        dp_slowdown_s=dp_slow,
         ar_window_s=ar_window,
         offload_exposed_s=offload_mb,
-        micro_batch_s=ct.compute + ct.memory_ops + mb_comm + fsdp_mb + offload_mb,
+        micro_batch_s=ct.compute + ct.memory_ops + mb_comm + fsdp_mb + fsdp_slow + offload_mb,
     )
 
 

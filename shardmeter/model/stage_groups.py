@@ -68,8 +68,9 @@ class StageCost:
     """One stage of a heterogeneous pipeline on its group's GPUs: ``micro_batch_s`` (``t_i``,
     forward + backward of one micro-batch with its exposed communication) and its terms
     (``compute_s``, ``memory_ops_s``, ``tp_comm_s``: exposed TP/CP/EP, ``fsdp_s``: the sharding
-    part's exposed per-micro-batch traffic, ``offload_s``), ``forward_s``,
-    ``dp_exposed_s`` (its exposed gradient reduction per step), ``optimizer_s``, its GPU's
+    part's exposed per-micro-batch traffic with what its hidden part slows the compute,
+    :mod:`.interference`; ``offload_s``), ``forward_s``, ``dp_exposed_s`` (its exposed
+    gradient reduction per step, with its slowdown likewise), ``optimizer_s``, its GPU's
     ``memory_bytes`` and ``memory_reserved_bytes`` (the caching allocator's peak), the
     ``held`` micro-batches in flight, ``activation_bytes`` (one micro-batch's activation at a
     boundary) and ``reasons`` (:class:`~.feasibility.Reason` bits)."""
@@ -139,10 +140,10 @@ def stage_cost(
         compute_s=st.compute.compute,
         memory_ops_s=st.compute.memory_ops,
         tp_comm_s=st.comm.tp_exposed + st.comm.cp_exposed + st.comm.ep_exposed,
-        fsdp_s=st.fsdp_exposed_s,
+        fsdp_s=st.fsdp_exposed_s + st.fsdp_slowdown_s,
         offload_s=st.offload_exposed_s,
         forward_s=st.compute.forward,
-        dp_exposed_s=st.dp_exposed_s,
+        dp_exposed_s=st.dp_exposed_s + st.dp_slowdown_s,
         optimizer_s=optimizer_s(inp, st),
         memory_bytes=mem.memory_bytes,
         memory_reserved_bytes=reserved,
