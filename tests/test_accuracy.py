@@ -32,10 +32,9 @@ def test_every_bundled_case_is_compared_or_listed(result):
 
 
 def test_overall_mape_does_not_regress(result):
-    # 4.9 % after the accuracy issue's mechanisms and the refit (README, "Accuracy"); 5.5 % with
-    # torchtitan's 43 benchmark rows added unfitted (issue 22, item 6): their rowwise fp8 and
-    # async-TP rows are 11-38 % over (mechanisms not modelled yet). The issue's bar is 5 %.
-    assert result["overall_mape"] <= 0.056
+    # The issue's bar is 5 %: 5.08 % with torchtitan's 43 rows fitted in, 4.66 % once hidden
+    # collectives pay NCCL's SM share (shardmeter/model/interference.py) and the refit.
+    assert result["overall_mape"] <= 0.050
 
 
 @pytest.mark.parametrize(

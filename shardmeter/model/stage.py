@@ -22,7 +22,7 @@ from shardmeter.model.compute import (
 )
 from shardmeter.model.degrees import Degrees
 from shardmeter.model.formulas import offload_exposed_s
-from shardmeter.model.interference import overlap_slowdown_s
+from shardmeter.model.interference import nccl_channels, overlap_slowdown_s
 from shardmeter.model.memory import layer_activations
 from shardmeter.model.sharding import shard_inputs, sharding_terms
 from shardmeter.numeric import ops
@@ -167,9 +167,11 @@ def stage_terms(
         ops.as_bool(lay.dp_comm_overlap),
         pass_windows=passes,
     )
+    # the data-parallel group spans nodes where the ranks it strides over outgrow one node
     sms = inp.hardware.sm_count
-    fsdp_slow = overlap_slowdown_s(ops.maximum(priced.micro_batch_s - fsdp_mb, 0.0), sms)
-    dp_slow = overlap_slowdown_s(ops.maximum(priced.step_s - dp_exposed, 0.0), sms)
+    ch = nccl_channels(inp.hardware.compute_capability, deg.tp * deg.cp * deg.dp > _f(topo.gpus_per_node))
+    fsdp_slow = overlap_slowdown_s(ops.maximum(priced.micro_batch_s - fsdp_mb, 0.0), sms, ch)
+    dp_slow = overlap_slowdown_s(ops.maximum(priced.step_s - dp_exposed, 0.0), sms, ch)
     return StageTerms(
         shapes=sh,
         compute=ct,
