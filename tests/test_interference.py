@@ -44,6 +44,7 @@ def _with_sms(inp, sms):
 def test_the_channels_are_nccls_ring_count():
     assert [nccl_channels(cc, False) for cc in (7.0, 8.0, 9.0, 10.0)] == [6.0, 12.0, 12.0, 16.0]
     assert [nccl_channels(cc, True) for cc in (7.0, 8.0, 9.0, 10.0)] == [6.0, 12.0, 24.0, 16.0]
+    assert nccl_channels(0.0, True) == 0.0  # compute capability unknown: nothing charged
     # the NVLink arithmetic of the module docstring, with NCCL's constants
     assert 2 * int(12 * 20.0 // 40.0) == 12 and 2 * int(18 * 20.6 // 60.0) == 12
     assert 2 * int(18 * 40.1 // 90.0) == 16

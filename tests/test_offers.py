@@ -303,8 +303,8 @@ def test_offer_islands_leaves_a_scenario_without_offers_as_it_is(islands):
 
 
 def test_the_offers_example_gives_the_numbers_docs_quote(offers):
-    """docs/multi-island.md, "Where to rent": every offer in full, 160 GPUs, 19.2 h, $6,620."""
+    """docs/multi-island.md, "Where to rent": every offer in full, 160 GPUs, 19.8 h, $6,812."""
     r = _report(offers)
     assert r["gpus"] == 160
-    assert round(r["wall_clock_s"] / 3600, 1) == 19.2
-    assert round(r["cost_usd"]) == 6620
+    assert round(r["wall_clock_s"] / 3600, 1) == 19.8
+    assert round(r["cost_usd"]) == 6812

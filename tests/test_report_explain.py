@@ -231,8 +231,8 @@ def _row(text: str, label: str) -> str:
 def test_the_cost_line_shows_rate_hours_source_and_date(gpt3):
     r, _ = gpt3
     cb = r.cost_breakdown_usd
-    assert f"{cb['gpu_hours'] / 1e3:.1f}" == "529.1" and f"{cb['total_usd'] / 1e6:.2f}" == "1.06"
-    expected = "$1.06 M = 1.06 M (2.00 $/GPU-h x 529.1 k GPU-h, cloud-on-demand, 2026-06)"
+    assert f"{cb['gpu_hours'] / 1e3:.1f}" == "524.3" and f"{cb['total_usd'] / 1e6:.2f}" == "1.05"
+    expected = "$1.05 M = 1.05 M (2.00 $/GPU-h x 524.3 k GPU-h, cloud-on-demand, 2026-06)"
     assert _row(str(r), "cost") == expected
 
 
@@ -240,14 +240,14 @@ def test_the_cost_line_between_islands_names_the_egress(two_dc):
     r, _ = two_dc
     text = str(r)
     assert _row(text, "cost") == (
-        "$7.27 M = 1.35 M GPU time (rate x GPU-hours per island below) + egress 5.92 M "
+        "$7.26 M = 1.34 M GPU time (rate x GPU-hours per island below) + egress 5.92 M "
         "(131.6 PB sent between islands)"
     )
     west = _row(text, "dc-west")
     assert re.search(
-        r"\b2\.69 +373,261 +\$1,004,071 +\$5,920,426 +\$6,924,498 +cloud-on-demand, 2026-06$", west
+        r"\b2\.69 +371,380 +\$999,012 +\$5,920,426 +\$6,919,438 +cloud-on-demand, 2026-06$", west
     )
-    assert re.search(r"\b0\.93 +373,261 +\$346,527 +\$0 +\$346,527 +owned, 2026-06$", _row(text, "dc-east"))
+    assert re.search(r"\b0\.93 +371,380 +\$344,781 +\$0 +\$344,781 +owned, 2026-06$", _row(text, "dc-east"))
 
 
 def test_the_table_shows_the_layout_and_memory_blocks(gpt3):

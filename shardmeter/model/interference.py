@@ -40,9 +40,10 @@ __all__ = ["overlap_slowdown_s", "nccl_channels", "nccl_sm_share"]
 def nccl_channels(compute_capability: Array, multi_node: Array) -> Array:
     """NCCL's ring channels on an NVSwitch node of this compute capability, ``multi_node``
     where the communicator spans nodes (module docstring): 6 before Ampere, 12 on Ampere and on
-    Hopper in one node, 24 on Hopper across nodes, 16 from Blackwell."""
+    Hopper in one node, 24 on Hopper across nodes, 16 from Blackwell; 0 (nothing charged) where
+    the compute capability is unknown (0: a GPU not NVIDIA's, or a profile that does not say)."""
     cc = ops.as_float(compute_capability)
-    base = ops.where(cc >= 10.0, 16.0, ops.where(cc >= 8.0, 12.0, 6.0))
+    base = ops.where(cc >= 10.0, 16.0, ops.where(cc >= 8.0, 12.0, ops.where(cc > 0.0, 6.0, 0.0)))
     return ops.where((cc >= 9.0) & ops.as_bool(multi_node) & (base < 16.0), 2.0 * base, base)
 
 
