@@ -89,7 +89,7 @@ def read_input_bytes(
     file", "calibration log")."""
     name = os.fspath(path)
     if name == "-":
-        return _stdin_bytes(max_bytes)
+        return _stdin_bytes(max_bytes, what)
     try:
         st = os.stat(name)
     except FileNotFoundError:
@@ -113,16 +113,16 @@ def read_input_bytes(
     return raw
 
 
-def _stdin_bytes(max_bytes: int) -> bytes:
+def _stdin_bytes(max_bytes: int, what: str = "file") -> bytes:
     stream: Any = sys.stdin
     if stream is None or getattr(stream, "closed", False):
-        raise InputError(STDIN_NAME, "standard input is closed; pipe the file in")
+        raise InputError(STDIN_NAME, f"standard input is closed; pipe the {what} in")
     try:
         tty = stream.isatty()
     except (AttributeError, ValueError, OSError):
         tty = False
     if tty:
-        raise InputError(STDIN_NAME, "is a terminal; pipe the file in (shardmeter ... - < FILE)")
+        raise InputError(STDIN_NAME, f"is a terminal; pipe the {what} in (shardmeter ... - < FILE)")
     try:
         raw = getattr(stream, "buffer", stream).read(max_bytes + 1)
     except OSError as exc:
@@ -130,7 +130,7 @@ def _stdin_bytes(max_bytes: int) -> bytes:
     if isinstance(raw, str):  # a text stream without a buffer (a test's StringIO)
         raw = raw.encode("utf-8")
     if len(raw) > max_bytes:
-        raise InputError(STDIN_NAME, f"is more than {max_bytes:,} bytes; an input is at most that")
+        raise InputError(STDIN_NAME, f"is more than {max_bytes:,} bytes; a {what} is at most that")
     return raw
 
 

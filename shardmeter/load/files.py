@@ -57,32 +57,15 @@ def read_scenario_file(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
 
 
 def read_scenario_stdin() -> dict[str, Any]:
-    """The raw tables of the scenario on standard input, under the limits of a file (at most
-    :data:`MAX_SCENARIO_BYTES`, UTF-8 TOML); a terminal is refused rather than waited on."""
+    """The raw tables of the scenario on standard input, read once per stream by the one reader
+    (:func:`~shardmeter.reading.read_input_bytes` of ``-``: at most :data:`MAX_SCENARIO_BYTES`, a
+    terminal refused rather than waited on), then UTF-8 TOML."""
     global _stdin_read
     stream = sys.stdin
     if _stdin_read is not None and _stdin_read[0] is stream:
         return copy.deepcopy(_stdin_read[1])
-    if stream is None or getattr(stream, "closed", False):
-        raise ScenarioError("standard input is closed; pipe a scenario in", file=STDIN_NAME)
-    try:
-        tty = stream.isatty()
-    except (AttributeError, ValueError, OSError):
-        tty = False
-    if tty:
-        raise ScenarioError(
-            "is a terminal; pipe a scenario in (shardmeter estimate - < scenario.toml)", file=STDIN_NAME
-        )
-    try:
-        raw = getattr(stream, "buffer", stream).read(MAX_SCENARIO_BYTES + 1)
-    except OSError as exc:
-        raise ScenarioError(f"cannot read: {exc.strerror or exc}", file=STDIN_NAME) from None
-    if isinstance(raw, str):  # a text stream without a buffer (a test's StringIO)
-        raw = raw.encode("utf-8")
-    if len(raw) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(
-            f"is more than {MAX_SCENARIO_BYTES:,} bytes; a scenario is at most that", file=STDIN_NAME
-        )
+    # the one reader's standard input (shardmeter/reading.py): closed, terminal and size refused
+    raw = read_input_bytes("-", what="scenario", max_bytes=MAX_SCENARIO_BYTES)
     tables = parse_scenario_bytes(raw, STDIN_NAME)
     _stdin_read = (stream, tables)
     return copy.deepcopy(tables)
