@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardmeter.numeric.minmax import BRUTE_BELOW, fold, fold_brute
+from shardmeter.numeric.minmax import BRUTE_BELOW, fast_length, fold, fold_brute
 
 
 def _curve(rng, n, *, ties: bool, gaps: float) -> np.ndarray:
@@ -48,3 +48,30 @@ def test_fold_by_hand():
     assert out[70] == 3.0 and arg[70] == 30  # 40 + 30
     assert np.isinf(out[0]) and arg[0] == -1
     assert np.flatnonzero(np.isfinite(out)).tolist() == [40, 66, 70, 96]  # 40 + 86 is past the total
+
+
+def test_fold_at_a_64_island_batch():
+    # the 64-island benchmark folds shares up to 2048; its single-precision transform must still
+    # separate every count from zero (one seed, at a larger total than the chain above)
+    rng = np.random.default_rng(7)
+    total = 3000
+    h = _curve(rng, total + 1, ties=True, gaps=0.05)
+    f = _curve(rng, total + 1, ties=False, gaps=0.0)
+    out, arg = fold(h, f, total)
+    want_out, want_arg = fold_brute(h, f, total)
+    assert np.array_equal(out, want_out) and np.array_equal(arg, want_arg)
+
+
+def _smooth(p: int) -> bool:
+    for q in (2, 3, 5):
+        while p % q == 0:
+            p //= q
+    return p == 1
+
+
+def test_fast_length_is_the_next_5_smooth_length():
+    for m in range(1, 3000):
+        n = fast_length(m)
+        assert n >= m and _smooth(n), m
+        assert not any(_smooth(x) for x in range(m, n)), m
+    assert fast_length(2 * 2049 - 1) == 4320  # against 8192, the next power of two

@@ -400,6 +400,13 @@ def main(argv=None):
         "shardmeter/validation_data/residuals.json (the confidence band is built from them)",
     )
     ap.add_argument(
+        "--groups",
+        nargs="+",
+        metavar="GROUP",
+        help="with --holdout: leave out only these source groups (a quick check of one group; "
+        "--write-residuals needs every group)",
+    )
+    ap.add_argument(
         "--dump-holdout", metavar="JSON", help="with --holdout: write the raw per-case result here"
     )
     args = ap.parse_args(argv)
@@ -415,9 +422,13 @@ def main(argv=None):
         weights = np.ones(len(meta))
     cap = args.group_cap if args.weighting == "case" else None
     if args.holdout:
-        fits, cases = holdout(
-            batch, meta, multi, cap, args.rounds, sorted(set(groups) | {m["group"] for _, m in multi})
-        )
+        every = sorted(set(groups) | {m["group"] for _, m in multi})
+        if args.groups and args.write_residuals:
+            ap.error("--write-residuals stores every group's held-out residual: drop --groups")
+        unknown = sorted(set(args.groups or ()) - set(every))
+        if unknown:
+            ap.error(f"--groups: no such source group {', '.join(unknown)} (groups: {', '.join(every)})")
+        fits, cases = holdout(batch, meta, multi, cap, args.rounds, args.groups or every)
         if args.dump_holdout:
             import json
 
