@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
 import pytest
 
 from shardmeter.model.attention import (
@@ -56,5 +57,25 @@ def test_the_fit_reads_one_attention_figure_per_chip():
     assert fe._param_keys(fa2)[1] == fe._param_keys(native)[1] == ("attention", "h100-sxm", "")
     assert fe._scale(fa2, "attention") == HOPPER_FLASH2_OVER_CUDNN
     assert fe._scale(native, "attention") == 1.0 and fe._scale(fa2, "matmul") == 1.0
+    # a materialised-score case reads only its GEMM figure (the scores are two batched GEMMs)
+    megatron = {"gpu": "a100-sxm-40gb", "fp8": False, "kernel": "materialized"}
+    assert fe._param_keys(megatron) == (("matmul", "a100-sxm-40gb", "16bit"),)
     derived = fe.with_derived({("attention", "h100-sxm", ""): 0.30}, ["h100-sxm"])
     assert derived[("attention", "h100-sxm", "flash2")] == round(0.30 * HOPPER_FLASH2_OVER_CUDNN, 3)
+
+
+def test_a_held_out_fit_counts_only_what_the_other_cases_determine():
+    """A key no training case depends on keeps its catalogue value, which the catalogue's own
+    fit took from the held-out group: the fit must not report it as informed. Two cases on one
+    GPU, one of them materialising its scores: only the GEMM figure is determined."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tools"))
+    import fit_efficiency as fe
+
+    from shardmeter.validate.run import bundled_validation_dir
+
+    runs = os.path.join(bundled_validation_dir(), "megatron-readme-2020")
+    batch, meta = fe.load_rows([runs])
+    assert meta and all(m["kernel"] == "materialized" for m in meta)
+    _values, params, _, informed = fe.fit(batch, meta, np.ones(len(meta)), (), None, 1, verbose=False)
+    assert all(k[0] == "matmul" for k in params)  # no attention key at all
+    assert informed and all(k[0] == "matmul" for k in informed)

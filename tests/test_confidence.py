@@ -142,9 +142,9 @@ def test_a_run_predicted_with_the_catalogue_values_as_its_held_out_fit_has_its_i
     res = est.resolve(est.load(str(RUN)))
     keys = param_keys(res, res.islands[0])
     gpu = res.islands[0].gpu
-    fits = {
-        "narayanan2021": {keys["matmul"]: gpu.matmul_efficiency, keys["attention"]: gpu.attention_efficiency}
-    }
+    # a Megatron run materialises its scores: it reads the GEMM figure only
+    assert set(keys) == {"matmul"}
+    fits = {"narayanan2021": {keys["matmul"]: gpu.matmul_efficiency}}
     (row,) = compute_runs([str(RUN)], fits=fits)
     assert row["logo_residual"] == row["residual"] and row["logo_informed"] is True
     fits["narayanan2021"][keys["matmul"]] = gpu.matmul_efficiency * 0.9  # 10 % slower GEMMs: slower

@@ -53,12 +53,16 @@ from shardmeter.estimator import Estimator
 from shardmeter.inputs.bundles import COLUMNS, PartTable
 from shardmeter.model.attention import HOPPER_FLASH2_OVER_CUDNN
 from shardmeter.model.evaluate import evaluate_columns
+from shardmeter.validate.confidence_table import SAME_CHIP
 from shardmeter.validate.run import bundled_validation_dir, collect_files
 
 
 def _kernel(sc, isl):
     """Which attention kernel a case runs: "flash2" where the scenario runs the FlashAttention-2
-    kernels on a GPU that has a separate figure for them, "" (the GPU's own kernel) otherwise."""
+    kernels on a GPU that has a separate figure for them, "materialized" where it computes the
+    score matrix as GEMMs (it reads no attention figure), "" (the GPU's own kernel) otherwise."""
+    if sc.training.attention == "materialized":
+        return "materialized"
     if sc.training.attention == "flash2" and isl.gpu.attention_efficiency_flash2 is not None:
         return "flash2"
     return ""
@@ -178,24 +182,13 @@ def objective(batch, meta, weights, multi=(), values=None, cap=None):
     return float(total / wsum), err, ok
 
 
-#: GPUs that share another's fitted efficiencies: the same die, so the same kernels at the same
-#: fraction of peak (the model prices each one's own peaks, HBM and links apart). The H200 is a
-#: GH100 with HBM3e (NVIDIA H200 datasheet); its two bundled runs are not enough to fit a chip of
-#: their own (a 2-case fit put it 0.05 above the H100's 110 FlashAttention-2 cases).
-SAME_CHIP = {
-    "h200-sxm": "h100-sxm",
-    "h100-pcie": "h100-sxm",
-    "h100-nvl": "h100-sxm",
-    "gh200": "h100-sxm",
-    "gb200": "b200",
-}
-
-
 def _param_keys(m):
-    """The parameters a case reads: its GPU's matmul figure of its precision class and its GPU's
-    one attention figure (a "flash2" case reads it through :func:`_scale`)."""
+    """The parameters a case reads: its GPU's matmul figure of its precision class and, unless it
+    materialises its scores, its GPU's one attention figure (a "flash2" case reads it through
+    :func:`_scale`)."""
     gpu = SAME_CHIP.get(m["gpu"], m["gpu"])
-    return (("matmul", gpu, "fp8" if m["fp8"] else "16bit"), ("attention", gpu, ""))
+    matmul = ("matmul", gpu, "fp8" if m["fp8"] else "16bit")
+    return (matmul,) if m["kernel"] == "materialized" else (matmul, ("attention", gpu, ""))
 
 
 def _flash2_gpus(meta, multi=()):
@@ -222,8 +215,12 @@ def _col(key):
 
 
 def fit(batch, meta, weights, multi, cap, rounds, verbose=True):
-    """Coordinate descent over the 0.01 grid -> (fitted values by parameter key, updated batch)."""
+    """Coordinate descent over the 0.01 grid -> (values by parameter key, the cases reading each,
+    the updated batch, the keys some case depends on). A key no case depends on keeps its
+    catalogue value, which the catalogue's own fit may have taken from other cases: a held-out
+    fit must not count it as informed (:func:`holdout`)."""
     batch = dict(batch)
+    informed: set = set()
     params = {}
     for i, m in enumerate(meta):
         for key in _param_keys(m):
@@ -246,15 +243,16 @@ def fit(batch, meta, weights, multi, cap, rounds, verbose=True):
                 seen.append(o)
                 if best_o is None or o < best_o - 1e-12:
                     best_v, best_o = v, o
-            if max(seen) - min(seen) < 1e-12:  # no case depends on it (e.g. only materialised attention)
+            if max(seen) - min(seen) < 1e-12:  # no case depends on it
                 if verbose:
                     print(f"  {key[0]} {key[1]} {key[2]}: no case depends on it; kept at {values[key]:.2f}")
                 continue
+            informed.add(key)
             arr = batch[col].copy()
             arr[idx] = best_v * scales[key]
             batch[col] = arr
             values[key] = float(best_v)
-    return values, params, batch
+    return values, params, batch, informed
 
 
 def _subset(batch, idx):
@@ -277,9 +275,13 @@ def holdout(batch, meta, multi, cap, rounds, groups):
         test = [i for i, m in enumerate(meta) if m["group"] == g]
         tmulti = [c for c in multi if c[1]["group"] != g]
         tmeta = [meta[i] for i in train]
-        values, _, _ = fit(
+        values, _, _, informed = fit(
             _subset(batch, train), tmeta, np.ones(len(train)), tmulti, cap, rounds, verbose=False
         )
+        # only what the other groups determined: a key no remaining case depends on holds the
+        # catalogue's value, fitted with this group (the A100 40GB's attention figure, which only
+        # llm-foundry's FlashAttention runs read, beside Megatron's materialised ones)
+        values = {k: v for k, v in values.items() if k in informed}
         fits[g] = {
             _key_text(k): v for k, v in sorted(with_derived(values, _flash2_gpus(meta, multi)).items())
         }
@@ -440,7 +442,7 @@ def main(argv=None):
     values0 = {key: float(batch[_col(key)][i, 0]) for i, m in enumerate(meta) for key in _param_keys(m)}
     base, err, ok = objective(batch, meta, weights, multi, values0, cap)
     print(f"{len(meta)} single-island cases, {len(multi)} multi-island; objective before: {base:.2%}")
-    values, params, batch = fit(batch, meta, weights, multi, cap, args.rounds)
+    values, params, batch, _ = fit(batch, meta, weights, multi, cap, args.rounds)
     final, err, ok = objective(batch, meta, weights, multi, values, cap)
     print(f"objective after: {final:.2%}")
     for key, idx in sorted(params.items()):

@@ -21,7 +21,7 @@ from shardmeter.model.evaluate import evaluate_columns
 from shardmeter.report.confidence import TABLE_FILE, features_of
 from shardmeter.validate.run import _group, bundled_validation_dir, collect_files
 
-__all__ = ["compute_runs", "param_keys", "stored_document", "TABLE_PATH"]
+__all__ = ["compute_runs", "param_keys", "stored_document", "SAME_CHIP", "TABLE_PATH"]
 
 #: The stored table (inside the package: an editable install writes the source tree's copy).
 TABLE_PATH = Path(str(resources.files("shardmeter.validation_data").joinpath(TABLE_FILE)))
@@ -50,17 +50,33 @@ _FIELDS = ("tokens_per_s_per_gpu", "step_time_s", "compute_utilization")
 _COLUMNS = {"matmul": "hardware.gemm_efficiency", "attention": "hardware.attention_efficiency"}
 
 
+#: GPUs that share another's fitted efficiencies: the same die, so the same kernels at the same
+#: fraction of peak (the model prices each one's own peaks, HBM and links apart). The H200 is a
+#: GH100 with HBM3e (NVIDIA H200 datasheet); its two bundled runs are not enough to fit a chip of
+#: their own (a 2-case fit put it 0.05 above the H100's 110 FlashAttention-2 cases).
+SAME_CHIP: dict[str, str] = {
+    "h200-sxm": "h100-sxm",
+    "h100-pcie": "h100-sxm",
+    "h100-nvl": "h100-sxm",
+    "gh200": "h100-sxm",
+    "gb200": "b200",
+}
+
+
 def param_keys(res: Any, island: Any) -> dict[str, str]:
     """The fitted parameters one island of ``res`` reads, by kind, spelled as
     ``tools/fit_efficiency.py`` stores them: ``matmul/GPU/16bit`` or ``matmul/GPU/fp8``, and
     ``attention/GPU/flash2`` where the scenario runs FlashAttention-2 on a GPU with its own
-    figure for it, else ``attention/GPU/`` (the tool's ``_param_keys`` and ``_kernel``)."""
+    figure for it, else ``attention/GPU/``; none for attention where the scenario materialises
+    its scores (two batched GEMMs: it reads no attention figure), as the tool's ``_param_keys``
+    and ``_kernel``; a GPU of :data:`SAME_CHIP` reads its chip's figures (``GPU`` is the chip)."""
     t, gpu = res.scenario.training, island.gpu
+    chip = SAME_CHIP.get(gpu.name, gpu.name)
+    matmul = f"matmul/{chip}/{'fp8' if t.precision == 'fp8' else '16bit'}"
+    if t.attention == "materialized":
+        return {"matmul": matmul}
     kernel = "flash2" if t.attention == "flash2" and gpu.attention_efficiency_flash2 is not None else ""
-    return {
-        "matmul": f"matmul/{gpu.name}/{'fp8' if t.precision == 'fp8' else '16bit'}",
-        "attention": f"attention/{gpu.name}/{kernel}",
-    }
+    return {"matmul": matmul, "attention": f"attention/{chip}/{kernel}"}
 
 
 def _held_out(est: Estimator, res: Any, field: str, fit: Mapping[str, float]) -> tuple[float, bool]:
