@@ -345,3 +345,18 @@ def test_chromium_screenshot_is_not_blank(gpt3_page, tmp_path):
     # the breakdown's compute bar (green) is painted
     green = ((abs(rgb[..., 0] - 0x4C / 255) < 0.05) & (abs(rgb[..., 1] - 0x9F / 255) < 0.05)).sum()
     assert green > 2000, green
+
+
+def test_a_failed_validation_case_is_on_the_page_and_on_stderr(capsys, tmp_path):
+    """The page is written (exit 0) with the failed case listed, and stderr names it in one line."""
+    bad = tmp_path / "runs" / "bad.toml"
+    bad.parent.mkdir()
+    bad.write_text("[model]\nlayers = 1\n[measured]\nmfu = 0.5\n", encoding="utf-8")
+    good = PUBLISHED / "narayanan2021"
+    out = tmp_path / "page.html"
+    code, stdout, err = run(capsys, "report", GPT3, "--validation", good, "--validation", bad, "--html", out)
+    assert code == 0 and stdout.strip() == f"wrote {out}"
+    (line,) = err.strip().splitlines()
+    assert line.startswith("warning: 1 --validation case(s) failed, listed on the page: ")
+    assert str(bad) in line
+    assert "bad.toml" in out.read_text(encoding="utf-8")

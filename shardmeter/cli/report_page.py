@@ -4,6 +4,7 @@ that :func:`shardmeter.render.page.build_page` renders."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from shardmeter.errors import ShardMeterError
 from shardmeter.render.page import build_page
@@ -36,6 +37,15 @@ def _run(args) -> int:
     with atomic_write(args.html, "w", label="--html") as fh:
         fh.write(page)
     print(f"wrote {args.html}")
+    failed = (validation or {}).get("failures") or []
+    if failed:  # the page lists them; say so where a script or a person running it looks too
+        file, error = str(failed[0]["file"]), str(failed[0]["error"])
+        first = error if error.startswith(file) else f"{file}: {error}"
+        more = f" (and {len(failed) - 1} more cases)" if len(failed) > 1 else ""
+        print(
+            f"warning: {len(failed)} --validation case(s) failed, listed on the page: {first}{more}",
+            file=sys.stderr,
+        )
     return 0
 
 
