@@ -279,8 +279,7 @@ def holdout(batch, meta, multi, cap, rounds, groups):
             _subset(batch, train), tmeta, np.ones(len(train)), tmulti, cap, rounds, verbose=False
         )
         # only what the other groups determined: a key no remaining case depends on holds the
-        # catalogue's value, fitted with this group (the A100 40GB's attention figure, which only
-        # llm-foundry's FlashAttention runs read, beside Megatron's materialised ones)
+        # catalogue's value, fitted with this group, and its cases are counted apart
         values = {k: v for k, v in values.items() if k in informed}
         fits[g] = {
             _key_text(k): v for k, v in sorted(with_derived(values, _flash2_gpus(meta, multi)).items())
