@@ -27,6 +27,7 @@ from shardmeter.model.outputs import (
     Outputs,
     Overlapped,
     StepTerms,
+    field_values,
     map_fields,
 )
 from shardmeter.numeric import minmax, ops
@@ -322,7 +323,7 @@ def _details(
 
 def _values(rec: StepTerms | HiddenTerms) -> dict[str, Array]:
     """``{field: value}`` of a record of terms (what its subclass with more terms is built from)."""
-    return {f.name: getattr(rec, f.name) for f in attrs.fields(type(rec))}
+    return field_values(rec)
 
 
 def _island_layout(d: IslandDetail, full: tuple[int, ...]) -> dict[str, Array]:
