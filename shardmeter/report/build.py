@@ -38,8 +38,9 @@ STEP_FIELDS = (
 
 
 def _at(x: Any, row: int, j: int | None = None) -> Any:
-    """Row ``row`` (island ``j``) of an output array; the scalar path's outputs are plain numbers."""
-    if isinstance(x, (float, int, bool)):
+    """Row ``row`` (island ``j``) of an output array; the scalar path's outputs are plain numbers
+    (most of them floats: the exact type first, cheaper than ``isinstance`` of a tuple)."""
+    if type(x) is float or isinstance(x, (float, int, bool)):
         return x
     return x[row] if j is None else x[row, j]
 
@@ -275,7 +276,9 @@ def _cost_split(res: Resolved, isl_reports: list[dict[str, Any]], wall: float | 
 
 
 def _busiest_island(out: Outputs, row: int, n_isl: int) -> int:
-    """The island whose GPU ``memory_per_gpu_gb`` reports."""
+    """The island whose GPU ``memory_per_gpu_gb`` reports (of one island, that one)."""
+    if n_isl == 1:
+        return 0
     mem = [_gb(out.island.memory_bytes, row, j) for j in range(n_isl)]
     return max(range(n_isl), key=lambda j: mem[j] if math.isfinite(mem[j]) else math.inf)
 
