@@ -262,15 +262,24 @@ def _details(
         def b(x: Array) -> Array:
             return ops.broadcast(x, full)
 
-    else:  # the scalar path, one island: each figure its plain number (GPU weight 1)
+        def means(d: dict[str, Array]) -> dict[str, Array]:
+            return {k: _mean(v) for k, v in d.items()}
 
-        def _mean(x: Array) -> Array:
-            return x * w_gpu
+        def globals_(d: dict[str, Array]) -> dict[str, Array]:
+            return {k: g(v) for k, v in d.items()}
 
-        def g(x: Array) -> Array:
-            return x
+        def per_island(d: dict[str, Array]) -> dict[str, Array]:
+            return {k: b(v) for k, v in d.items()}
 
-        b = g
+    else:  # the scalar path, one island: each figure its plain number (GPU weight 1), no call each
+
+        def means(d: dict[str, Array]) -> dict[str, Array]:
+            return {k: v * w_gpu for k, v in d.items()}
+
+        def globals_(d: dict[str, Array]) -> dict[str, Array]:
+            return d
+
+        per_island = globals_
 
     tokens_step = _first(inp.training.global_batch * inp.model.seq_len, full)
     mf_tok, hw_tok = _first(st.model_flops_per_token, full), _first(st.hardware_flops_per_token, full)
@@ -278,46 +287,52 @@ def _details(
     tps_gpu = tps / total_gpus
     model_tf = tps_gpu * mf_tok / 1e12
     hw_tf = tps_gpu * hw_tok / 1e12
-    gpu_peak_mean = over_islands(np.add, b(st.peak_flops * st.gpus)) / total_gpus
+    gpu_peak_mean = over_islands(np.add, ops.broadcast(st.peak_flops * st.gpus, full)) / total_gpus
     cu_isl = ops.divide(island_step, step)
-    cu = over_islands(np.add, b(cu_isl * st.gpus)) / total_gpus
+    cu = over_islands(np.add, ops.broadcast(cu_isl * st.gpus, full)) / total_gpus
     terms = _values(st.terms)
     island.update(
-        breakdown=Breakdown(
-            **{k: b(v) for k, v in terms.items()},
-            island_sync_s=b(sync),
-            idle_s=b(idle),
+        breakdown=Breakdown(**per_island({**terms, "island_sync_s": sync, "idle_s": idle})),
+        **per_island(
+            {
+                "utilization": cu_isl,
+                "idle_s": idle,
+                "tokens_per_s": ops.divide(st.island_batch * inp.model.seq_len, step),
+                "batch_sequences": st.island_batch,
+                "micro_batches": st.micro_batches,
+            }
         ),
-        utilization=b(cu_isl),
-        idle_s=b(idle),
-        tokens_per_s=b(ops.divide(st.island_batch * inp.model.seq_len, step)),
-        batch_sequences=b(st.island_batch),
-        micro_batches=b(st.micro_batches),
         **_island_layout(st.detail, full),
     )
     return {
         "breakdown": Breakdown(
-            **{k: _mean(v) for k, v in terms.items()},
-            island_sync_s=g(sync),
-            idle_s=_mean(idle),
+            **means(terms), **globals_({"island_sync_s": sync}), **means({"idle_s": idle})
         ),
         "overlapped": Overlapped(
-            **{k: _mean(v) for k, v in _values(st.hidden).items()},
-            island_sync_s=g(ops.maximum(wan.wan_s - sync, 0.0)),
+            **means(_values(st.hidden)),
+            **globals_({"island_sync_s": ops.maximum(wan.wan_s - sync, 0.0)}),
         ),
-        "tokens_per_s": g(tps),
-        "tokens_per_s_per_gpu": g(tps_gpu),
-        "model_tflops_per_gpu": g(model_tf),
-        "hardware_tflops_per_gpu": g(hw_tf),
-        "mfu": g(model_tf * 1e12 / gpu_peak_mean),
-        "hfu": g(hw_tf * 1e12 / gpu_peak_mean),
-        "compute_utilization": g(cu),
+        **globals_(
+            {
+                "tokens_per_s": tps,
+                "tokens_per_s_per_gpu": tps_gpu,
+                "model_tflops_per_gpu": model_tf,
+                "hardware_tflops_per_gpu": hw_tf,
+                "mfu": model_tf * 1e12 / gpu_peak_mean,
+                "hfu": hw_tf * 1e12 / gpu_peak_mean,
+                "compute_utilization": cu,
+            }
+        ),
         "memory_bytes": over_islands(np.maximum, island["memory_bytes"], keepdims=False),
         "memory_reserved_bytes": over_islands(np.maximum, island["memory_reserved_bytes"], keepdims=False),
-        "gpus": g(total_gpus),
-        "wan_s": g(wan.wan_s),
-        "wan_round_s": g(wan.round_s),
-        "model_flops_per_token": g(mf_tok),
+        **globals_(
+            {
+                "gpus": total_gpus,
+                "wan_s": wan.wan_s,
+                "wan_round_s": wan.round_s,
+                "model_flops_per_token": mf_tok,
+            }
+        ),
     }
 
 
