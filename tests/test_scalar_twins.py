@@ -103,3 +103,25 @@ def test_a_collective_of_plain_numbers_is_the_general_codes_to_the_bit():
                 tiers._collective_ops,
                 *(kind, 5.6e9, size, stride, base, False),
             )
+
+
+def test_one_plans_optimizer_state_is_the_arrays_to_the_bit():
+    """optimizer_bytes_per_param of plain numbers (only the plan's own optimizer's branch) is
+    the batch's value, every code (and an unknown one: Adam's) at edge dimensions and shares."""
+    import numpy as np
+
+    from shardmeter.inputs.bundles import Optimizer
+    from shardmeter.model.optimizers import optimizer_bytes_per_param
+
+    rng = random.Random(7)
+    codes = [float(c) for c in Optimizer] + [99.0]
+    for _ in range(2000):
+        code = rng.choice(codes)
+        wb = rng.choice((1.0, 2.0, 4.0))
+        hidden = rng.choice((1.0, 7.0, 4096.0, 12288.0, math.inf))
+        other = rng.choice((0.0, 0.5, 1.0, 4096.0, 49152.0, math.inf))
+        share = rng.choice((0.0, 0.013, 0.5, 1.0, 1.5, -0.1, rng.random()))
+        one = optimizer_bytes_per_param(code, wb, hidden, other, share)
+        arr = optimizer_bytes_per_param(*(np.asarray([x]) for x in (code, wb, hidden, other, share)))
+        assert type(one) is float
+        assert _same(one, float(arr[0])), (code, wb, hidden, other, share, one, arr)
