@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import attrs
 
 from shardmeter.model.feasibility import REASONS, Reason, part_templates, reason_messages
-from shardmeter.model.outputs import BREAKDOWN_TERMS, Breakdown, Outputs
+from shardmeter.model.outputs import Breakdown, Outputs
 from shardmeter.report.confidence import confidence_of
 from shardmeter.report.layout import layout_of
 from shardmeter.report.pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
@@ -388,12 +388,19 @@ def _infeasible_report(
 def _breakdowns(out: Outputs, row: int, n_isl: int) -> tuple[dict[str, float], dict[str, float]]:
     """The exposed breakdown (terms > 0; compute always, the island sync between islands) and
     the hidden time per term."""
-    terms = _detailed(out.breakdown).terms()
-    bd = {k: max(0.0, float(_at(terms[k], row))) for k in BREAKDOWN_TERMS}
     keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)
-    bd = {k: v for k, v in bd.items() if v > 0 or k in keep}
-    ov = {k: float(_at(v, row)) for k, v in _detailed(out.overlapped).terms().items()}
-    ov = {k: v for k, v in ov.items() if v > 0 or (k == "island_sync" and n_isl > 1)}
+    bd: dict[str, float] = {}
+    for k, v in _detailed(out.breakdown).terms().items():  # BREAKDOWN_TERMS, in order
+        x = float(_at(v, row))
+        if x > 0:  # max(0.0, x) kept where > 0 (a negative, zero or nan term: 0.0 where kept)
+            bd[k] = x
+        elif k in keep:
+            bd[k] = 0.0
+    ov: dict[str, float] = {}
+    for k, v in _detailed(out.overlapped).terms().items():
+        x = float(_at(v, row))
+        if x > 0 or (k == "island_sync" and n_isl > 1):
+            ov[k] = x
     return bd, ov
 
 
@@ -498,8 +505,13 @@ def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: flo
 
 def _own_breakdown(bd: Breakdown, row: int, j: int) -> dict[str, float]:
     """Island ``j``'s own terms (> 0; compute always), without the island sync and idle time."""
-    own = {k: float(_at(v, row, j)) for k, v in bd.terms().items() if k not in ("island_sync", "idle")}
-    return {k: v for k, v in own.items() if v > 0 or k == "compute"}
+    own: dict[str, float] = {}
+    for k, v in bd.terms().items():
+        if k != "island_sync" and k != "idle":
+            x = float(_at(v, row, j))
+            if x > 0 or k == "compute":
+                own[k] = x
+    return own
 
 
 def _fmt_int(x) -> str:
