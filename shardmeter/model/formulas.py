@@ -17,6 +17,7 @@ __all__ = [
     "layer_flops_per_token",
     "layers_forward_flops",
     "model_flops_per_token",
+    "flops_per_token_of",
     "params_per_layer",
     "model_params",
     "active_params",
@@ -158,6 +159,12 @@ def model_flops_per_token(
     dense, att = layers_forward_flops(
         layers, h, q_dim, kv_dim, ffn, swiglu, seq, experts_per_token, experts, **shape
     )
+    return flops_per_token_of(dense, att, h, vocab)
+
+
+def flops_per_token_of(dense: Array, att: Array, h: Array, vocab: Array) -> Array:
+    """:func:`model_flops_per_token` of the layers' forward ``(dense, attention)`` FLOPs per
+    token (:func:`layers_forward_flops`): ``3 (dense + attention + 2 h V)``."""
     return 3.0 * (dense + att + 2.0 * h * vocab)
 
 
