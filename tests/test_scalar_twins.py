@@ -125,3 +125,29 @@ def test_one_plans_optimizer_state_is_the_arrays_to_the_bit():
         arr = optimizer_bytes_per_param(*(np.asarray([x]) for x in (code, wb, hidden, other, share)))
         assert type(one) is float
         assert _same(one, float(arr[0])), (code, wb, hidden, other, share, one, arr)
+
+
+def test_one_plans_stage_layers_are_the_arrays_to_the_bit():
+    """stage_layers of plain numbers (its conditions as plain ifs, one split worked out) gives
+    the batch's first, middle and last layers and ``bad``, even and uneven splits, the embedding
+    and loss in the split or not."""
+    import numpy as np
+
+    from shardmeter.model.stages import stage_layers
+
+    rng = random.Random(11)
+    for _ in range(3000):
+        layers = float(rng.choice((1, 2, 7, 24, 32, 61, 96, 126, 127)))
+        pp = float(rng.choice((1, 2, 3, 4, 8, 16)))
+        v = float(rng.choice((1, 1, 2, 3, 4)))
+        first = float(rng.choice((0, 0, 0, 1, 2, 3, 4, 6, 8, 13)))
+        last = float(rng.choice((0, 0, 0, 1, 2, 3, 4, 6, 8, 13)))
+        emb, loss = float(rng.random() < 0.3), float(rng.random() < 0.3)
+        args = (layers, pp, v, first, last, emb, loss)
+        one = stage_layers(*args)
+        arr = stage_layers(*(np.asarray([x]) for x in args))
+        for name in ("first", "middle", "last"):
+            a, b = getattr(one, name), getattr(arr, name)
+            assert type(a) is float, (args, name)
+            assert _same(a, float(np.asarray(b)[0])), (args, name, a, b)
+        assert bool(one.bad) == bool(np.asarray(arr.bad)[0]), args
