@@ -185,7 +185,10 @@ def activation_memory(
     stored, working = layer if layer is not None else layer_activations(ms, tr, sh, tp, sp)
     stored = stored * offload_kept(tr, sh)
     logits = sh.tokens * ms.vocab / tp * logits_bytes_per_element(tr)
-    loss = ops.where(ops.as_bool(head), loss_transient_bytes(ms, tr, sh, tp), 0.0)
+    if type(head) is bool and type(tp) is float:  # one plan's rank: the loss only where it is
+        loss = loss_transient_bytes(ms, tr, sh, tp) if head else 0.0
+    else:
+        loss = ops.where(ops.as_bool(head), loss_transient_bytes(ms, tr, sh, tp), 0.0)
     return stored * in_flight + working + logits * logits_held, ops.maximum(loss - working, 0.0)
 
 
