@@ -12,7 +12,7 @@ island sync; it sums to the step. Compute utilisation is as the DiLoCo papers de
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
@@ -193,15 +193,16 @@ def combine_islands(
     feasible = over_islands(np.logical_and, feasible_isl)
     slow = over_islands(np.maximum, ops.where(feasible_isl, island_step, 0.0))
     island: dict[str, Array] = {
-        "feasible": feasible_isl,
-        "step_s": island_step,
-        "gpus": ops.broadcast(st.gpus, full),
-        "memory_bytes": ops.broadcast(st.memory_bytes, full),
-        "memory_reserved_bytes": ops.broadcast(st.memory_reserved_bytes, full),
-        "memory_capacity_bytes": ops.broadcast(inp.hardware.memory_bytes, full),
-        "ar_window_s": ops.broadcast(st.ar_window, full),
-        "grad_bytes": ops.broadcast(st.grad_bytes, full),
+        "gpus": st.gpus,
+        "memory_bytes": st.memory_bytes,
+        "memory_reserved_bytes": st.memory_reserved_bytes,
+        "memory_capacity_bytes": inp.hardware.memory_bytes,
+        "ar_window_s": st.ar_window,
+        "grad_bytes": st.grad_bytes,
     }
+    if full:  # a batch: each to the islands' shape (a scalar broadcasts to itself)
+        island = {k: ops.broadcast(v, full) for k, v in island.items()}
+    island = {"feasible": feasible_isl, "step_s": island_step, **island}
     params = ops.col0(ops.broadcast(_first(st.params, full), np.shape(slow) if full else ()))
     if islands_only and not detail:
         return Outputs(
@@ -345,9 +346,11 @@ def _island_layout(d: IslandDetail, full: tuple[int, ...]) -> dict[str, Array]:
     """:class:`IslandDetail` broadcast to the islands' shape, as :class:`~.outputs.IslandOutputs`
     fields."""
 
-    def b(x: Array) -> Array:
+    def broadcast(x: Array) -> Array:
         return ops.broadcast(ops.as_float(x), full)
 
+    # the scalar path: the plain numbers as floats (a scalar broadcasts to itself)
+    b: Callable[[Array], Array] = broadcast if full else ops.as_float
     return {
         "memory_parts": map_fields(b, d.memory_parts),
         "params_per_gpu": b(d.params_per_gpu),
