@@ -385,18 +385,36 @@ def price_traffic(
     paired = {
         w: paired_exposed_s(1.0, pass_window[w], [(g, c) for g, c in seg]) for w, seg in segments.items()
     }
-    return PricedTraffic(
-        micro_batch_s=ops.as_float(mb),
-        micro_batch_fixed_s=ops.as_float(fixed),
-        step_s=ops.as_float(step),
-        bucket_s=ops.as_float(bucket),
-        forward_s=ops.as_float(passes["forward"]),
-        recompute_s=ops.as_float(passes["recompute"]),
-        backward_s=ops.as_float(passes["backward"]),
-        forward_paired_s=ops.as_float(paired.get("forward", 0.0)),
-        recompute_paired_s=ops.as_float(paired.get("recompute", 0.0)),
-        backward_paired_s=ops.as_float(paired.get("backward", 0.0)),
+    figures = (
+        mb,
+        fixed,
+        step,
+        bucket,
+        passes["forward"],
+        passes["recompute"],
+        passes["backward"],
+        paired.get("forward", 0.0),
+        paired.get("recompute", 0.0),
+        paired.get("backward", 0.0),
     )
+    if not set(map(type, figures)) <= _ONLY_FLOAT:  # one plan's are floats already (checked in C)
+        figures = tuple(map(ops.as_float, figures))
+    mb, fixed, step, bucket, fwd, rec, bwd, fwd_p, rec_p, bwd_p = figures
+    return PricedTraffic(
+        micro_batch_s=mb,
+        micro_batch_fixed_s=fixed,
+        step_s=step,
+        bucket_s=bucket,
+        forward_s=fwd,
+        recompute_s=rec,
+        backward_s=bwd,
+        forward_paired_s=fwd_p,
+        recompute_paired_s=rec_p,
+        backward_paired_s=bwd_p,
+    )
+
+
+_ONLY_FLOAT = frozenset({float})
 
 
 def exposed_traffic(

@@ -326,10 +326,8 @@ def gemm_time(
     One plan's plain numbers take :func:`_gemm_time_floats`, the same operations in the same
     order without a call per operation (the scalar path, :func:`~.evaluate.evaluate`).
     """
-    m = ops.as_float(m)
-    n = ops.as_float(n)
-    k = ops.as_float(k)
-    sm_count = ops.as_float(sm_count)
+    if not (type(m) is float and type(n) is float and type(k) is float and type(sm_count) is float):
+        m, n, k, sm_count = ops.as_float(m), ops.as_float(n), ops.as_float(k), ops.as_float(sm_count)
     if (
         type(m) is float
         and type(n) is float
