@@ -151,3 +151,34 @@ def test_one_plans_stage_layers_are_the_arrays_to_the_bit():
             assert type(a) is float, (args, name)
             assert _same(a, float(np.asarray(b)[0])), (args, name, a, b)
         assert bool(one.bad) == bool(np.asarray(arr.bad)[0]), args
+
+
+def test_one_plans_exposed_traffic_is_the_general_codes_to_the_bit():
+    """exposed_traffic of plain numbers (:func:`~shardmeter.model.comm._exposed_floats`) gives
+    the general code's three figures on random and edge traffic, windows and overlap."""
+    from shardmeter.model import comm
+
+    vals = (0.0, -0.0, 1e-6, 0.003, 0.5, 1.0, 7.0, 1e9, math.inf, -math.inf, math.nan, -1.0)
+    rng = random.Random(5)
+    for _ in range(5000):
+
+        def x():
+            return rng.choice(vals) if rng.random() < 0.3 else rng.uniform(0.0, 2.0)
+
+        pt = comm.PricedTraffic(
+            micro_batch_s=x(),
+            micro_batch_fixed_s=x(),
+            step_s=x(),
+            bucket_s=x(),
+            forward_s=x(),
+            recompute_s=x(),
+            backward_s=x(),
+            forward_paired_s=x(),
+            recompute_paired_s=x(),
+            backward_paired_s=x(),
+        )
+        args = (pt, x(), x(), rng.random() < 0.7, (x(), x(), x()))
+        a = comm._exposed_floats(*args)
+        b = comm._exposed_ops(*args)
+        assert all(_same(u, v) for u, v in zip(a, b, strict=True)), (args, a, b)
+        assert comm.exposed_traffic(*args) == a or any(math.isnan(u) for u in a)
