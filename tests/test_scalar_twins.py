@@ -182,3 +182,43 @@ def test_one_plans_exposed_traffic_is_the_general_codes_to_the_bit():
         b = comm._exposed_ops(*args)
         assert all(_same(u, v) for u, v in zip(a, b, strict=True)), (args, a, b)
         assert comm.exposed_traffic(*args) == a or any(math.isnan(u) for u in a)
+
+
+def test_one_plans_channels_communicators_and_recompute_share_are_the_arrays():
+    """nccl_channels, the communicators' count and the full-recompute share of plain numbers
+    (their conditions as plain ifs) are the batch's values."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.model.interference import nccl_channels
+    from shardmeter.model.overheads import communicators
+    from shardmeter.model.recompute import full_recompute_share
+
+    for cc in (0.0, -1.0, 7.0, 7.5, 8.0, 8.6, 8.9, 9.0, 9.5, 10.0, 10.3, 12.0, math.inf, math.nan):
+        for multi in (False, True):
+            arr = nccl_channels(np.asarray([cc]), np.asarray([multi]))
+            assert _same(nccl_channels(cc, multi), float(arr[0])), (cc, multi)
+    rng = random.Random(3)
+    for _ in range(500):
+        degs = [float(rng.choice((0, 1, 2, 3, 8, 64))) for _ in range(5)]
+        arr = communicators(*(np.asarray([d]) for d in degs))
+        assert communicators(*degs) == float(arr[0]), degs
+
+    @attrs.frozen
+    class Tr:
+        recompute: object
+        recompute_layers: object
+
+    @attrs.frozen
+    class Sh:
+        layers_per_stage: object
+        virtual_stages: object
+
+    modes = [float(m) for m in Recompute]
+    for _ in range(2000):
+        tr = (rng.choice(modes), float(rng.choice((0, 0, 1, 2, 3, 5, 12, 96))))
+        sh = (float(rng.choice((1, 2, 3, 6, 12, 24, 96))), float(rng.choice((1, 2, 3, 4))))
+        one = full_recompute_share(Tr(*tr), Sh(*sh))
+        arr = full_recompute_share(Tr(*map(np.asarray, tr)), Sh(*map(np.asarray, sh)))
+        assert type(one) is float and _same(one, float(arr)), (tr, sh, one, arr)
