@@ -222,3 +222,25 @@ def test_one_plans_channels_communicators_and_recompute_share_are_the_arrays():
         one = full_recompute_share(Tr(*tr), Sh(*sh))
         arr = full_recompute_share(Tr(*map(np.asarray, tr)), Sh(*map(np.asarray, sh)))
         assert type(one) is float and _same(one, float(arr)), (tr, sh, one, arr)
+
+
+def test_one_plans_attention_params_are_the_arrays_to_the_bit():
+    """attention_params of plain numbers (MLA's low ranks as plain ifs) is the batch's value,
+    with and without the low-rank projections, at edge widths."""
+    import numpy as np
+
+    rng = random.Random(13)
+    dims = (0.0, 1.0, 128.0, 1024.0, 4096.0, 12288.0, 1e9, math.inf, math.nan)
+    for _ in range(3000):
+        h, q, kv, v, o = (
+            rng.choice(dims) if rng.random() < 0.2 else float(rng.randint(1, 20000)) for _ in range(5)
+        )
+        qr, kvr = (rng.choice((0, 0.0, 512.0, 1536.0, -1.0, math.nan)) for _ in range(2))
+        one = formulas.attention_params(h, q, kv, v, o, qr, kvr)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf x 0: nan, as the floats give
+            arr = formulas.attention_params(
+                *(np.asarray([x], dtype=float) for x in (h, q, kv, v, o, qr, kvr))
+            )
+            dflt = float(formulas.attention_params(*(np.asarray([x]) for x in (h, q, kv)))[0])
+        assert _same(one, float(arr[0])), (h, q, kv, v, o, qr, kvr, one, arr)
+        assert _same(formulas.attention_params(h, q, kv), dflt)

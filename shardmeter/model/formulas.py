@@ -55,6 +55,11 @@ def attention_params(
     """
     v_dim = kv_dim if v_dim is None else v_dim
     o_dim = q_dim if o_dim is None else o_dim
+    if type(h) is float and type(q_dim) is float and type(q_rank) in _PLAIN and type(kv_rank) in _PLAIN:
+        # one plan: the low-rank projections only where the model has them (plain ifs)
+        q_proj = q_rank * (h + q_dim) if q_rank > 0 else h * q_dim
+        kv_proj = kv_rank * (h + kv_dim + v_dim) if kv_rank > 0 else h * (kv_dim + v_dim)
+        return q_proj + kv_proj + o_dim * h
     q_proj = ops.where(q_rank > 0, q_rank * (h + q_dim), h * q_dim)
     kv_proj = ops.where(kv_rank > 0, kv_rank * (h + kv_dim + v_dim), h * (kv_dim + v_dim))
     return q_proj + kv_proj + o_dim * h
