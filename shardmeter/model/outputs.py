@@ -65,7 +65,7 @@ def _fields_of(cls: type, suffix: str = "") -> tuple[tuple[str, ...], Callable[[
 def field_values(rec: Any) -> dict[str, Any]:
     """``{field: value}`` of an attrs record, in field order."""
     names, get = _fields_of(type(rec))
-    return dict(zip(names, get(rec), strict=True))
+    return dict(zip(names, get(rec)))  # noqa: B905 (one field list: as long; strict= costs 0.4 us)
 
 
 def map_fields(fn: Callable[[Any], Any], rec: R) -> R:
@@ -77,7 +77,7 @@ def map_fields(fn: Callable[[Any], Any], rec: R) -> R:
 def _terms(rec: Any) -> dict[str, Array]:
     """``{term: seconds}`` of a record of ``<term>_s`` fields, in field order."""
     keys, get = _fields_of(type(rec), "_s")
-    return dict(zip(keys, get(rec), strict=True))
+    return dict(zip(keys, get(rec)))  # noqa: B905 (one field list: as long; strict= costs 0.4 us)
 
 
 @attrs.frozen(kw_only=True)

@@ -36,7 +36,8 @@ def _island_layout(res: Resolved, isl: ResolvedIsland, out: Outputs, row: int, j
     sc, par, o = res.scenario, isl.parallelism, out.island
     v = par.virtual_stages if par.pp > 1 else 1
     largest = round(float(_at(o.layers_per_stage, row, j)))
-    first, last = (even_stage_layers(sc.model.layers, par.pp, v, s) for s in (0, par.pp - 1))
+    first = even_stage_layers(sc.model.layers, par.pp, v, 0)
+    last = even_stage_layers(sc.model.layers, par.pp, v, par.pp - 1)
     split = par.embedding_in_split or par.loss_in_split
     if par.pp > 1 and (par.first_stage_layers or par.last_stage_layers or split):
         st = stage_layers(
