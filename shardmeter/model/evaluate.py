@@ -84,14 +84,16 @@ def evaluate(
     Infeasible rows may divide by zero on the way; their outputs are masked by
     ``feasible``/``reasons``, so those floating-point warnings are silenced here (and only here).
     """
+    if ops.is_scalar(inp.layout.tp):
+        # plain floats: Python's arithmetic, no numpy operation to warn (np.errstate costs a
+        # microsecond a call); what would warn in numpy raises here and falls back
+        try:
+            return _evaluate(inp, parts, detail, islands_only)
+        except (ZeroDivisionError, OverflowError, ValueError):
+            if not fallback:
+                raise
+            inp = _as_arrays(inp)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if ops.is_scalar(inp.layout.tp):
-            try:
-                return _evaluate(inp, parts, detail, islands_only)
-            except (ZeroDivisionError, OverflowError, ValueError):
-                if not fallback:
-                    raise
-                inp = _as_arrays(inp)
         return _evaluate(inp, parts, detail, islands_only)
 
 
