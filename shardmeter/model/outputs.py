@@ -37,6 +37,7 @@ __all__ = [
     "BREAKDOWN_TERMS",
     "map_fields",
     "field_values",
+    "evolved",
 ]
 
 R = TypeVar("R", bound=AttrsInstance)
@@ -66,6 +67,13 @@ def field_values(rec: Any) -> dict[str, Any]:
     """``{field: value}`` of an attrs record, in field order."""
     names, get = _fields_of(type(rec))
     return dict(zip(names, get(rec)))  # noqa: B905 (one field list: as long; strict= costs 0.4 us)
+
+
+def evolved(rec: R, **changes: Any) -> R:
+    """``attrs.evolve(rec, **changes)`` of a record whose fields are all ``__init__`` arguments
+    of their own names (no private or aliased ones): its values read by one getter (4.2 -> 2.9
+    us for :class:`~.compute.ComputeTerms`' 13 fields)."""
+    return type(rec)(**{**field_values(rec), **changes})
 
 
 def map_fields(fn: Callable[[Any], Any], rec: R) -> R:
