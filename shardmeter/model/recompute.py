@@ -36,7 +36,7 @@ def full_recompute_share(tr: Training, sh: Shapes) -> Array:
     chunk = sh.layers_per_stage / sh.virtual_stages
     k = tr.recompute_layers
     full = tr.recompute == Recompute.FULL
-    if type(full) is bool and type(k) is float:  # one plan: its own mode's share (plain ifs)
+    if type(full) is bool and type(k) is float and type(chunk) is float:  # one plan: plain ifs
         if not full:
             return 1.0
         return ops.minimum(k, chunk) / chunk if k > 0 else 1.0

@@ -47,8 +47,6 @@ def selective_saving_bytes(
     (0 in other modes and with ``["core_attn"]``); ``ffn``: the layer's MLP width (an expert's
     in a MoE layer), ``moe_layer``: the layer routes its tokens (bool)."""
     sel = _f(tr.recompute) == Recompute.SELECTIVE
-    if sel is False:  # one plan that does not recompute selectively saves nothing (where's 0.0)
-        return 0.0
     sb = sh.seq_local * _f(tr.micro_batch)
     mats = ops.where(ms.swiglu, 6.0, 4.0)
     per_mlp = sb * ffn / tp  # bytes per byte-per-ffn-element of one MLP on this GPU

@@ -25,6 +25,8 @@ from shardmeter.parts import ShardInputs, StateBytes
 __all__ = ["ShardingTerms", "shard_inputs", "sharding_terms", "sharding_state"]
 
 _f = ops.as_float
+_PLAIN = (float, int, bool)
+_ONLY_FLOAT = frozenset({float})
 
 
 @attrs.frozen(kw_only=True)
@@ -108,8 +110,9 @@ def shard_inputs(
     v = _stage_invariants(ms, tr, sh, topo, deg)
     tp, pp = deg.tp, deg.pp
     wb, fp8_params, gather16, emb = v["wb"], v["fp8_params"], v["gather16"], v["emb"]
-    # one plan (plain bools): its conditions as plain ifs, the fp8 means only where it has fp8
-    one = type(emb_here) is bool and type(head) is bool and type(fp8_params) is bool and type(pp) is float
+    # one plan (plain numbers and bools): its conditions as plain ifs (the values ops.where
+    # picks, as plain numbers as it gives them), the fp8 means only where it has fp8
+    one = type(emb_here) is bool and type(head) is bool and type(pp) is float and type(ms.tied) in _PLAIN
     if one:
         holds = (1.0 if emb_here else 0.0), (1.0 if head and (pp > 1 or not ms.tied) else 0.0)
     else:
@@ -127,7 +130,7 @@ def shard_inputs(
         """Bytes per element with the layers' weights in fp8 and the embeddings' at ``b16``."""
         return ((p_gpu - emb_gpu) * 1.0 + emb_gpu * b16) / p_gpu
 
-    if one:
+    if type(fp8_params) is bool and set(map(type, (p_gpu, emb_gpu, wb, gather16))) <= _ONLY_FLOAT:
         weight_bytes = fp8_mean(wb) if fp8_params else wb
         gather_bytes = fp8_mean(gather16) if fp8_params else gather16
     else:

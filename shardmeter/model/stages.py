@@ -16,6 +16,8 @@ from shardmeter.numeric.ops import Array
 
 __all__ = ["StageLayers", "stage_layers", "even_stage_layers"]
 
+_ONLY_FLOAT = frozenset({float})
+
 
 @attrs.frozen(kw_only=True)
 class StageLayers:
@@ -63,12 +65,13 @@ def stage_layers(
     interleaved, ``(num_layers / pp) % v == 0`` there, and refuses either flag with a first or
     last stage count ("Does not support standalone embedding stage and standalone loss stage
     with uneven pp"): ``bad``."""
-    plain = type(layers) is float and type(pp) is float and type(v) is float
-    if plain and type(first) is float and type(last) is float:  # one plan: its conditions as plain ifs
-        return _one_stage_layers(layers, pp, v, first, last, ops.as_float(emb), ops.as_float(loss))
-    split = (ops.as_float(emb) + ops.as_float(loss)) * ops.where(pp > 1, 1.0, 0.0)
-    e = ops.where(pp > 1, ops.as_float(emb), 0.0)
-    lo = ops.where(pp > 1, ops.as_float(loss), 0.0)
+    emb_f, loss_f = ops.as_float(emb), ops.as_float(loss)
+    if set(map(type, (layers, pp, v, first, last, emb_f, loss_f))) <= _ONLY_FLOAT:
+        # one plan: its conditions as plain ifs
+        return _one_stage_layers(layers, pp, v, first, last, emb_f, loss_f)
+    split = (emb_f + loss_f) * ops.where(pp > 1, 1.0, 0.0)
+    e = ops.where(pp > 1, emb_f, 0.0)
+    lo = ops.where(pp > 1, loss_f, 0.0)
     set_f, set_l = first > 0, last > 0
     uneven = set_f | set_l
     n_mid = pp - ops.where(set_f, 1.0, 0.0) - ops.where(set_l, 1.0, 0.0)
