@@ -342,6 +342,9 @@ def _values(rec: StepTerms | HiddenTerms) -> dict[str, Array]:
     return field_values(rec)
 
 
+_ONLY_FLOAT = frozenset({float})
+
+
 def _island_layout(d: IslandDetail, full: tuple[int, ...]) -> dict[str, Array]:
     """:class:`IslandDetail` broadcast to the islands' shape, as :class:`~.outputs.IslandOutputs`
     fields."""
@@ -349,10 +352,14 @@ def _island_layout(d: IslandDetail, full: tuple[int, ...]) -> dict[str, Array]:
     def broadcast(x: Array) -> Array:
         return ops.broadcast(ops.as_float(x), full)
 
-    # the scalar path: the plain numbers as floats (a scalar broadcasts to itself)
+    # the scalar path: the plain numbers as floats (a scalar broadcasts to itself); memory parts
+    # that are floats already are the record as it is, not rebuilt
     b: Callable[[Array], Array] = broadcast if full else ops.as_float
+    parts = d.memory_parts
+    if full or not set(map(type, field_values(parts).values())) <= _ONLY_FLOAT:
+        parts = map_fields(b, parts)
     return {
-        "memory_parts": map_fields(b, d.memory_parts),
+        "memory_parts": parts,
         "params_per_gpu": b(d.params_per_gpu),
         "params_per_gpu_sharded": b(d.params_per_gpu_sharded),
         "layers_per_stage": b(d.layers_per_stage),
