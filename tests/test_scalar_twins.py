@@ -103,3 +103,144 @@ def test_a_collective_of_plain_numbers_is_the_general_codes_to_the_bit():
                 tiers._collective_ops,
                 *(kind, 5.6e9, size, stride, base, False),
             )
+
+
+def test_one_plans_optimizer_state_is_the_arrays_to_the_bit():
+    """optimizer_bytes_per_param of plain numbers (only the plan's own optimizer's branch) is
+    the batch's value, every code (and an unknown one: Adam's) at edge dimensions and shares."""
+    import numpy as np
+
+    from shardmeter.inputs.bundles import Optimizer
+    from shardmeter.model.optimizers import optimizer_bytes_per_param
+
+    rng = random.Random(7)
+    codes = [float(c) for c in Optimizer] + [99.0]
+    for _ in range(2000):
+        code = rng.choice(codes)
+        wb = rng.choice((1.0, 2.0, 4.0))
+        hidden = rng.choice((1.0, 7.0, 4096.0, 12288.0, math.inf))
+        other = rng.choice((0.0, 0.5, 1.0, 4096.0, 49152.0, math.inf))
+        share = rng.choice((0.0, 0.013, 0.5, 1.0, 1.5, -0.1, rng.random()))
+        one = optimizer_bytes_per_param(code, wb, hidden, other, share)
+        arr = optimizer_bytes_per_param(*(np.asarray([x]) for x in (code, wb, hidden, other, share)))
+        assert type(one) is float
+        assert _same(one, float(arr[0])), (code, wb, hidden, other, share, one, arr)
+
+
+def test_one_plans_stage_layers_are_the_arrays_to_the_bit():
+    """stage_layers of plain numbers (its conditions as plain ifs, one split worked out) gives
+    the batch's first, middle and last layers and ``bad``, even and uneven splits, the embedding
+    and loss in the split or not."""
+    import numpy as np
+
+    from shardmeter.model.stages import stage_layers
+
+    rng = random.Random(11)
+    for _ in range(3000):
+        layers = float(rng.choice((1, 2, 7, 24, 32, 61, 96, 126, 127)))
+        pp = float(rng.choice((1, 2, 3, 4, 8, 16)))
+        v = float(rng.choice((1, 1, 2, 3, 4)))
+        first = float(rng.choice((0, 0, 0, 1, 2, 3, 4, 6, 8, 13)))
+        last = float(rng.choice((0, 0, 0, 1, 2, 3, 4, 6, 8, 13)))
+        emb, loss = float(rng.random() < 0.3), float(rng.random() < 0.3)
+        args = (layers, pp, v, first, last, emb, loss)
+        one = stage_layers(*args)
+        arr = stage_layers(*(np.asarray([x]) for x in args))
+        for name in ("first", "middle", "last"):
+            a, b = getattr(one, name), getattr(arr, name)
+            assert type(a) is float, (args, name)
+            assert _same(a, float(np.asarray(b)[0])), (args, name, a, b)
+        assert bool(one.bad) == bool(np.asarray(arr.bad)[0]), args
+
+
+def test_one_plans_exposed_traffic_is_the_general_codes_to_the_bit():
+    """exposed_traffic of plain numbers (:func:`~shardmeter.model.comm._exposed_floats`) gives
+    the general code's three figures on random and edge traffic, windows and overlap."""
+    from shardmeter.model import comm
+
+    vals = (0.0, -0.0, 1e-6, 0.003, 0.5, 1.0, 7.0, 1e9, math.inf, -math.inf, math.nan, -1.0)
+    rng = random.Random(5)
+    for _ in range(5000):
+
+        def x():
+            return rng.choice(vals) if rng.random() < 0.3 else rng.uniform(0.0, 2.0)
+
+        pt = comm.PricedTraffic(
+            micro_batch_s=x(),
+            micro_batch_fixed_s=x(),
+            step_s=x(),
+            bucket_s=x(),
+            forward_s=x(),
+            recompute_s=x(),
+            backward_s=x(),
+            forward_paired_s=x(),
+            recompute_paired_s=x(),
+            backward_paired_s=x(),
+        )
+        args = (pt, x(), x(), rng.random() < 0.7, (x(), x(), x()))
+        a = comm._exposed_floats(*args)
+        b = comm._exposed_ops(*args)
+        assert all(_same(u, v) for u, v in zip(a, b, strict=True)), (args, a, b)
+        assert comm.exposed_traffic(*args) == a or any(math.isnan(u) for u in a)
+
+
+def test_one_plans_channels_communicators_and_recompute_share_are_the_arrays():
+    """nccl_channels, the communicators' count and the full-recompute share of plain numbers
+    (their conditions as plain ifs) are the batch's values."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.model.interference import nccl_channels
+    from shardmeter.model.overheads import communicators
+    from shardmeter.model.recompute import full_recompute_share
+
+    for cc in (0.0, -1.0, 7.0, 7.5, 8.0, 8.6, 8.9, 9.0, 9.5, 10.0, 10.3, 12.0, math.inf, math.nan):
+        for multi in (False, True):
+            arr = nccl_channels(np.asarray([cc]), np.asarray([multi]))
+            assert _same(nccl_channels(cc, multi), float(arr[0])), (cc, multi)
+    rng = random.Random(3)
+    for _ in range(500):
+        degs = [float(rng.choice((0, 1, 2, 3, 8, 64))) for _ in range(5)]
+        arr = communicators(*(np.asarray([d]) for d in degs))
+        assert communicators(*degs) == float(arr[0]), degs
+
+    @attrs.frozen
+    class Tr:
+        recompute: object
+        recompute_layers: object
+
+    @attrs.frozen
+    class Sh:
+        layers_per_stage: object
+        virtual_stages: object
+
+    modes = [float(m) for m in Recompute]
+    for _ in range(2000):
+        tr = (rng.choice(modes), float(rng.choice((0, 0, 1, 2, 3, 5, 12, 96))))
+        sh = (float(rng.choice((1, 2, 3, 6, 12, 24, 96))), float(rng.choice((1, 2, 3, 4))))
+        one = full_recompute_share(Tr(*tr), Sh(*sh))
+        arr = full_recompute_share(Tr(*map(np.asarray, tr)), Sh(*map(np.asarray, sh)))
+        assert type(one) is float and _same(one, float(arr)), (tr, sh, one, arr)
+
+
+def test_one_plans_attention_params_are_the_arrays_to_the_bit():
+    """attention_params of plain numbers (MLA's low ranks as plain ifs) is the batch's value,
+    with and without the low-rank projections, at edge widths."""
+    import numpy as np
+
+    rng = random.Random(13)
+    dims = (0.0, 1.0, 128.0, 1024.0, 4096.0, 12288.0, 1e9, math.inf, math.nan)
+    for _ in range(3000):
+        h, q, kv, v, o = (
+            rng.choice(dims) if rng.random() < 0.2 else float(rng.randint(1, 20000)) for _ in range(5)
+        )
+        qr, kvr = (rng.choice((0, 0.0, 512.0, 1536.0, -1.0, math.nan)) for _ in range(2))
+        one = formulas.attention_params(h, q, kv, v, o, qr, kvr)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf x 0: nan, as the floats give
+            arr = formulas.attention_params(
+                *(np.asarray([x], dtype=float) for x in (h, q, kv, v, o, qr, kvr))
+            )
+            dflt = float(formulas.attention_params(*(np.asarray([x]) for x in (h, q, kv)))[0])
+        assert _same(one, float(arr[0])), (h, q, kv, v, o, qr, kvr, one, arr)
+        assert _same(formulas.attention_params(h, q, kv), dflt)

@@ -115,6 +115,9 @@ FSDP_SIDE_STREAMS = 3.0
 FRAGMENTATION = 0.256
 
 
+_PLAIN = frozenset({float, bool})
+
+
 def block_bytes(request: Array) -> Array:
     """``round_size``: a request rounded up to a multiple of 512 bytes (512 at least)."""
     return ops.maximum(ops.ceil(request / K_MIN_BLOCK) * K_MIN_BLOCK, K_MIN_BLOCK)
@@ -197,11 +200,21 @@ def stage_required_bytes(
     matrix = 4.0 * shard.params_per_layer / shards / mats
     grads = state.gradients / params_sharded * shard.params_per_layer / shards  # one layer's
     exp = tr.expandable_segments
-    rounding = state_rounding_bytes(matrix, layers * mats * copies, exp) + state_rounding_bytes(
-        grads, layers, exp
-    )
+
+    def held_per_param() -> Array:
+        """The per-parameter state's rounding and FSDP's all-gather pool."""
+        rounding = state_rounding_bytes(matrix, layers * mats * copies, exp) + state_rounding_bytes(
+            grads, layers, exp
+        )
+        return rounding + copy_in_pool_bytes(shard)
+
     streams = 1.0 + ops.where(per_param, FSDP_SIDE_STREAMS, 0.0)
-    held = ops.where(per_param, rounding + copy_in_pool_bytes(shard), 0.0)
+    held_in = (matrix, grads, layers, copies, shard.params_per_layer, shard.param_gather_bytes, exp)
+    if type(per_param) is bool and set(map(type, held_in)) <= _PLAIN:
+        # one plan: its rounding only where it shards per parameter
+        held = held_per_param() if per_param else 0.0
+    else:
+        held = ops.where(per_param, held_per_param(), 0.0)
     return allocated_bytes + ops.maximum(held, 0.0) + page_slack_bytes(streams, exp)
 
 

@@ -32,7 +32,7 @@ def where_needed(c: Array, a: Callable[[], Any], b: Callable[[], Any]) -> Any:
     scalar ``c`` (or an array all true or all false, broadcast to ``c``'s shape as
     ``np.where`` would), both for a mixed batch. Sides that return tuples (a ``(forward,
     backward)`` pair) are picked element by element."""
-    if ops.is_scalar(c) or np.ndim(c) == 0:
+    if type(c) is bool or ops.is_scalar(c) or np.ndim(c) == 0:  # the scalar path's bool first
         return a() if c else b()
     if not np.any(c):
         x = y = b()

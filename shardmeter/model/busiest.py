@@ -218,8 +218,12 @@ def busiest_parts(b: BusiestGpu) -> MemoryParts:
         b.other_bytes,
     )
     return MemoryParts(
-        **{f"{k}_bytes": mem[k] for k in MEMORY_PARTS}, outside_allocator_bytes=b.outside_allocator_bytes
+        **{f: mem[k] for k, f in _PART_FIELDS}, outside_allocator_bytes=b.outside_allocator_bytes
     )
+
+
+#: ``(part, its MemoryParts field)`` of each of :data:`~.memory.MEMORY_PARTS`.
+_PART_FIELDS = tuple((k, f"{k}_bytes") for k in MEMORY_PARTS)
 
 
 def _outer_state_bytes(parts: PartTable, inp: ModelInputs) -> Array:

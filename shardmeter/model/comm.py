@@ -30,6 +30,8 @@ Overlap rules (each a window of work the transfer runs beside):
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Sequence
 
 import attrs
@@ -385,18 +387,38 @@ def price_traffic(
     paired = {
         w: paired_exposed_s(1.0, pass_window[w], [(g, c) for g, c in seg]) for w, seg in segments.items()
     }
-    return PricedTraffic(
-        micro_batch_s=ops.as_float(mb),
-        micro_batch_fixed_s=ops.as_float(fixed),
-        step_s=ops.as_float(step),
-        bucket_s=ops.as_float(bucket),
-        forward_s=ops.as_float(passes["forward"]),
-        recompute_s=ops.as_float(passes["recompute"]),
-        backward_s=ops.as_float(passes["backward"]),
-        forward_paired_s=ops.as_float(paired.get("forward", 0.0)),
-        recompute_paired_s=ops.as_float(paired.get("recompute", 0.0)),
-        backward_paired_s=ops.as_float(paired.get("backward", 0.0)),
+    figures = (
+        mb,
+        fixed,
+        step,
+        bucket,
+        passes["forward"],
+        passes["recompute"],
+        passes["backward"],
+        paired.get("forward", 0.0),
+        paired.get("recompute", 0.0),
+        paired.get("backward", 0.0),
     )
+    if not set(map(type, figures)) <= _ONLY_FLOAT:  # one plan's are floats already (checked in C)
+        figures = tuple(map(ops.as_float, figures))
+    mb, fixed, step, bucket, fwd, rec, bwd, fwd_p, rec_p, bwd_p = figures
+    return PricedTraffic(
+        micro_batch_s=mb,
+        micro_batch_fixed_s=fixed,
+        step_s=step,
+        bucket_s=bucket,
+        forward_s=fwd,
+        recompute_s=rec,
+        backward_s=bwd,
+        forward_paired_s=fwd_p,
+        recompute_paired_s=rec_p,
+        backward_paired_s=bwd_p,
+    )
+
+
+_ONLY_FLOAT = frozenset({float})
+#: Every figure of a :class:`PricedTraffic`, in field order (one C call).
+_priced_figures = operator.attrgetter(*(f.name for f in attrs.fields(PricedTraffic)))
 
 
 def exposed_traffic(
@@ -415,7 +437,26 @@ def exposed_traffic(
     the step events beyond the last backward pass (``bwd_window`` plus the micro-batch's exposed
     events, with ``dp_overlap``), at least the last bucket; and what is left of that window
     after them (where a cross-island all-reduce may still hide).
+
+    One plan's plain numbers (pass windows given) take :func:`_exposed_floats`, the same
+    operations in the same order without a call per operation.
     """
+    if type(dp_overlap) is bool and pass_windows is not None and type(mb_window) is float:
+        w_f, w_r, w_b = pass_windows
+        figures = (*_priced_figures(pt), bwd_window, w_f, w_r, w_b)
+        if set(map(type, figures)) <= _ONLY_FLOAT:  # every figure a float (checked in C)
+            return _exposed_floats(pt, mb_window, bwd_window, dp_overlap, (w_f, w_r, w_b))
+    return _exposed_ops(pt, mb_window, bwd_window, dp_overlap, pass_windows)
+
+
+def _exposed_ops(
+    pt: PricedTraffic,
+    mb_window: Array,
+    bwd_window: Array,
+    dp_overlap: Array,
+    pass_windows: tuple[Array, Array, Array] | None = None,
+) -> tuple[Array, Array, Array]:
+    """:func:`exposed_traffic` through :mod:`~shardmeter.numeric.ops`."""
     mb = pt.micro_batch_s
     if pass_windows is None:
         beyond = ops.maximum(0.0, mb - mb_window)
@@ -437,3 +478,44 @@ def exposed_traffic(
     last_bucket = ops.where(step > 0, ops.minimum(step, pt.bucket_s), 0.0)
     step_exposed = ops.where(dp_overlap, ops.maximum(step - window, last_bucket), step)
     return mb_exposed, step_exposed, ops.maximum(0.0, window - step)
+
+
+def _exposed_floats(
+    pt: PricedTraffic, mb_window: float, bwd_window: float, dp_overlap: bool, pass_windows: tuple[float, ...]
+) -> tuple[float, float, float]:
+    """:func:`_exposed_ops` of one plan (floats, a plain ``dp_overlap``, the pass windows
+    given): the same operations in the same order, ``ops.maximum``/``minimum`` written out
+    (nan where neither side is the larger, as numpy) and each ``where`` the side it picks (no
+    side raises). tests/test_scalar_twins.py holds it to the general code to the bit."""
+    nan = math.nan
+    mb = pt.micro_batch_s
+    w_f, w_r, w_b = pass_windows
+    confined = pt.forward_s + pt.recompute_s + pt.backward_s
+    free = mb - confined
+    beyond = 0.0  # + the first pass's term is that term (never -0.0: it is >= 0 or nan)
+    for t, w, paired in (
+        (pt.forward_s, w_f, pt.forward_paired_s),
+        (pt.recompute_s, w_r, pt.recompute_paired_s),
+        (pt.backward_s, w_b, pt.backward_paired_s),
+    ):
+        x = t - w
+        x = 0.0 if x <= 0.0 else (x if x > 0.0 else nan)  # maximum(0.0, t - w)
+        x = x if x >= paired else (paired if paired > x else nan)  # maximum(x, paired)
+        beyond = beyond + x
+    hidden = confined - beyond
+    y = mb_window - hidden
+    y = 0.0 if y <= 0.0 else (y if y > 0.0 else nan)
+    y = free - y
+    y = 0.0 if y <= 0.0 else (y if y > 0.0 else nan)
+    beyond = beyond + y
+    mb_exposed = beyond + pt.micro_batch_fixed_s if mb > 0 else 0.0
+    step, bucket = pt.step_s, pt.bucket_s
+    window = bwd_window + mb_exposed if dp_overlap else 0.0
+    last_bucket = (step if step <= bucket else (bucket if bucket < step else nan)) if step > 0 else 0.0
+    if dp_overlap:
+        z = step - window
+        step_exposed = z if z >= last_bucket else (last_bucket if last_bucket > z else nan)
+    else:
+        step_exposed = step
+    left = window - step
+    return mb_exposed, step_exposed, 0.0 if left <= 0.0 else (left if left > 0.0 else nan)

@@ -153,7 +153,11 @@ def _phase_elementwise(
 ) -> Array:
     """One phase (0 forward, 1 backward) of :func:`layer_elementwise`."""
 
+    one_plan = type(sw) is bool and type(do) is bool and type(eager) is bool
+
     def block(name: str, n: Array) -> Array:
+        if one_plan:  # a plain condition picks the kernel set (where_needed's choice, no closures)
+            return kernel_time((EAGER if eager else FUSED)[name][phase], n, hbm)
         return where_needed(
             eager,
             lambda: kernel_time(EAGER[name][phase], n, hbm),
@@ -170,6 +174,14 @@ def _phase_elementwise(
     def drop() -> Array:
         return where_needed(eager, lambda: kernel_time(EAGER["dropout"][phase], n_h, hbm), fused_drop)
 
+    if one_plan:  # the same terms in the same order as below, each side called only where taken
+        return (
+            2.0 * (block("rmsnorm", n_h) if sw else block("layernorm", n_h))
+            + 2.0 * block("residual", n_h)
+            + 2.0 * (drop() if do else 0.0)
+            + (block("rope", n_q) + block("rope", n_kv) if sw else 0.0)
+            + (block("swiglu", n_ffn) if sw else block("gelu", n_ffn))
+        )
     return (
         2.0 * where_needed(sw, lambda: block("rmsnorm", n_h), lambda: block("layernorm", n_h))
         + 2.0 * block("residual", n_h)

@@ -84,14 +84,16 @@ def evaluate(
     Infeasible rows may divide by zero on the way; their outputs are masked by
     ``feasible``/``reasons``, so those floating-point warnings are silenced here (and only here).
     """
+    if ops.is_scalar(inp.layout.tp):
+        # plain floats: Python's arithmetic, no numpy operation to warn (np.errstate costs a
+        # microsecond a call); what would warn in numpy raises here and falls back
+        try:
+            return _evaluate(inp, parts, detail, islands_only)
+        except (ZeroDivisionError, OverflowError, ValueError):
+            if not fallback:
+                raise
+            inp = _as_arrays(inp)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if ops.is_scalar(inp.layout.tp):
-            try:
-                return _evaluate(inp, parts, detail, islands_only)
-            except (ZeroDivisionError, OverflowError, ValueError):
-                if not fallback:
-                    raise
-                inp = _as_arrays(inp)
         return _evaluate(inp, parts, detail, islands_only)
 
 
@@ -169,8 +171,9 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # ---- memory of the busiest GPU: the first, middle (rank 1) and last stages -------------------
     known = ((body_layers, body_emb, one, body), (stl.last, one, tail_head, tail))
     busiest = busiest_gpu(inp, parts, deg, stl, pipe.schedule, shape[-1] if shape else 1, known)
-    reserved = reserved_bytes(inp, busiest)
-    reasons = reasons | ops.where(required_bytes(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
+    required = required_bytes(inp, busiest)
+    reserved = reserved_bytes(inp, busiest, required)
+    reasons = reasons | ops.where(required > hw.memory_bytes, int(Reason.MEMORY), 0)
 
     flops = model_flops(ms, tr, full_recompute_share(tr, pace.shapes))
     steps = IslandSteps(
@@ -210,13 +213,16 @@ def required_bytes(inp: ModelInputs, busiest: BusiestGpu) -> Array:
     return stage_required_bytes(inp.model, inp.training, busiest.shard, busiest.state, busiest.memory_bytes)
 
 
-def reserved_bytes(inp: ModelInputs, busiest: BusiestGpu) -> Array:
+def reserved_bytes(inp: ModelInputs, busiest: BusiestGpu, required: Array | None = None) -> Array:
     """What the caching allocator reserves on the busiest GPU at the peak: what is required plus
     the fragmentation of the step's churn, capped at the GPU's memory
-    (:func:`~.allocator.stage_reserved_bytes`)."""
+    (:func:`~.allocator.stage_reserved_bytes`); ``required``: :func:`required_bytes` of the
+    same GPU, where the caller has it (feasibility compares it with the memory too)."""
     assert busiest.shard is not None
     churn = churn_bytes(busiest.shard, busiest.state, busiest.activations_bytes, busiest.transient_bytes)
-    return stage_reserved_bytes(required_bytes(inp, busiest), churn, inp.hardware.memory_bytes)
+    if required is None:
+        required = required_bytes(inp, busiest)
+    return stage_reserved_bytes(required, churn, inp.hardware.memory_bytes)
 
 
 def _step_terms(

@@ -6,8 +6,8 @@ import attrs
 
 from shardmeter.inputs.bundles import ModelShape, Recompute, Training
 from shardmeter.model.formulas import (
+    flops_per_token_of,
     layers_forward_flops,
-    model_flops_per_token,
     model_params,
     op_recompute_flops_per_token,
 )
@@ -51,8 +51,9 @@ def model_flops(ms: ModelShape, tr: Training, share: Array = 1.0) -> ModelFlops:
         "dense_layers": ms.dense_layers,
         **attention_shape(ms),
     }
-    mf_tok = model_flops_per_token(ms.layers, *args, ms.vocab, ms.seq_len, ktop, E, **shape)
+    # the layers' forward FLOPs once: model_flops_per_token is 3 x (them + the output layer)
     dense_all, att_all = layers_forward_flops(ms.layers, *args, ms.seq_len, ktop, E, **shape)
+    mf_tok = flops_per_token_of(dense_all, att_all, ms.hidden, ms.vocab)
     # LoRA: no weight gradients for the frozen matrices and the output layer, 2/3 of their
     # FLOPs; the attention scores in full (Megatron-Bridge flop_utils.py @067f987, :mod:`.lora`)
     mf_tok = mf_tok - (1.0 - weight_grad_share(tr)) * (dense_all + 2.0 * ms.hidden * ms.vocab)

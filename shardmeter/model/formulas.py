@@ -17,6 +17,7 @@ __all__ = [
     "layer_flops_per_token",
     "layers_forward_flops",
     "model_flops_per_token",
+    "flops_per_token_of",
     "params_per_layer",
     "model_params",
     "active_params",
@@ -54,6 +55,11 @@ def attention_params(
     """
     v_dim = kv_dim if v_dim is None else v_dim
     o_dim = q_dim if o_dim is None else o_dim
+    if type(h) is float and type(q_dim) is float and type(q_rank) in _PLAIN and type(kv_rank) in _PLAIN:
+        # one plan: the low-rank projections only where the model has them (plain ifs)
+        q_proj = q_rank * (h + q_dim) if q_rank > 0 else h * q_dim
+        kv_proj = kv_rank * (h + kv_dim + v_dim) if kv_rank > 0 else h * (kv_dim + v_dim)
+        return q_proj + kv_proj + o_dim * h
     q_proj = ops.where(q_rank > 0, q_rank * (h + q_dim), h * q_dim)
     kv_proj = ops.where(kv_rank > 0, kv_rank * (h + kv_dim + v_dim), h * (kv_dim + v_dim))
     return q_proj + kv_proj + o_dim * h
@@ -158,6 +164,12 @@ def model_flops_per_token(
     dense, att = layers_forward_flops(
         layers, h, q_dim, kv_dim, ffn, swiglu, seq, experts_per_token, experts, **shape
     )
+    return flops_per_token_of(dense, att, h, vocab)
+
+
+def flops_per_token_of(dense: Array, att: Array, h: Array, vocab: Array) -> Array:
+    """:func:`model_flops_per_token` of the layers' forward ``(dense, attention)`` FLOPs per
+    token (:func:`layers_forward_flops`): ``3 (dense + attention + 2 h V)``."""
     return 3.0 * (dense + att + 2.0 * h * vocab)
 
 
@@ -319,10 +331,8 @@ def gemm_time(
     One plan's plain numbers take :func:`_gemm_time_floats`, the same operations in the same
     order without a call per operation (the scalar path, :func:`~.evaluate.evaluate`).
     """
-    m = ops.as_float(m)
-    n = ops.as_float(n)
-    k = ops.as_float(k)
-    sm_count = ops.as_float(sm_count)
+    if not (type(m) is float and type(n) is float and type(k) is float and type(sm_count) is float):
+        m, n, k, sm_count = ops.as_float(m), ops.as_float(n), ops.as_float(k), ops.as_float(sm_count)
     if (
         type(m) is float
         and type(n) is float

@@ -43,6 +43,9 @@ def nccl_channels(compute_capability: Array, multi_node: Array) -> Array:
     Hopper in one node, 24 on Hopper across nodes, 16 from Blackwell; 0 (nothing charged) where
     the compute capability is unknown (0: a GPU not NVIDIA's, or a profile that does not say)."""
     cc = ops.as_float(compute_capability)
+    if type(cc) is float and type(multi_node) is bool:  # one plan: the same choices as plain ifs
+        one = 16.0 if cc >= 10.0 else (12.0 if cc >= 8.0 else (6.0 if cc > 0.0 else 0.0))
+        return 2.0 * one if (cc >= 9.0) & multi_node & (one < 16.0) else one
     base = ops.where(cc >= 10.0, 16.0, ops.where(cc >= 8.0, 12.0, ops.where(cc > 0.0, 6.0, 0.0)))
     return ops.where((cc >= 9.0) & ops.as_bool(multi_node) & (base < 16.0), 2.0 * base, base)
 

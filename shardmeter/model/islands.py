@@ -12,7 +12,7 @@ island sync; it sums to the step. Compute utilisation is as the DiLoCo papers de
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
@@ -27,6 +27,7 @@ from shardmeter.model.outputs import (
     Outputs,
     Overlapped,
     StepTerms,
+    field_values,
     map_fields,
 )
 from shardmeter.numeric import minmax, ops
@@ -192,15 +193,16 @@ def combine_islands(
     feasible = over_islands(np.logical_and, feasible_isl)
     slow = over_islands(np.maximum, ops.where(feasible_isl, island_step, 0.0))
     island: dict[str, Array] = {
-        "feasible": feasible_isl,
-        "step_s": island_step,
-        "gpus": ops.broadcast(st.gpus, full),
-        "memory_bytes": ops.broadcast(st.memory_bytes, full),
-        "memory_reserved_bytes": ops.broadcast(st.memory_reserved_bytes, full),
-        "memory_capacity_bytes": ops.broadcast(inp.hardware.memory_bytes, full),
-        "ar_window_s": ops.broadcast(st.ar_window, full),
-        "grad_bytes": ops.broadcast(st.grad_bytes, full),
+        "gpus": st.gpus,
+        "memory_bytes": st.memory_bytes,
+        "memory_reserved_bytes": st.memory_reserved_bytes,
+        "memory_capacity_bytes": inp.hardware.memory_bytes,
+        "ar_window_s": st.ar_window,
+        "grad_bytes": st.grad_bytes,
     }
+    if full:  # a batch: each to the islands' shape (a scalar broadcasts to itself)
+        island = {k: ops.broadcast(v, full) for k, v in island.items()}
+    island = {"feasible": feasible_isl, "step_s": island_step, **island}
     params = ops.col0(ops.broadcast(_first(st.params, full), np.shape(slow) if full else ()))
     if islands_only and not detail:
         return Outputs(
@@ -261,15 +263,24 @@ def _details(
         def b(x: Array) -> Array:
             return ops.broadcast(x, full)
 
-    else:  # the scalar path, one island: each figure its plain number (GPU weight 1)
+        def means(d: dict[str, Array]) -> dict[str, Array]:
+            return {k: _mean(v) for k, v in d.items()}
 
-        def _mean(x: Array) -> Array:
-            return x * w_gpu
+        def globals_(d: dict[str, Array]) -> dict[str, Array]:
+            return {k: g(v) for k, v in d.items()}
 
-        def g(x: Array) -> Array:
-            return x
+        def per_island(d: dict[str, Array]) -> dict[str, Array]:
+            return {k: b(v) for k, v in d.items()}
 
-        b = g
+    else:  # the scalar path, one island: each figure its plain number (GPU weight 1), no call each
+
+        def means(d: dict[str, Array]) -> dict[str, Array]:
+            return {k: v * w_gpu for k, v in d.items()}
+
+        def globals_(d: dict[str, Array]) -> dict[str, Array]:
+            return d
+
+        per_island = globals_
 
     tokens_step = _first(inp.training.global_batch * inp.model.seq_len, full)
     mf_tok, hw_tok = _first(st.model_flops_per_token, full), _first(st.hardware_flops_per_token, full)
@@ -277,63 +288,78 @@ def _details(
     tps_gpu = tps / total_gpus
     model_tf = tps_gpu * mf_tok / 1e12
     hw_tf = tps_gpu * hw_tok / 1e12
-    gpu_peak_mean = over_islands(np.add, b(st.peak_flops * st.gpus)) / total_gpus
+    gpu_peak_mean = over_islands(np.add, ops.broadcast(st.peak_flops * st.gpus, full)) / total_gpus
     cu_isl = ops.divide(island_step, step)
-    cu = over_islands(np.add, b(cu_isl * st.gpus)) / total_gpus
+    cu = over_islands(np.add, ops.broadcast(cu_isl * st.gpus, full)) / total_gpus
     terms = _values(st.terms)
     island.update(
-        breakdown=Breakdown(
-            **{k: b(v) for k, v in terms.items()},
-            island_sync_s=b(sync),
-            idle_s=b(idle),
+        breakdown=Breakdown(**per_island({**terms, "island_sync_s": sync, "idle_s": idle})),
+        **per_island(
+            {
+                "utilization": cu_isl,
+                "idle_s": idle,
+                "tokens_per_s": ops.divide(st.island_batch * inp.model.seq_len, step),
+                "batch_sequences": st.island_batch,
+                "micro_batches": st.micro_batches,
+            }
         ),
-        utilization=b(cu_isl),
-        idle_s=b(idle),
-        tokens_per_s=b(ops.divide(st.island_batch * inp.model.seq_len, step)),
-        batch_sequences=b(st.island_batch),
-        micro_batches=b(st.micro_batches),
         **_island_layout(st.detail, full),
     )
     return {
         "breakdown": Breakdown(
-            **{k: _mean(v) for k, v in terms.items()},
-            island_sync_s=g(sync),
-            idle_s=_mean(idle),
+            **means(terms), **globals_({"island_sync_s": sync}), **means({"idle_s": idle})
         ),
         "overlapped": Overlapped(
-            **{k: _mean(v) for k, v in _values(st.hidden).items()},
-            island_sync_s=g(ops.maximum(wan.wan_s - sync, 0.0)),
+            **means(_values(st.hidden)),
+            **globals_({"island_sync_s": ops.maximum(wan.wan_s - sync, 0.0)}),
         ),
-        "tokens_per_s": g(tps),
-        "tokens_per_s_per_gpu": g(tps_gpu),
-        "model_tflops_per_gpu": g(model_tf),
-        "hardware_tflops_per_gpu": g(hw_tf),
-        "mfu": g(model_tf * 1e12 / gpu_peak_mean),
-        "hfu": g(hw_tf * 1e12 / gpu_peak_mean),
-        "compute_utilization": g(cu),
+        **globals_(
+            {
+                "tokens_per_s": tps,
+                "tokens_per_s_per_gpu": tps_gpu,
+                "model_tflops_per_gpu": model_tf,
+                "hardware_tflops_per_gpu": hw_tf,
+                "mfu": model_tf * 1e12 / gpu_peak_mean,
+                "hfu": hw_tf * 1e12 / gpu_peak_mean,
+                "compute_utilization": cu,
+            }
+        ),
         "memory_bytes": over_islands(np.maximum, island["memory_bytes"], keepdims=False),
         "memory_reserved_bytes": over_islands(np.maximum, island["memory_reserved_bytes"], keepdims=False),
-        "gpus": g(total_gpus),
-        "wan_s": g(wan.wan_s),
-        "wan_round_s": g(wan.round_s),
-        "model_flops_per_token": g(mf_tok),
+        **globals_(
+            {
+                "gpus": total_gpus,
+                "wan_s": wan.wan_s,
+                "wan_round_s": wan.round_s,
+                "model_flops_per_token": mf_tok,
+            }
+        ),
     }
 
 
 def _values(rec: StepTerms | HiddenTerms) -> dict[str, Array]:
     """``{field: value}`` of a record of terms (what its subclass with more terms is built from)."""
-    return {f.name: getattr(rec, f.name) for f in attrs.fields(type(rec))}
+    return field_values(rec)
+
+
+_ONLY_FLOAT = frozenset({float})
 
 
 def _island_layout(d: IslandDetail, full: tuple[int, ...]) -> dict[str, Array]:
     """:class:`IslandDetail` broadcast to the islands' shape, as :class:`~.outputs.IslandOutputs`
     fields."""
 
-    def b(x: Array) -> Array:
+    def broadcast(x: Array) -> Array:
         return ops.broadcast(ops.as_float(x), full)
 
+    # the scalar path: the plain numbers as floats (a scalar broadcasts to itself); memory parts
+    # that are floats already are the record as it is, not rebuilt
+    b: Callable[[Array], Array] = broadcast if full else ops.as_float
+    parts = d.memory_parts
+    if full or not set(map(type, field_values(parts).values())) <= _ONLY_FLOAT:
+        parts = map_fields(b, parts)
     return {
-        "memory_parts": map_fields(b, d.memory_parts),
+        "memory_parts": parts,
         "params_per_gpu": b(d.params_per_gpu),
         "params_per_gpu_sharded": b(d.params_per_gpu_sharded),
         "layers_per_stage": b(d.layers_per_stage),

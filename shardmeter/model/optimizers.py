@@ -47,6 +47,7 @@ __all__ = [
 MASTER_BYTES = 4.0
 #: Adam's two fp32 moments, bytes per parameter.
 ADAM_STATE_BYTES = 8.0
+_ONLY_FLOAT = frozenset({float})
 #: bitsandbytes' block of the 8-bit states (``blocksize = 256`` in ``Optimizer2State.init_state``).
 BNB_BLOCKSIZE = 256.0
 
@@ -73,6 +74,9 @@ def optimizer_bytes_per_param(
     parameters (the word embedding and output layer) and its 4-byte momentum for the rest."""
     code = ops.as_float(optimizer)
     master = ops.where(weight_bytes > 2, 0.0, MASTER_BYTES)
+    if set(map(type, (code, weight_bytes, hidden, other_dim, embedding_share))) <= _ONLY_FLOAT:
+        # one plan: its own optimizer's state only, the value ops.where picks
+        return _one_state(code, hidden, other_dim, embedding_share) + master
     emb = ops.clip(embedding_share, 0.0, 1.0)
     state = ops.where(
         code == Optimizer.SGD,
@@ -96,3 +100,20 @@ def optimizer_bytes_per_param(
         ),
     )
     return state + master
+
+
+def _one_state(code: float, hidden: Array, other_dim: Array, embedding_share: Array) -> Array:
+    """The state bytes per parameter of one optimizer ``code`` (:func:`optimizer_bytes_per_param`'s
+    branch for it, the others not computed)."""
+    if code == Optimizer.SGD:
+        return 0.0
+    if code == Optimizer.SGD_MOMENTUM:
+        return 4.0
+    if code == Optimizer.ADAFACTOR:
+        return adafactor_bytes(hidden, ops.maximum(other_dim, 1.0))
+    if code == Optimizer.ADAM8BIT:
+        return adam8bit_bytes()
+    if code == Optimizer.MUON:
+        emb = ops.clip(embedding_share, 0.0, 1.0)
+        return ADAM_STATE_BYTES * emb + 4.0 * (1.0 - emb)
+    return ADAM_STATE_BYTES

@@ -16,6 +16,7 @@ the sweep slice and stack chunks; :meth:`Outputs.from_columns` rebuilds it (the 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -35,12 +36,44 @@ __all__ = [
     "MemoryProbe",
     "BREAKDOWN_TERMS",
     "map_fields",
+    "field_values",
+    "evolved",
 ]
 
 R = TypeVar("R", bound=AttrsInstance)
 
 #: Field metadata key: the field holds a record of this class (flattened as ``name.field``).
 _RECORD = "record"
+
+
+#: :func:`_fields_of` by ``(class, suffix)``: a class's fields are fixed.
+_FIELDS: dict[tuple[type, str], tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]] = {}
+
+
+def _fields_of(cls: type, suffix: str = "") -> tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]]]:
+    """The field names of the attrs class ``cls`` (without ``suffix``) and one getter of all its
+    fields' values in field order (``operator.attrgetter``: one C call, not an ``attrs.fields``
+    walk and a ``getattr`` per field on every record); computed once per class."""
+    got = _FIELDS.get((cls, suffix))
+    if got is None:
+        names = tuple(f.name for f in attrs.fields(cls))
+        many = operator.attrgetter(*names)  # of one name: the value itself
+        get: Callable[[Any], tuple[Any, ...]] = many if len(names) > 1 else (lambda rec: (many(rec),))
+        got = _FIELDS[(cls, suffix)] = (tuple(n.removesuffix(suffix) for n in names), get)
+    return got
+
+
+def field_values(rec: Any) -> dict[str, Any]:
+    """``{field: value}`` of an attrs record, in field order."""
+    names, get = _fields_of(type(rec))
+    return dict(zip(names, get(rec)))  # noqa: B905 (one field list: as long; strict= costs 0.4 us)
+
+
+def evolved(rec: R, **changes: Any) -> R:
+    """``attrs.evolve(rec, **changes)`` of a record whose fields are all ``__init__`` arguments
+    of their own names (no private or aliased ones): its values read by one getter (4.2 -> 2.9
+    us for :class:`~.compute.ComputeTerms`' 13 fields)."""
+    return type(rec)(**{**field_values(rec), **changes})
 
 
 def map_fields(fn: Callable[[Any], Any], rec: R) -> R:
@@ -51,7 +84,8 @@ def map_fields(fn: Callable[[Any], Any], rec: R) -> R:
 
 def _terms(rec: Any) -> dict[str, Array]:
     """``{term: seconds}`` of a record of ``<term>_s`` fields, in field order."""
-    return {f.name.removesuffix("_s"): getattr(rec, f.name) for f in attrs.fields(type(rec))}
+    keys, get = _fields_of(type(rec), "_s")
+    return dict(zip(keys, get(rec)))  # noqa: B905 (one field list: as long; strict= costs 0.4 us)
 
 
 @attrs.frozen(kw_only=True)
@@ -77,7 +111,7 @@ class StepTerms:
     def total(self) -> Array:
         """The terms summed in field order: the island's step (a :class:`Breakdown`'s: the
         global step)."""
-        return sum(getattr(self, f.name) for f in attrs.fields(type(self)))
+        return sum(_fields_of(type(self))[1](self))
 
     def terms(self) -> dict[str, Array]:
         """``{term: seconds}``, the names without ``_s``, in report order."""

@@ -35,8 +35,13 @@ def full_recompute_share(tr: Training, sh: Shapes) -> Array:
     layers recomputes all of them: ``min(k, L_chunk) / L_chunk``."""
     chunk = sh.layers_per_stage / sh.virtual_stages
     k = tr.recompute_layers
+    full = tr.recompute == Recompute.FULL
+    if type(full) is bool and type(k) is float and type(chunk) is float:  # one plan: plain ifs
+        if not full:
+            return 1.0
+        return ops.minimum(k, chunk) / chunk if k > 0 else 1.0
     share = ops.where(k > 0, ops.minimum(k, chunk) / chunk, 1.0)
-    return ops.where(tr.recompute == Recompute.FULL, share, 1.0)
+    return ops.where(full, share, 1.0)
 
 
 @attrs.frozen(kw_only=True)

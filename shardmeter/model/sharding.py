@@ -25,6 +25,8 @@ from shardmeter.parts import ShardInputs, StateBytes
 __all__ = ["ShardingTerms", "shard_inputs", "sharding_terms", "sharding_state"]
 
 _f = ops.as_float
+_PLAIN = (float, int, bool)
+_ONLY_FLOAT = frozenset({float})
 
 
 @attrs.frozen(kw_only=True)
@@ -108,13 +110,32 @@ def shard_inputs(
     v = _stage_invariants(ms, tr, sh, topo, deg)
     tp, pp = deg.tp, deg.pp
     wb, fp8_params, gather16, emb = v["wb"], v["fp8_params"], v["gather16"], v["emb"]
-    emb_gpu = emb * ops.where(ops.as_bool(emb_here), 1.0, 0.0) + emb * ops.where(
-        ops.as_bool(head) & ((pp > 1) | ops.logical_not(ops.as_bool(ms.tied))), 1.0, 0.0
-    )
+    # one plan (plain numbers and bools): its conditions as plain ifs (the values ops.where
+    # picks, as plain numbers as it gives them), the fp8 means only where it has fp8
+    one = type(emb_here) is bool and type(head) is bool and type(pp) is float and type(ms.tied) in _PLAIN
+    if one:
+        holds = (1.0 if emb_here else 0.0), (1.0 if head and (pp > 1 or not ms.tied) else 0.0)
+    else:
+        holds = (
+            ops.where(ops.as_bool(emb_here), 1.0, 0.0),
+            ops.where(ops.as_bool(head) & ((pp > 1) | ops.logical_not(ops.as_bool(ms.tied))), 1.0, 0.0),
+        )
+    emb_gpu = emb * holds[0] + emb * holds[1]
     p_base = v["layers_params"] + v["dense_delta"] + emb_gpu
     a_gpu = v["a_gpu"]
     p_gpu = p_base + a_gpu
     trained = trainable_fraction(p_gpu, a_gpu)
+
+    def fp8_mean(b16: Array) -> Array:
+        """Bytes per element with the layers' weights in fp8 and the embeddings' at ``b16``."""
+        return ((p_gpu - emb_gpu) * 1.0 + emb_gpu * b16) / p_gpu
+
+    if type(fp8_params) is bool and set(map(type, (p_gpu, emb_gpu, wb, gather16))) <= _ONLY_FLOAT:
+        weight_bytes = fp8_mean(wb) if fp8_params else wb
+        gather_bytes = fp8_mean(gather16) if fp8_params else gather16
+    else:
+        weight_bytes = ops.where(fp8_params, fp8_mean(wb), wb)
+        gather_bytes = ops.where(fp8_params, fp8_mean(gather16), gather16)
     return ShardInputs(
         params_layer_linears=v["params_layer_linears"],
         recompute_layers=v["recompute_layers"],
@@ -127,11 +148,9 @@ def shard_inputs(
         expert_tp=deg.etp,
         pp=pp,
         layers_per_stage=sh.layers_per_stage,
-        weight_bytes=ops.where(fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * wb) / p_gpu, wb),
-        param_gather_bytes=ops.where(
-            fp8_params, ((p_gpu - emb_gpu) * 1.0 + emb_gpu * gather16) / p_gpu, gather16
-        ),
-        grad_bytes=ops.where(wb > 2, 4.0, 2.0) * trained,
+        weight_bytes=weight_bytes,
+        param_gather_bytes=gather_bytes,
+        grad_bytes=gather16 * trained,  # where(wb > 2, 4.0, 2.0), as the gather: fp32 or 16-bit
         optimizer_bytes_per_param=optimizer_bytes_per_param(
             tr.optimizer, wb, ms.hidden, v["p_layer"] / ((4.0 + v["mats"]) * ms.hidden), emb_gpu / p_gpu
         )

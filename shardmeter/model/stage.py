@@ -24,6 +24,7 @@ from shardmeter.model.degrees import Degrees
 from shardmeter.model.formulas import offload_exposed_s
 from shardmeter.model.interference import nccl_channels, overlap_slowdown_s
 from shardmeter.model.memory import layer_activations
+from shardmeter.model.outputs import evolved
 from shardmeter.model.sharding import shard_inputs, sharding_terms
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -142,7 +143,7 @@ def stage_terms(
     offload_mb = off_f + off_b
     if not (type(head) is bool and head):  # a plain True (one plan holding the head) takes out 0
         no_head = ops.where(ops.as_bool(head), 0.0, ct.head)  # the logits and loss run on the last stage
-        ct = attrs.evolve(ct, compute=ct.compute - no_head, head=ct.head - no_head)
+        ct = evolved(ct, compute=ct.compute - no_head, head=ct.head - no_head)
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
     work = ct.compute + ct.memory_ops + mb_comm
     # each pass's share of the micro-batch's work: its compute, with the elementwise kernels and

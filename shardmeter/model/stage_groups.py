@@ -131,10 +131,11 @@ def stage_cost(
 
     held, loss_held = by_code(inp.layout.schedule, held_of)
     mem = rank_memory(inp, parts, deg, layers, first, last, held, loss_held, 0.0)
-    reserved = reserved_bytes(inp, mem)
+    required = required_bytes(inp, mem)
+    reserved = reserved_bytes(inp, mem, required)
     group_deg = degrees(inp.layout)
     reasons = structural_reasons(inp, parts, group_deg, m, _f(hw.peak_flops))
-    reasons = reasons | ops.where(required_bytes(inp, mem) > hw.memory_bytes, int(Reason.MEMORY), 0)
+    reasons = reasons | ops.where(required > hw.memory_bytes, int(Reason.MEMORY), 0)
     return StageCost(
         micro_batch_s=st.micro_batch_s,
         compute_s=st.compute.compute,

@@ -16,6 +16,8 @@ from shardmeter.numeric.ops import Array
 
 __all__ = ["StageLayers", "stage_layers", "even_stage_layers"]
 
+_ONLY_FLOAT = frozenset({float})
+
 
 @attrs.frozen(kw_only=True)
 class StageLayers:
@@ -63,9 +65,13 @@ def stage_layers(
     interleaved, ``(num_layers / pp) % v == 0`` there, and refuses either flag with a first or
     last stage count ("Does not support standalone embedding stage and standalone loss stage
     with uneven pp"): ``bad``."""
-    split = (ops.as_float(emb) + ops.as_float(loss)) * ops.where(pp > 1, 1.0, 0.0)
-    e = ops.where(pp > 1, ops.as_float(emb), 0.0)
-    lo = ops.where(pp > 1, ops.as_float(loss), 0.0)
+    emb_f, loss_f = ops.as_float(emb), ops.as_float(loss)
+    if set(map(type, (layers, pp, v, first, last, emb_f, loss_f))) <= _ONLY_FLOAT:
+        # one plan: its conditions as plain ifs
+        return _one_stage_layers(layers, pp, v, first, last, emb_f, loss_f)
+    split = (emb_f + loss_f) * ops.where(pp > 1, 1.0, 0.0)
+    e = ops.where(pp > 1, emb_f, 0.0)
+    lo = ops.where(pp > 1, loss_f, 0.0)
     set_f, set_l = first > 0, last > 0
     uneven = set_f | set_l
     n_mid = pp - ops.where(set_f, 1.0, 0.0) - ops.where(set_l, 1.0, 0.0)
@@ -98,4 +104,45 @@ def stage_layers(
         ops.where(uneven, mid_u, even_stage_layers(units, pp, v, 1.0)),
         ops.where(pp > 1, last_n, first_n),
     )
+    return StageLayers(first=first_n, middle=mid_n, last=last_n, bad=bad)
+
+
+def _one_stage_layers(
+    layers: float, pp: float, v: float, first: float, last: float, emb: float, loss: float
+) -> StageLayers:
+    """:func:`stage_layers` of one plan (plain numbers): the same operations in the same order,
+    each ``ops.where`` a conditional expression (the value it picks), and only the split the plan
+    has (uneven or even) worked out. tests/test_scalar_twins.py holds it to the general code."""
+    multi = pp > 1
+    split = (emb + loss) * (1.0 if multi else 0.0)
+    e = emb if multi else 0.0
+    lo = loss if multi else 0.0
+    set_f, set_l = first > 0, last > 0
+    uneven = set_f | set_l
+    n_mid = pp - (1.0 if set_f else 0.0) - (1.0 if set_l else 0.0)
+    rest = layers - first - last
+    per_mid = rest / ops.maximum(n_mid, 1.0)
+    bad = uneven & (
+        (rest < 0)
+        | (n_mid < 0)
+        | ((rest > 0) != (n_mid > 0))
+        | ((n_mid > 0) & (ops.mod(rest, ops.maximum(n_mid, 1.0)) != 0))
+        | ((n_mid > 0) & (ops.mod(per_mid, v) != 0))
+        | (set_f & (ops.mod(first, v) != 0))
+        | (set_l & (ops.mod(last, v) != 0))
+    )
+    units = layers + split
+    per_rank = units / ops.maximum(pp, 1.0)
+    bad = bad | (
+        (split > 0) & (uneven | (ops.mod(units, ops.maximum(pp, 1.0)) != 0) | (ops.mod(per_rank, v) != 0))
+    )
+    mid_u = per_mid if n_mid > 0 else 0.0
+    if uneven:
+        first_n = first if set_f else mid_u
+        last_n = last if set_l & multi else (mid_u if multi else first_n)
+        mid_n = mid_u if pp > 2 else (last_n if multi else first_n)
+    else:
+        first_n = even_stage_layers(units, pp, v, 0.0) - e
+        last_n = even_stage_layers(units, pp, v, ops.maximum(pp - 1.0, 0.0)) - lo
+        mid_n = even_stage_layers(units, pp, v, 1.0) if pp > 2 else (last_n if multi else first_n)
     return StageLayers(first=first_n, middle=mid_n, last=last_n, bad=bad)

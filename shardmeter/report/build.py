@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import attrs
 
 from shardmeter.model.feasibility import REASONS, Reason, part_templates, reason_messages
-from shardmeter.model.outputs import BREAKDOWN_TERMS, Breakdown, Outputs
+from shardmeter.model.outputs import Breakdown, Outputs
 from shardmeter.report.confidence import confidence_of
 from shardmeter.report.layout import layout_of
 from shardmeter.report.pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
@@ -38,8 +38,9 @@ STEP_FIELDS = (
 
 
 def _at(x: Any, row: int, j: int | None = None) -> Any:
-    """Row ``row`` (island ``j``) of an output array; the scalar path's outputs are plain numbers."""
-    if isinstance(x, (float, int, bool)):
+    """Row ``row`` (island ``j``) of an output array; the scalar path's outputs are plain numbers
+    (most of them floats: the exact type first, cheaper than ``isinstance`` of a tuple)."""
+    if type(x) is float or isinstance(x, (float, int, bool)):
         return x
     return x[row] if j is None else x[row, j]
 
@@ -275,7 +276,9 @@ def _cost_split(res: Resolved, isl_reports: list[dict[str, Any]], wall: float | 
 
 
 def _busiest_island(out: Outputs, row: int, n_isl: int) -> int:
-    """The island whose GPU ``memory_per_gpu_gb`` reports."""
+    """The island whose GPU ``memory_per_gpu_gb`` reports (of one island, that one)."""
+    if n_isl == 1:
+        return 0
     mem = [_gb(out.island.memory_bytes, row, j) for j in range(n_isl)]
     return max(range(n_isl), key=lambda j: mem[j] if math.isfinite(mem[j]) else math.inf)
 
@@ -385,12 +388,19 @@ def _infeasible_report(
 def _breakdowns(out: Outputs, row: int, n_isl: int) -> tuple[dict[str, float], dict[str, float]]:
     """The exposed breakdown (terms > 0; compute always, the island sync between islands) and
     the hidden time per term."""
-    terms = _detailed(out.breakdown).terms()
-    bd = {k: max(0.0, float(_at(terms[k], row))) for k in BREAKDOWN_TERMS}
     keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)
-    bd = {k: v for k, v in bd.items() if v > 0 or k in keep}
-    ov = {k: float(_at(v, row)) for k, v in _detailed(out.overlapped).terms().items()}
-    ov = {k: v for k, v in ov.items() if v > 0 or (k == "island_sync" and n_isl > 1)}
+    bd: dict[str, float] = {}
+    for k, v in _detailed(out.breakdown).terms().items():  # BREAKDOWN_TERMS, in order
+        x = float(_at(v, row))
+        if x > 0:  # max(0.0, x) kept where > 0 (a negative, zero or nan term: 0.0 where kept)
+            bd[k] = x
+        elif k in keep:
+            bd[k] = 0.0
+    ov: dict[str, float] = {}
+    for k, v in _detailed(out.overlapped).terms().items():
+        x = float(_at(v, row))
+        if x > 0 or (k == "island_sync" and n_isl > 1):
+            ov[k] = x
     return bd, ov
 
 
@@ -495,8 +505,13 @@ def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: flo
 
 def _own_breakdown(bd: Breakdown, row: int, j: int) -> dict[str, float]:
     """Island ``j``'s own terms (> 0; compute always), without the island sync and idle time."""
-    own = {k: float(_at(v, row, j)) for k, v in bd.terms().items() if k not in ("island_sync", "idle")}
-    return {k: v for k, v in own.items() if v > 0 or k == "compute"}
+    own: dict[str, float] = {}
+    for k, v in bd.terms().items():
+        if k != "island_sync" and k != "idle":
+            x = float(_at(v, row, j))
+            if x > 0 or k == "compute":
+                own[k] = x
+    return own
 
 
 def _fmt_int(x) -> str:

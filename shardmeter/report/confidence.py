@@ -149,6 +149,9 @@ def layout_family(res: Any) -> str:
     parallelism, sharded or not."""
     if len(res.islands) > 1 and hasattr(res.sync_options, "inner_steps"):
         return "diloco"
+    if len(res.islands) == 1:  # one island's own degrees (the largest of one)
+        par = res.islands[0].parallelism
+        return family_of_degrees(par.tp, par.pp, par.cp, par.ep)
     return family_of_degrees(*(max(getattr(i.parallelism, a) for i in res.islands) for a in _AXES))
 
 

@@ -14,8 +14,9 @@ __all__ = ["layout_of", "even_stage_layers"]
 
 
 def _at(x: Any, row: int, j: int | None = None) -> Any:
-    """Row ``row`` (island ``j``) of an output array; the scalar path's outputs are plain numbers."""
-    if isinstance(x, (float, int, bool)):
+    """Row ``row`` (island ``j``) of an output array; the scalar path's outputs are plain numbers
+    (most of them floats: the exact type first, cheaper than ``isinstance`` of a tuple)."""
+    if type(x) is float or isinstance(x, (float, int, bool)):
         return x
     return x[row] if j is None else x[row, j]
 
@@ -35,7 +36,8 @@ def _island_layout(res: Resolved, isl: ResolvedIsland, out: Outputs, row: int, j
     sc, par, o = res.scenario, isl.parallelism, out.island
     v = par.virtual_stages if par.pp > 1 else 1
     largest = round(float(_at(o.layers_per_stage, row, j)))
-    first, last = (even_stage_layers(sc.model.layers, par.pp, v, s) for s in (0, par.pp - 1))
+    first = even_stage_layers(sc.model.layers, par.pp, v, 0)
+    last = even_stage_layers(sc.model.layers, par.pp, v, par.pp - 1)
     split = par.embedding_in_split or par.loss_in_split
     if par.pp > 1 and (par.first_stage_layers or par.last_stage_layers or split):
         st = stage_layers(
@@ -83,7 +85,12 @@ def layout_of(res: Resolved, out: Outputs, row: int) -> dict[str, Any]:
     if out.island.layers_per_stage is None:
         return {}
     per = [_island_layout(res, isl, out, row, j) for j, isl in enumerate(res.islands)]
-    top = {k: v for k, v in per[0].items() if all(k in p and p[k] == v for p in per[1:])}
+    # one island agrees with itself on every key (no generator per key to say so)
+    top = (
+        dict(per[0])
+        if len(per) == 1
+        else {k: v for k, v in per[0].items() if all(k in p and p[k] == v for p in per[1:])}
+    )
     top |= {
         "dp_total": sum(p["dp"] for p in per),
         "global_batch": res.scenario.training.global_batch,

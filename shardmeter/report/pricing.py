@@ -89,7 +89,8 @@ def _common(values: list[Any]) -> Any:
 
 
 def _sum(values: list[float | None]) -> float | None:
-    return None if any(v is None for v in values) else float(sum(v for v in values if v is not None))
+    """The sum, ``None`` where a value is (``None in``: no float equals None)."""
+    return None if None in values else float(sum(values))  # type: ignore[arg-type]
 
 
 def cost_breakdown(res: Resolved, wall_clock_s: float, egress_gb: float) -> dict[str, Any]:
