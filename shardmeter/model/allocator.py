@@ -115,9 +115,6 @@ FSDP_SIDE_STREAMS = 3.0
 FRAGMENTATION = 0.256
 
 
-_PLAIN = frozenset({float, bool})
-
-
 def block_bytes(request: Array) -> Array:
     """``round_size``: a request rounded up to a multiple of 512 bytes (512 at least)."""
     return ops.maximum(ops.ceil(request / K_MIN_BLOCK) * K_MIN_BLOCK, K_MIN_BLOCK)
@@ -210,7 +207,7 @@ def stage_required_bytes(
 
     streams = 1.0 + ops.where(per_param, FSDP_SIDE_STREAMS, 0.0)
     held_in = (matrix, grads, layers, copies, shard.params_per_layer, shard.param_gather_bytes, exp)
-    if type(per_param) is bool and set(map(type, held_in)) <= _PLAIN:
+    if type(per_param) is bool and set(map(type, held_in)) <= ops.FLOAT_OR_BOOL:
         # one plan: its rounding only where it shards per parameter
         held = held_per_param() if per_param else 0.0
     else:

@@ -399,7 +399,7 @@ def price_traffic(
         paired.get("recompute", 0.0),
         paired.get("backward", 0.0),
     )
-    if not set(map(type, figures)) <= _ONLY_FLOAT:  # one plan's are floats already (checked in C)
+    if not set(map(type, figures)) <= ops.ONLY_FLOAT:  # one plan's are floats already (checked in C)
         figures = tuple(map(ops.as_float, figures))
     mb, fixed, step, bucket, fwd, rec, bwd, fwd_p, rec_p, bwd_p = figures
     return PricedTraffic(
@@ -416,7 +416,6 @@ def price_traffic(
     )
 
 
-_ONLY_FLOAT = frozenset({float})
 #: Every figure of a :class:`PricedTraffic`, in field order (one C call).
 _priced_figures = operator.attrgetter(*(f.name for f in attrs.fields(PricedTraffic)))
 
@@ -444,7 +443,7 @@ def exposed_traffic(
     if type(dp_overlap) is bool and pass_windows is not None and type(mb_window) is float:
         w_f, w_r, w_b = pass_windows
         figures = (*_priced_figures(pt), bwd_window, w_f, w_r, w_b)
-        if set(map(type, figures)) <= _ONLY_FLOAT:  # every figure a float (checked in C)
+        if set(map(type, figures)) <= ops.ONLY_FLOAT:  # every figure a float (checked in C)
             return _exposed_floats(pt, mb_window, bwd_window, dp_overlap, (w_f, w_r, w_b))
     return _exposed_ops(pt, mb_window, bwd_window, dp_overlap, pass_windows)
 

@@ -342,9 +342,6 @@ def _values(rec: StepTerms | HiddenTerms) -> dict[str, Array]:
     return field_values(rec)
 
 
-_ONLY_FLOAT = frozenset({float})
-
-
 def _island_layout(d: IslandDetail, full: tuple[int, ...]) -> dict[str, Array]:
     """:class:`IslandDetail` broadcast to the islands' shape, as :class:`~.outputs.IslandOutputs`
     fields."""
@@ -356,7 +353,7 @@ def _island_layout(d: IslandDetail, full: tuple[int, ...]) -> dict[str, Array]:
     # that are floats already are the record as it is, not rebuilt
     b: Callable[[Array], Array] = broadcast if full else ops.as_float
     parts = d.memory_parts
-    if full or not set(map(type, field_values(parts).values())) <= _ONLY_FLOAT:
+    if full or not set(map(type, field_values(parts).values())) <= ops.ONLY_FLOAT:
         parts = map_fields(b, parts)
     return {
         "memory_parts": parts,

@@ -24,7 +24,6 @@ __all__ = [
     "MEMORY_PARTS",
 ]
 
-_PLAIN = frozenset({float, bool})
 
 #: The parts of :func:`memory_parts`, in report order (SCENARIO.md, ``memory_breakdown_gb``).
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "transient", "other")
@@ -188,7 +187,9 @@ def activation_memory(
     stored = stored * offload_kept(tr, sh)
     logits = sh.tokens * ms.vocab / tp * logits_bytes_per_element(tr)
     loss_in = (tp, sh.tokens, ms.vocab, tr.loss_parallel, tr.fused_loss, tr.compiled_loss)
-    if type(head) is bool and set(map(type, loss_in)) <= _PLAIN:  # one plan's rank: the loss only where it is
+    if (
+        type(head) is bool and set(map(type, loss_in)) <= ops.FLOAT_OR_BOOL
+    ):  # one plan's rank: the loss only where it is
         loss = loss_transient_bytes(ms, tr, sh, tp) if head else 0.0
     else:
         loss = ops.where(ops.as_bool(head), loss_transient_bytes(ms, tr, sh, tp), 0.0)

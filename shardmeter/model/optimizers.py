@@ -47,7 +47,6 @@ __all__ = [
 MASTER_BYTES = 4.0
 #: Adam's two fp32 moments, bytes per parameter.
 ADAM_STATE_BYTES = 8.0
-_ONLY_FLOAT = frozenset({float})
 #: bitsandbytes' block of the 8-bit states (``blocksize = 256`` in ``Optimizer2State.init_state``).
 BNB_BLOCKSIZE = 256.0
 
@@ -74,7 +73,7 @@ def optimizer_bytes_per_param(
     parameters (the word embedding and output layer) and its 4-byte momentum for the rest."""
     code = ops.as_float(optimizer)
     master = ops.where(weight_bytes > 2, 0.0, MASTER_BYTES)
-    if set(map(type, (code, weight_bytes, hidden, other_dim, embedding_share))) <= _ONLY_FLOAT:
+    if set(map(type, (code, weight_bytes, hidden, other_dim, embedding_share))) <= ops.ONLY_FLOAT:
         # one plan: its own optimizer's state only, the value ops.where picks
         return _one_state(code, hidden, other_dim, embedding_share) + master
     emb = ops.clip(embedding_share, 0.0, 1.0)

@@ -75,7 +75,7 @@ def communicators(tp: Array, cp: Array, dp: Array, pp: Array, ep: Array) -> Arra
         return ops.where(one(x) > 1, 1.0, 0.0)
 
     groups = (tp, cp, dp * cp, pp, ep)
-    if set(map(type, groups)) <= _ONLY_FLOAT:  # one plan: each group's condition a plain if
+    if set(map(type, groups)) <= ops.ONLY_FLOAT:  # one plan: each group's condition a plain if
         t, c, d, p, e = groups
         return (
             (1.0 if t > 1 else 0.0)
@@ -85,9 +85,6 @@ def communicators(tp: Array, cp: Array, dp: Array, pp: Array, ep: Array) -> Arra
             + (1.0 if e > 1 else 0.0)
         )
     return n(tp) + n(cp) + n(dp * cp) + n(pp) + n(ep)
-
-
-_ONLY_FLOAT = frozenset({float})
 
 
 def cublas_workspace_bytes(compute_capability: Array) -> Array:

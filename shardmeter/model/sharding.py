@@ -26,7 +26,6 @@ __all__ = ["ShardingTerms", "shard_inputs", "sharding_terms", "sharding_state"]
 
 _f = ops.as_float
 _PLAIN = (float, int, bool)
-_ONLY_FLOAT = frozenset({float})
 
 
 @attrs.frozen(kw_only=True)
@@ -130,7 +129,7 @@ def shard_inputs(
         """Bytes per element with the layers' weights in fp8 and the embeddings' at ``b16``."""
         return ((p_gpu - emb_gpu) * 1.0 + emb_gpu * b16) / p_gpu
 
-    if type(fp8_params) is bool and set(map(type, (p_gpu, emb_gpu, wb, gather16))) <= _ONLY_FLOAT:
+    if type(fp8_params) is bool and set(map(type, (p_gpu, emb_gpu, wb, gather16))) <= ops.ONLY_FLOAT:
         weight_bytes = fp8_mean(wb) if fp8_params else wb
         gather_bytes = fp8_mean(gather16) if fp8_params else gather16
     else:

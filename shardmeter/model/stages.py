@@ -16,8 +16,6 @@ from shardmeter.numeric.ops import Array
 
 __all__ = ["StageLayers", "stage_layers", "even_stage_layers"]
 
-_ONLY_FLOAT = frozenset({float})
-
 
 @attrs.frozen(kw_only=True)
 class StageLayers:
@@ -66,31 +64,13 @@ def stage_layers(
     last stage count ("Does not support standalone embedding stage and standalone loss stage
     with uneven pp"): ``bad``."""
     emb_f, loss_f = ops.as_float(emb), ops.as_float(loss)
-    if set(map(type, (layers, pp, v, first, last, emb_f, loss_f))) <= _ONLY_FLOAT:
+    if set(map(type, (layers, pp, v, first, last, emb_f, loss_f))) <= ops.ONLY_FLOAT:
         # one plan: its conditions as plain ifs
         return _one_stage_layers(layers, pp, v, first, last, emb_f, loss_f)
     split = (emb_f + loss_f) * ops.where(pp > 1, 1.0, 0.0)
     e = ops.where(pp > 1, emb_f, 0.0)
     lo = ops.where(pp > 1, loss_f, 0.0)
-    set_f, set_l = first > 0, last > 0
-    uneven = set_f | set_l
-    n_mid = pp - ops.where(set_f, 1.0, 0.0) - ops.where(set_l, 1.0, 0.0)
-    rest = layers - first - last
-    per_mid = rest / ops.maximum(n_mid, 1.0)
-    bad = uneven & (
-        (rest < 0)
-        | (n_mid < 0)
-        | ((rest > 0) != (n_mid > 0))
-        | ((n_mid > 0) & (ops.mod(rest, ops.maximum(n_mid, 1.0)) != 0))
-        | ((n_mid > 0) & (ops.mod(per_mid, v) != 0))
-        | (set_f & (ops.mod(first, v) != 0))
-        | (set_l & (ops.mod(last, v) != 0))
-    )
-    units = layers + split  # the split's layers, the embedding and the loss among them
-    per_rank = units / ops.maximum(pp, 1.0)
-    bad = bad | (
-        (split > 0) & (uneven | (ops.mod(units, ops.maximum(pp, 1.0)) != 0) | (ops.mod(per_rank, v) != 0))
-    )
+    set_f, set_l, uneven, n_mid, per_mid, units, bad = _split_checks(layers, pp, v, first, last, split)
     mid_u = ops.where(n_mid > 0, per_mid, 0.0)
     last_rank = ops.maximum(pp - 1.0, 0.0)
     first_n = ops.where(uneven, ops.where(set_f, first, mid_u), even_stage_layers(units, pp, v, 0.0) - e)
@@ -112,14 +92,33 @@ def _one_stage_layers(
 ) -> StageLayers:
     """:func:`stage_layers` of one plan (plain numbers): the same operations in the same order,
     each ``ops.where`` a conditional expression (the value it picks), and only the split the plan
-    has (uneven or even) worked out. tests/test_scalar_twins.py holds it to the general code."""
+    has (uneven or even) worked out; the checks are :func:`_split_checks`, shared.
+    tests/test_scalar_twins.py holds it to the general code."""
     multi = pp > 1
     split = (emb + loss) * (1.0 if multi else 0.0)
     e = emb if multi else 0.0
     lo = loss if multi else 0.0
+    set_f, set_l, uneven, n_mid, per_mid, units, bad = _split_checks(layers, pp, v, first, last, split)
+    mid_u = per_mid if n_mid > 0 else 0.0
+    if uneven:
+        first_n = first if set_f else mid_u
+        last_n = last if set_l & multi else (mid_u if multi else first_n)
+        mid_n = mid_u if pp > 2 else (last_n if multi else first_n)
+    else:
+        first_n = even_stage_layers(units, pp, v, 0.0) - e
+        last_n = even_stage_layers(units, pp, v, ops.maximum(pp - 1.0, 0.0)) - lo
+        mid_n = even_stage_layers(units, pp, v, 1.0) if pp > 2 else (last_n if multi else first_n)
+    return StageLayers(first=first_n, middle=mid_n, last=last_n, bad=bad)
+
+
+def _split_checks(layers: Array, pp: Array, v: Array, first: Array, last: Array, split: Array) -> tuple:
+    """What both paths of :func:`stage_layers` share (its ``ops`` take plain numbers and arrays
+    alike): whether a first / last stage count is set (``set_f``, ``set_l``, ``uneven``), the
+    middle stages (``n_mid``) and their layers each (``per_mid``), the split's units (its
+    layers, the embedding and the loss among them) and the layout's ``bad`` flag."""
     set_f, set_l = first > 0, last > 0
     uneven = set_f | set_l
-    n_mid = pp - (1.0 if set_f else 0.0) - (1.0 if set_l else 0.0)
+    n_mid = pp - ops.where(set_f, 1.0, 0.0) - ops.where(set_l, 1.0, 0.0)
     rest = layers - first - last
     per_mid = rest / ops.maximum(n_mid, 1.0)
     bad = uneven & (
@@ -136,13 +135,4 @@ def _one_stage_layers(
     bad = bad | (
         (split > 0) & (uneven | (ops.mod(units, ops.maximum(pp, 1.0)) != 0) | (ops.mod(per_rank, v) != 0))
     )
-    mid_u = per_mid if n_mid > 0 else 0.0
-    if uneven:
-        first_n = first if set_f else mid_u
-        last_n = last if set_l & multi else (mid_u if multi else first_n)
-        mid_n = mid_u if pp > 2 else (last_n if multi else first_n)
-    else:
-        first_n = even_stage_layers(units, pp, v, 0.0) - e
-        last_n = even_stage_layers(units, pp, v, ops.maximum(pp - 1.0, 0.0)) - lo
-        mid_n = even_stage_layers(units, pp, v, 1.0) if pp > 2 else (last_n if multi else first_n)
-    return StageLayers(first=first_n, middle=mid_n, last=last_n, bad=bad)
+    return set_f, set_l, uneven, n_mid, per_mid, units, bad

@@ -153,13 +153,12 @@ def _finite_floats(nbytes: Array, size: Array, stride: Array, topo: Topology) ->
     # over the tuples in C (map), not a generator's frame per element: every element exactly
     # a float (the set of their types), no tier's GPUs nan, every other number finite
     # (``isfinite`` of a float is ``x - x == 0.0``)
-    if not set(map(type, gpus + bw + lat)) <= _ONLY_FLOAT or any(map(_isnan, gpus)):
+    if not set(map(type, gpus + bw + lat)) <= ops.ONLY_FLOAT or any(map(_isnan, gpus)):
         return False  # the outermost tier's GPUs may be inf (the island)
     return _isfinite(nbytes) and _isfinite(size) and _isfinite(stride) and all(map(_isfinite, bw + lat))
 
 
 _isnan, _isfinite = math.isnan, math.isfinite
-_ONLY_FLOAT = frozenset({float})
 
 
 def _ring_or_tree_floats(

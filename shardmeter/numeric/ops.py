@@ -59,6 +59,10 @@ Array = Any
 _SCALARS = (float, int, bool)
 #: Exact types of the scalar path (a type lookup is cheaper than isinstance over a tuple).
 _FAST = frozenset({float, int, bool})
+#: The scalar path's tests of a branch's inputs, ``set(map(type, xs)) <= ONLY_FLOAT`` (one C
+#: pass over them): every one a plain float; with :data:`FLOAT_OR_BOOL`, a float or a bool.
+ONLY_FLOAT = frozenset({float})
+FLOAT_OR_BOOL = frozenset({float, bool})
 
 
 def is_scalar(x: Array) -> bool:
