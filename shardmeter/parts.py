@@ -529,6 +529,21 @@ class FrameworkPart(Part):
         ``version``."""
         return self.expandable_segments_default
 
+    #: Behaviour ``training.grad_accumulation_fusion`` states where written: the stack sums
+    #: the weight gradients of successive micro-batches inside the weight-gradient GEMM
+    #: (Megatron's ``gradient_accumulation_fusion``), so the sum costs no pass of its own
+    #: (:mod:`~shardmeter.model.grad_accumulation`). True by default: no profile but
+    #: ``megatron-lm`` prices the separate add yet. A profile whose stack changed this
+    #: overrides :meth:`grad_accumulation_fused` instead.
+    grad_accumulation_fused_default: ClassVar[bool] = True
+
+    def grad_accumulation_fused(self, precision: str) -> bool:
+        """Whether, at ``training.precision = precision``, the stack sums the micro-batches'
+        weight gradients inside the weight-gradient GEMM; the default:
+        :attr:`grad_accumulation_fused_default`. A profile with :attr:`versions` adds
+        ``version``."""
+        return self.grad_accumulation_fused_default
+
     def op_saves_attention(self, attention: str, gpu: HardwareProfile) -> bool:
         """Behaviour no key states: whether the stack's per-operator selective checkpointing
         (``training.recompute = "op"``) saves the attention kernel's outputs on ``gpu`` with

@@ -231,8 +231,8 @@ def _row(text: str, label: str) -> str:
 def test_the_cost_line_shows_rate_hours_source_and_date(gpt3):
     r, _ = gpt3
     cb = r.cost_breakdown_usd
-    assert f"{cb['gpu_hours'] / 1e3:.1f}" == "524.3" and f"{cb['total_usd'] / 1e6:.2f}" == "1.05"
-    expected = "$1.05 M = 1.05 M (2.00 $/GPU-h x 524.3 k GPU-h, cloud-on-demand, 2026-06)"
+    assert f"{cb['gpu_hours'] / 1e3:.1f}" == "529.5" and f"{cb['total_usd'] / 1e6:.2f}" == "1.06"
+    expected = "$1.06 M = 1.06 M (2.00 $/GPU-h x 529.5 k GPU-h, cloud-on-demand, 2026-06)"
     assert _row(str(r), "cost") == expected
 
 

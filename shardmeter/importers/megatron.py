@@ -431,6 +431,12 @@ def _training(a: Args, d: Draft) -> None:
         True,
         "Megatron's vocab_parallel_cross_entropy writes the gradient into its saved softmax",
     )
+    if a.on("no-gradient-accumulation-fusion"):
+        d.set(
+            "training.grad_accumulation_fusion",
+            False,
+            "--no-gradient-accumulation-fusion (each micro-batch's weight gradient added in a pass of its own)",
+        )
     optimizer = a.value("optimizer") or "adam"
     if optimizer in ("adam", "sgd"):
         d.set(

@@ -449,6 +449,9 @@ def _training(f: dict[str, Any], d: Draft, file: str) -> None:
         True,
         "Megatron's vocab_parallel_cross_entropy writes the gradient into its saved softmax",
     )
+    fusion = f.get("gradient_accumulation_fusion")
+    if isinstance(fusion, bool):
+        d.set("training.grad_accumulation_fusion", fusion, f"gradient_accumulation_fusion = {fusion}")
     gbs = _int(f, "global_batch_size", file)
     if gbs:
         d.set("training.global_batch", gbs, "global_batch_size")

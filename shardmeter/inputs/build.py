@@ -159,6 +159,17 @@ def _fused_loss(res: Resolved) -> bool:
     return _framework_says(res, "loss_fused", default=False)
 
 
+def _grad_acc_fused(res: Resolved) -> bool:
+    """Whether the micro-batches' weight gradients are summed inside the weight-gradient GEMM:
+    ``training.grad_accumulation_fusion`` where written, else the stack's
+    (``FrameworkPart.grad_accumulation_fused`` at the scenario's precision); True without either
+    (no pass priced)."""
+    t = res.scenario.training
+    if t.grad_accumulation_fusion is not None:
+        return bool(t.grad_accumulation_fusion)
+    return _framework_says(res, "grad_accumulation_fused", t.precision, default=True)
+
+
 def _fp8_te(res: Resolved) -> bool:
     """Whether the fp8 linears are Transformer Engine's: ``training.fp8_backend`` where written,
     else the stack's (``FrameworkPart.fp8_backend_default``), else the recipe's usual home
@@ -201,6 +212,7 @@ def _training(res: Resolved, row) -> Training:
         expandable_segments=row([_expandable_segments(res)] * n),
         optimizer=row([OPTIMIZER_CODES[t.optimizer]] * n),
         fused_loss=row([_fused_loss(res)] * n),
+        grad_acc_fused=row([_grad_acc_fused(res)] * n),
         loss_parallel=row([_framework_says(res, "loss_parallel_enabled", default=False)] * n),
         fp8_te=row([_fp8_te(res)] * n),
         **_lora(res, row, n),

@@ -153,6 +153,10 @@ class Training:
     optimizer: Array = 0.0
     #: the stack's loss backward writes the logits' gradient in place (``FrameworkPart.loss_fused``)
     fused_loss: Array = 0.0
+    #: the micro-batches' weight gradients are summed inside the weight-gradient GEMM
+    #: (``training.grad_accumulation_fusion``; 0: an add of its own per micro-batch,
+    #: :mod:`~shardmeter.model.grad_accumulation`)
+    grad_acc_fused: Array = 1.0
     #: with ``tp`` > 1 the loss runs under DTensor's ``loss_parallel()``
     #: (``FrameworkPart.loss_parallel_enabled``; :func:`~.memory.loss_transient_bytes`)
     loss_parallel: Array = 0.0

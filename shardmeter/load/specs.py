@@ -318,6 +318,12 @@ class TrainingSpec:
     #: cross-entropy, a fused or chunked loss): no transient copies in its backward; None: the
     #: framework profile's behaviour (``FrameworkPart.loss_fused``), else ``F.cross_entropy``
     fused_loss: bool | None = None
+    #: the weight gradients of successive micro-batches are summed inside the weight-gradient
+    #: GEMM (Megatron's ``--gradient-accumulation-fusion``): no pass of their own; False: one
+    #: elementwise add per micro-batch after the first over the gradient buffer
+    #: (:mod:`shardmeter.model.grad_accumulation`); None: the framework profile's behaviour
+    #: (``FrameworkPart.grad_accumulation_fused``), else True (not priced)
+    grad_accumulation_fusion: bool | None = None
     #: whose fp8 linears: ``"transformer-engine"`` (keeps the fp8 copy of each input for the
     #: weight-gradient GEMM) or ``"torchao"`` (keeps the 16-bit input); None: the framework
     #: profile's, else Transformer Engine for ``delayed`` and torchao for the other recipes

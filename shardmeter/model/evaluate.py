@@ -30,6 +30,7 @@ from shardmeter.model.degrees import Degrees, degrees
 from shardmeter.model.feasibility import Reason, batch_reasons, batch_split, layout_reasons, sharding_reasons
 from shardmeter.model.flops import model_flops
 from shardmeter.model.formulas import KERNEL_OVERHEAD_S
+from shardmeter.model.grad_accumulation import grad_accumulation_s
 from shardmeter.model.islands import IslandDetail, IslandSteps, combine_islands
 from shardmeter.model.outputs import BREAKDOWN_TERMS, HiddenTerms, MemoryProbe, Outputs, StepTerms
 from shardmeter.model.pick import pick
@@ -236,14 +237,24 @@ def _step_terms(
     """The island's step by term: ``m_int`` micro-batches of the pacing stage, the pipeline's
     bubble and transfers, the exposed data-parallel traffic (``dp_exposed`` per step, the
     sharding traffic per micro-batch) and the optimizer (memory-bound Adam over this GPU's
-    optimizer shard). ``dp_comm`` also holds what the hidden data-parallel traffic costs the
+    optimizer shard). ``memory_ops`` also holds the weight gradients' separate adds where the
+    stack does not sum them inside the GEMM (:mod:`.grad_accumulation`). ``dp_comm`` also holds what the hidden data-parallel traffic costs the
     compute beside it (``dp_slowdown`` per step and the stage's ``fsdp_slowdown_s`` per
     micro-batch: NCCL's blocks hold SMs, :mod:`.interference`)."""
     ct, lc = pace.compute, pace.comm
     t_opt = optimizer_s(inp, pace)
+    hw = inp.hardware
+    acc = grad_accumulation_s(
+        m_int,
+        pace.state.gradients,
+        pace.shard.weight_bytes,
+        pace.shard.grad_bytes,
+        inp.training.grad_acc_fused,
+        hw.hbm_bytes_s * hw.hbm_efficiency,
+    )
     return StepTerms(
         compute_s=m_int * ct.compute,
-        memory_ops_s=m_int * ct.memory_ops,
+        memory_ops_s=m_int * ct.memory_ops + acc,
         tp_comm_s=m_int * lc.tp_exposed,
         cp_comm_s=m_int * lc.cp_exposed,
         ep_comm_s=m_int * lc.ep_exposed,

@@ -53,15 +53,33 @@ NO_PIPELINE_SCATTER = StackVersion(
     "rank now sends the whole activation (the bundled 1f1b and interleaved schedules still send "
     "1/t: not expressed)",
 )
+GRAD_ACC_FUSION = StackVersion(
+    since="2022-02-13",
+    commit="83b1e42f3012da2f3674b118e83d9d33d9aba633",
+    change="gradient accumulation fusion: megatron/arguments.py \"'--no-gradient-accumulation-fusion', "
+    "action='store_false'\", the weight-gradient GEMM accumulates into the fp32 main_grad; off "
+    'without fp32 accumulation ("supported only with fp32 gradient accumulation. Setting '
+    'gradient_accumulation_fusion to False"), which --bf16 forces and --fp16 does not',
+)
+GRAD_ACC_FUSION_FP16 = StackVersion(
+    since="2022-09-27",
+    commit="07916bf24553f0d635c4083a8dd5b31755caa82b",
+    change='Support gradient accumulation fusion in fp16: megatron/arguments.py "-        if '
+    'args.gradient_accumulation_fusion:" / "-            args.gradient_accumulation_fusion = False", '
+    "the fp32-only check removed, so the fusion is on at every precision",
+)
 
-#: Megatron-LM before Megatron-Core: its defaults did not change over these states (each a
-#: store_true flag off by default); the pipeline's scatter-gather went on 2023-03-23.
+#: Megatron-LM before Megatron-Core: its key defaults did not change over these states (each a
+#: store_true flag off by default); the weight gradients' accumulation went into the GEMM on
+#: 2022-02-13 (bf16) and 2022-09-27 (fp16); the pipeline's scatter-gather went on 2023-03-23.
 MEGATRON_LM_VERSIONS: tuple[StackVersion, ...] = (
     DDP_LOCAL,
     release("2020-04-21", "03d2880923ffeec494cb0ef0cfc3d7234b2bacc7", "v1.0"),
     release("2021-01-12", "be473a5bd22e9adefb076d65c4a2950b05536a6f", "v2.0"),
     release("2021-08-10", "e269e200649555069454bf78335466f9658b2044", "v2.5"),
     release("2021-08-27", "3860e995269df61d234ed910d4756e104e1ab844", "v2.6"),
+    GRAD_ACC_FUSION,
+    GRAD_ACC_FUSION_FP16,
     NO_PIPELINE_SCATTER,
     release("2023-05-11", "2360d732a399dd818d40cbe32828f65b260dee11", "23.04"),
     read_at("2023-06-01", "d4878ef015eec842d97f907ffddead7ad86d3f56", "megatron/arguments.py"),
@@ -87,6 +105,16 @@ class MegatronLM(FrameworkPart):
     fp8_backend_default = "transformer-engine"
 
     versions: ClassVar[tuple[StackVersion, ...]] = MEGATRON_LM_VERSIONS
+
+    def grad_accumulation_fused(self, precision: str, version: StackVersion | None = None) -> bool:
+        """The weight-gradient GEMM accumulates into ``main_grad`` (``fused_weight_gradient_mlp_cuda``)
+        from 07916bf2 (2022-09-27) at every precision, from 83b1e42f (2022-02-13) with bf16
+        (which forces fp32 accumulation), never before: until then autograd's ``AccumulateGrad``
+        (or, with contiguous buffers, ``param.main_grad.add_(param.grad.data)`` in
+        megatron/model/distributed.py ``param_hook``@de7dc40f) adds each micro-batch's
+        gradient in a pass of its own."""
+        v = version or self.versions[-1]
+        return v.at_least(GRAD_ACC_FUSION_FP16) or (v.at_least(GRAD_ACC_FUSION) and precision == "bf16")
 
     def defaults(self, tables, gpus, version=None) -> FrameworkDefaults:
         return {
