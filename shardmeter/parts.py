@@ -532,8 +532,8 @@ class FrameworkPart(Part):
     #: Behaviour ``training.grad_accumulation_fusion`` states where written: the stack sums
     #: the weight gradients of successive micro-batches inside the weight-gradient GEMM
     #: (Megatron's ``gradient_accumulation_fusion``), so the sum costs no pass of its own
-    #: (:mod:`~shardmeter.model.grad_accumulation`). True by default: no profile but
-    #: ``megatron-lm`` prices the separate add yet. A profile whose stack changed this
+    #: (:mod:`~shardmeter.model.grad_accumulation`). True by default: only ``megatron-lm``
+    #: (by date) and ``torchtitan`` (FSDP2) price the separate add. A profile whose stack changed this
     #: overrides :meth:`grad_accumulation_fused` instead.
     grad_accumulation_fused_default: ClassVar[bool] = True
 

@@ -89,3 +89,25 @@ def test_importers_read_the_flag(tmp_path, capsys):
     code, out, _ = run(capsys, "import", "megatron", str(script), "--gpu", "h100-sxm", "--gpus", "8")
     assert code == 0
     assert "grad_accumulation_fusion = false" in out
+
+
+TT_PP = RUN.parent.parent / "torchtitan" / "torchtitan-202412-llama3-405b-n512-1f1b.toml"
+
+
+def test_fsdp2_under_a_pipeline_adds_into_its_unsharded_fp32_accumulator():
+    """torchtitan (FSDP2) never fuses the sum: under a pipeline schedule the accumulator is the
+    unsharded gradient in fp32, one element per parameter of the pacing stage's slice
+    (``params_per_gpu``), and each add after the first reads and writes it (8 bytes an element)
+    and reads the bf16 gradient (2): 10 bytes. The model adds over the stage's whole gradient
+    state, which also holds its reduced 1/dp shard in bf16: 1 / (2 dp) = 6 % more at dp 8."""
+    est = shardmeter.Estimator()
+    rep = est.estimate(str(TT_PP))
+    fused = est.estimate(str(TT_PP), overrides={"training.grad_accumulation_fusion": True})
+    m = rep.layout["grad_accumulation"]
+    assert m > 1
+    gpu = est.resolve(est.load(str(TT_PP))).islands[0].gpu  # the 2.4 TB/s Grand Teton H100
+    hbm = gpu.memory_bandwidth_gb_s * 1e9 * gpu.hbm_efficiency
+    want = (m - 1) * rep.layout["params_per_gpu"] * 10 / hbm
+    got = rep.breakdown_s["memory_ops"] - fused.breakdown_s["memory_ops"]
+    dp = rep.layout["dp"]
+    assert got == pytest.approx(want * (1 + 1 / (2 * dp)), rel=1e-3)

@@ -7,9 +7,12 @@ backward write a fresh gradient and added it to the held one: autograd's ``Accum
 ``param.main_grad.add_(param.grad.data)`` (megatron/model/distributed.py, ``param_hook``,
 NVIDIA/Megatron-LM@de7dc40f). Its ``--gradient-accumulation-fusion`` later had the
 weight-gradient GEMM accumulate into ``main_grad`` (``fused_weight_gradient_mlp_cuda``), which
-costs no pass. The first micro-batch's gradient is the buffer itself (nothing to add to), so a
-step of ``m`` micro-batches adds ``m - 1`` times; each add reads the held buffer and the new
-gradient and writes the buffer back.
+costs no pass. PyTorch's FSDP2 adds in a pass of its own too
+(``FSDPParam.accumulate_unsharded_grad_if_needed``, the ``torchtitan`` profile). The first
+micro-batch's gradient is the buffer itself (nothing to add to; FSDP2's upcast of it to the
+reduce dtype, 6 bytes an element once a step, is not counted), so a step of ``m`` micro-batches
+adds ``m - 1`` times; each add reads the held buffer and the new gradient and writes the buffer
+back.
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ def grad_accumulation_s(
     hbm: Array,
 ) -> Array:
     """Seconds per step of the separate adds (0 where ``fused``): ``micro_batches - 1`` passes of
-    :func:`accumulation_bytes_per_add` at the achieved HBM rate ``hbm``."""
+    :func:`accumulation_bytes_per_add` over the gradient state the stage holds
+    (``gradients_bytes``) at the achieved HBM rate ``hbm``. Under FSDP with a pipeline schedule
+    that state is the unsharded accumulator and the reduced shard, which the adds do not touch:
+    the shard is counted too, ``1 / (2 dp)`` more with a bf16 shard beside an fp32 accumulator."""
     adds = ops.maximum(micro_batches - 1.0, 0.0)
     per_add = accumulation_bytes_per_add(gradients_bytes, weight_bytes, grad_bytes) / hbm
     return ops.where(ops.as_bool(fused), 0.0, adds * per_add)

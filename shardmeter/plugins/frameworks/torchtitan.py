@@ -302,6 +302,14 @@ class TorchTitan(FrameworkPart):
         before it: "TODO: compiling loss function causes CUDA errors, turning off for now")."""
         return (version or self.versions[-1]).at_least(LOSS_COMPILED)
 
+    def grad_accumulation_fused(self, precision: str, version: StackVersion | None = None) -> bool:
+        """Never: FSDP2 adds each micro-batch's gradient to the one it holds in a pass of its own,
+        the unsharded accumulator in the reduce dtype while a pipeline schedule defers the
+        reduction (``FSDPParam.accumulate_unsharded_grad_if_needed``: ``self.unsharded_accumulated_grad
+        += self.unsharded_param.grad``, torch/distributed/fsdp/_fully_shard/_fsdp_param.py,
+        pytorch/pytorch@010ae4a8), the sharded gradient after each reduce-scatter otherwise."""
+        return False
+
     def expandable_segments(self, version: StackVersion | None = None) -> bool:
         """Its launcher sets ``PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"`` since
         a5e57e4a (2024-10-22, ``run_llama_train.sh``; kept in ``run_train.sh``, as
