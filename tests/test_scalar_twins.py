@@ -244,3 +244,32 @@ def test_one_plans_attention_params_are_the_arrays_to_the_bit():
             dflt = float(formulas.attention_params(*(np.asarray([x]) for x in (h, q, kv)))[0])
         assert _same(one, float(arr[0])), (h, q, kv, v, o, qr, kvr, one, arr)
         assert _same(formulas.attention_params(h, q, kv), dflt)
+
+
+def test_one_plans_elementwise_kernels_are_the_general_codes_to_the_bit():
+    """layer_elementwise of plain numbers (:func:`~shardmeter.model.elementwise._phase_floats`)
+    is the general code's (:func:`~shardmeter.model.elementwise._phase_elementwise` through
+    ops) and the batch's, every block family, dropout and eager or fused, at edge sizes."""
+    import numpy as np
+
+    from shardmeter.model import elementwise as el
+
+    sizes = (0.0, 1.0, 4096.0, 1e6, 5e7, 1e12, math.inf, math.nan)
+    rng = random.Random(17)
+    for _ in range(3000):
+        n = [rng.choice(sizes) if rng.random() < 0.2 else rng.uniform(1.0, 1e9) for _ in range(4)]
+        hbm = rng.choice((1.0, 1.5e12, 2.0e12, 3.35e12, 8e12, math.inf, 0.0))
+        flags = [rng.random() < 0.5 for _ in range(3)]
+        args = (*n, *flags, hbm)
+        try:
+            one = el.layer_elementwise(*args)
+        except ZeroDivisionError:
+            with pytest.raises(ZeroDivisionError):
+                el._phase_elementwise(0, *n, flags[0], flags[1], not flags[2], hbm)
+            continue
+        sw, do, eager = flags[0], flags[1], not flags[2]
+        ref = tuple(el._phase_elementwise(ph, *n, sw, do, eager, hbm) for ph in (0, 1))
+        with np.errstate(invalid="ignore", over="ignore"):
+            arr = el.layer_elementwise(*(np.asarray([x]) for x in args))
+        for a, b, c in zip(one, ref, arr, strict=True):
+            assert type(a) is float and _same(a, b) and _same(a, float(np.asarray(c)[0])), (args, one, ref)
