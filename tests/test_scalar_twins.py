@@ -273,3 +273,73 @@ def test_one_plans_elementwise_kernels_are_the_general_codes_to_the_bit():
             arr = el.layer_elementwise(*(np.asarray([x]) for x in args))
         for a, b, c in zip(one, ref, arr, strict=True):
             assert type(a) is float and _same(a, b) and _same(a, float(np.asarray(c)[0])), (args, one, ref)
+
+
+def _one_and_array(fn, *args):
+    """``fn`` of plain floats (its scalar twin) and of 1-element arrays (the ops code): the float
+    result and the array's element (``(None, None)`` where the floats divide by zero, which
+    sends one plan to the array path)."""
+    import numpy as np
+
+    try:
+        one = fn(*args)
+    except ZeroDivisionError:
+        return None, None
+    with np.errstate(all="ignore"):
+        arr = fn(*(np.asarray([a]) if type(a) is float else a for a in args))
+    return one, float(np.asarray(arr).ravel()[0])
+
+
+def test_one_plans_offload_share_nccl_share_ring_and_shard_groups_are_the_arrays_to_the_bit():
+    """offload_kept, logits_bytes_per_element, nccl_sm_share, ring_collective_time and the ZeRO
+    shard groups of plain floats (ops.maximum/minimum/where written out) are the batch's
+    values, at edge numbers (0, 1, negative, inf, nan)."""
+    import attrs
+
+    from shardmeter.model import interference, memory
+    from shardmeter.parts import ShardInputs
+    from shardmeter.strategies import zero
+
+    vals = (0.0, -0.0, -1.0, 0.5, 1.0, 2.0, 3.0, 7.0, 8.0, 96.0, 1e9, math.inf, -math.inf, math.nan)
+    rng = random.Random(29)
+
+    def x():
+        return rng.choice(vals) if rng.random() < 0.5 else rng.uniform(0.0, 200.0)
+
+    @attrs.frozen
+    class Tr:
+        offload_layers: object = 0.0
+        compiled_loss: object = 0.0
+
+    @attrs.frozen
+    class Sh:
+        layers_per_stage: object
+
+    cases = 0
+    for _ in range(4000):
+        checks = [
+            (lambda o, ls: memory.offload_kept(Tr(offload_layers=o), Sh(ls)), x(), x()),
+            (lambda c: memory.logits_bytes_per_element(Tr(compiled_loss=c)), x()),
+            (interference.nccl_sm_share, x(), x()),
+            (formulas.ring_collective_time, x(), x(), x(), x(), rng.choice((0.0, 1.0, 2.0))),
+        ]
+        by_domain = rng.random() < 0.5
+        has_etp = rng.random() < 0.5
+
+        def shard(tp, dp, cp, ep, etp, dom, has_etp=has_etp):
+            return ShardInputs(
+                params_per_gpu=1.0, params_per_layer=1.0, layers_per_stage=1.0, weight_bytes=2.0,
+                grad_bytes=2.0, optimizer_bytes_per_param=12.0, tp=tp, dp=dp, cp=cp,
+                domain_gpus=dom, ep=ep, expert_tp=etp if has_etp else None,
+            )  # fmt: skip
+
+        degrees = [x() for _ in range(6)]
+        for group in (zero.shard_group_size, zero.expert_shard_group_size):
+            checks.append((lambda *d, g=group, b=by_domain: g(shard(*d), b), *degrees))
+        for fn, *args in checks:
+            one, arr = _one_and_array(fn, *args)
+            if one is None:
+                continue
+            assert type(one) is float and _same(one, arr), (fn, args, one, arr)
+            cases += 1
+    assert cases > 10000
