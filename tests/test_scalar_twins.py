@@ -343,3 +343,35 @@ def test_one_plans_offload_share_nccl_share_ring_and_shard_groups_are_the_arrays
             assert type(one) is float and _same(one, arr), (fn, args, one, arr)
             cases += 1
     assert cases > 10000
+
+
+def test_one_plans_model_flops_are_the_arrays_to_the_bit():
+    """model_flops of one plan (its recompute mode's term only, as plain ifs) is the batch's
+    value, every mode, op recompute saving the attention or not, every bundled model."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.load.scenario import model_presets
+    from shardmeter.model.evaluate import _as_arrays
+    from shardmeter.model.flops import model_flops
+
+    est = Estimator()
+    rng = random.Random(31)
+    for preset in sorted(model_presets()):
+        sc = {"model": {"preset": preset}, "training": {"global_batch": 64, "micro_batch": 1}}
+        sc["island"] = [{"gpu": "h100-sxm", "nodes": 4, "gpus_per_node": 8}]
+        inp, _ = build_inputs(est.resolve(est.load(sc)), scalar=True)
+        for mode in (*(float(m) for m in Recompute), math.nan):
+            for saves in (0.0, 1.0):
+                tr = attrs.evolve(inp.training, recompute=mode, op_saves_attention=saves)
+                one_inp = attrs.evolve(inp, training=tr)
+                arr_inp = _as_arrays(one_inp)
+                share = rng.choice((0.0, 0.25, 1.0))
+                one = model_flops(one_inp.model, one_inp.training, share)
+                arr = model_flops(arr_inp.model, arr_inp.training, np.asarray([[share]]))
+                for f in attrs.fields(type(one)):
+                    a, b = getattr(one, f.name), float(np.asarray(getattr(arr, f.name)).ravel()[0])
+                    assert type(a) is float and _same(a, b), (preset, mode, saves, f.name, a, b)
