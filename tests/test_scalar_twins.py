@@ -244,3 +244,197 @@ def test_one_plans_attention_params_are_the_arrays_to_the_bit():
             dflt = float(formulas.attention_params(*(np.asarray([x]) for x in (h, q, kv)))[0])
         assert _same(one, float(arr[0])), (h, q, kv, v, o, qr, kvr, one, arr)
         assert _same(formulas.attention_params(h, q, kv), dflt)
+
+
+def test_one_plans_elementwise_kernels_are_the_general_codes_to_the_bit():
+    """layer_elementwise of plain numbers (:func:`~shardmeter.model.elementwise._phase_floats`)
+    is the general code's (:func:`~shardmeter.model.elementwise._phase_elementwise` through
+    ops) and the batch's, every block family, dropout and eager or fused, at edge sizes."""
+    import numpy as np
+
+    from shardmeter.model import elementwise as el
+
+    sizes = (0.0, 1.0, 4096.0, 1e6, 5e7, 1e12, math.inf, math.nan)
+    rng = random.Random(17)
+    for _ in range(3000):
+        n = [rng.choice(sizes) if rng.random() < 0.2 else rng.uniform(1.0, 1e9) for _ in range(4)]
+        hbm = rng.choice((1.0, 1.5e12, 2.0e12, 3.35e12, 8e12, math.inf, 0.0))
+        flags = [rng.random() < 0.5 for _ in range(3)]
+        args = (*n, *flags, hbm)
+        try:
+            one = el.layer_elementwise(*args)
+        except ZeroDivisionError:
+            with pytest.raises(ZeroDivisionError):
+                el._phase_elementwise(0, *n, flags[0], flags[1], not flags[2], hbm)
+            continue
+        sw, do, eager = flags[0], flags[1], not flags[2]
+        ref = tuple(el._phase_elementwise(ph, *n, sw, do, eager, hbm) for ph in (0, 1))
+        with np.errstate(invalid="ignore", over="ignore"):
+            arr = el.layer_elementwise(*(np.asarray([x]) for x in args))
+        for a, b, c in zip(one, ref, arr, strict=True):
+            assert type(a) is float and _same(a, b) and _same(a, float(np.asarray(c)[0])), (args, one, ref)
+
+
+def _one_and_array(fn, *args):
+    """``fn`` of plain floats (its scalar twin) and of 1-element arrays (the ops code): the float
+    result and the array's element (``(None, None)`` where the floats divide by zero, which
+    sends one plan to the array path)."""
+    import numpy as np
+
+    try:
+        one = fn(*args)
+    except ZeroDivisionError:
+        return None, None
+    with np.errstate(all="ignore"):
+        arr = fn(*(np.asarray([a]) if type(a) is float else a for a in args))
+    return one, float(np.asarray(arr).ravel()[0])
+
+
+def test_one_plans_offload_share_nccl_share_ring_and_shard_groups_are_the_arrays_to_the_bit():
+    """offload_kept, logits_bytes_per_element, nccl_sm_share, ring_collective_time and the ZeRO
+    shard groups of plain floats (ops.maximum/minimum/where written out) are the batch's
+    values, at edge numbers (0, 1, negative, inf, nan)."""
+    import attrs
+
+    from shardmeter.model import interference, memory
+    from shardmeter.parts import ShardInputs
+    from shardmeter.strategies import zero
+
+    vals = (0.0, -0.0, -1.0, 0.5, 1.0, 2.0, 3.0, 7.0, 8.0, 96.0, 1e9, math.inf, -math.inf, math.nan)
+    rng = random.Random(29)
+
+    def x():
+        return rng.choice(vals) if rng.random() < 0.5 else rng.uniform(0.0, 200.0)
+
+    @attrs.frozen
+    class Tr:
+        offload_layers: object = 0.0
+        compiled_loss: object = 0.0
+
+    @attrs.frozen
+    class Sh:
+        layers_per_stage: object
+
+    cases = 0
+    for _ in range(4000):
+        checks = [
+            (lambda o, ls: memory.offload_kept(Tr(offload_layers=o), Sh(ls)), x(), x()),
+            (lambda c: memory.logits_bytes_per_element(Tr(compiled_loss=c)), x()),
+            (interference.nccl_sm_share, x(), x()),
+            (formulas.ring_collective_time, x(), x(), x(), x(), rng.choice((0.0, 1.0, 2.0))),
+        ]
+        by_domain = rng.random() < 0.5
+        has_etp = rng.random() < 0.5
+
+        def shard(tp, dp, cp, ep, etp, dom, has_etp=has_etp):
+            return ShardInputs(
+                params_per_gpu=1.0, params_per_layer=1.0, layers_per_stage=1.0, weight_bytes=2.0,
+                grad_bytes=2.0, optimizer_bytes_per_param=12.0, tp=tp, dp=dp, cp=cp,
+                domain_gpus=dom, ep=ep, expert_tp=etp if has_etp else None,
+            )  # fmt: skip
+
+        degrees = [x() for _ in range(6)]
+        for group in (zero.shard_group_size, zero.expert_shard_group_size):
+            checks.append((lambda *d, g=group, b=by_domain: g(shard(*d), b), *degrees))
+        for fn, *args in checks:
+            one, arr = _one_and_array(fn, *args)
+            if one is None:
+                continue
+            assert type(one) is float and _same(one, arr), (fn, args, one, arr)
+            cases += 1
+    assert cases > 10000
+
+
+def test_one_plans_model_flops_are_the_arrays_to_the_bit():
+    """model_flops of one plan (its recompute mode's term only, as plain ifs) is the batch's
+    value, every mode, op recompute saving the attention or not, every bundled model."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.load.scenario import model_presets
+    from shardmeter.model.evaluate import _as_arrays
+    from shardmeter.model.flops import model_flops
+
+    est = Estimator()
+    rng = random.Random(31)
+    for preset in sorted(model_presets()):
+        sc = {"model": {"preset": preset}, "training": {"global_batch": 64, "micro_batch": 1}}
+        sc["island"] = [{"gpu": "h100-sxm", "nodes": 4, "gpus_per_node": 8}]
+        inp, _ = build_inputs(est.resolve(est.load(sc)), scalar=True)
+        for mode in (*(float(m) for m in Recompute), math.nan):
+            for saves in (0.0, 1.0):
+                tr = attrs.evolve(inp.training, recompute=mode, op_saves_attention=saves)
+                one_inp = attrs.evolve(inp, training=tr)
+                arr_inp = _as_arrays(one_inp)
+                share = rng.choice((0.0, 0.25, 1.0))
+                one = model_flops(one_inp.model, one_inp.training, share)
+                arr = model_flops(arr_inp.model, arr_inp.training, np.asarray([[share]]))
+                for f in attrs.fields(type(one)):
+                    a, b = getattr(one, f.name), float(np.asarray(getattr(arr, f.name)).ravel()[0])
+                    assert type(a) is float and _same(a, b), (preset, mode, saves, f.name, a, b)
+
+
+def test_one_islands_details_are_the_general_codes_to_the_bit():
+    """The report's figures of one plan on one island (:func:`~shardmeter.model.islands._details_floats`)
+    are the general code's (:func:`~shardmeter.model.islands._details_ops`, its scalar branch),
+    every figure and record field, at random and edge numbers (a zero step, zero GPUs: the
+    same ZeroDivisionError)."""
+    import attrs
+
+    import shardmeter.model.evaluate as ev
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import islands
+    from shardmeter.model.outputs import field_values
+
+    est = Estimator()
+    inp, table = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)
+    seen = []
+    real = islands._details
+    try:  # the arguments combine_islands gives it for the example
+        islands._details = lambda *a: (seen.append(a), real(*a))[1]
+        ev.evaluate(inp, table, fallback=False)
+    finally:
+        islands._details = real
+    inp0, st0, island0, full, slow0, step0, wan0 = seen[0]
+    assert full == ()
+    vals = (0.0, -0.0, 1.0, 3.5, 1e-9, 1e12, math.inf, math.nan)
+    rng = random.Random(37)
+
+    def x(v):
+        return rng.choice(vals) if rng.random() < 0.2 else v * rng.uniform(0.5, 2.0)
+
+    def flat(v):
+        if attrs.has(type(v)):
+            return [y for f in field_values(v).values() for y in flat(f)]
+        return [v]
+
+    for _ in range(500):
+        st = attrs.evolve(
+            st0,
+            terms=attrs.evolve(st0.terms, **{k: x(v) for k, v in field_values(st0.terms).items()}),
+            hidden=attrs.evolve(st0.hidden, **{k: x(v) for k, v in field_values(st0.hidden).items()}),
+            **{
+                k: x(getattr(st0, k)) for k in ("model_flops_per_token", "peak_flops", "gpus", "island_batch")
+            },
+        )
+        island = {**island0, **{k: x(island0[k]) for k in ("step_s", "gpus", "memory_bytes")}}
+        wan = attrs.evolve(wan0, wan_s=x(1.0), round_s=x(1.0))
+        args = (inp0, st, x(slow0), x(step0), wan)
+        assert islands._all_floats(inp0, st, island, args[2], args[3], wan)
+        a_isl, b_isl = dict(island), dict(island)
+        try:
+            a = islands._details_floats(inp0, st, a_isl, *args[2:])
+        except ZeroDivisionError:
+            with pytest.raises(ZeroDivisionError):
+                islands._details_ops(inp0, st, b_isl, (), *args[2:])
+            continue
+        b = islands._details_ops(inp0, st, b_isl, (), *args[2:])
+        for got, want in ((a, b), (a_isl, b_isl)):
+            assert got.keys() == want.keys()
+            for k in got:
+                ga, gb = flat(got[k]), flat(want[k])
+                assert len(ga) == len(gb) and all(_same(u, v) for u, v in zip(ga, gb, strict=True)), k

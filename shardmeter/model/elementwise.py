@@ -31,7 +31,8 @@ same kernels in both (their traffic is already minimal).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 
 from shardmeter.model.branches import where_needed
 from shardmeter.numeric import ops
@@ -136,8 +137,66 @@ def layer_elementwise(
     sw = ops.as_bool(swiglu)
     do = ops.as_bool(dropout)
     eager = ops.logical_not(ops.as_bool(compiled))
+    if (
+        type(sw) is bool
+        and type(do) is bool
+        and type(eager) is bool
+        and set(map(type, (n_h, n_q, n_kv, n_ffn, hbm))) <= ops.ONLY_FLOAT
+    ):
+        table = EAGER if eager else FUSED
+        return (
+            _phase_floats(0, n_h, n_q, n_kv, n_ffn, sw, do, eager, table, hbm),
+            _phase_floats(1, n_h, n_q, n_kv, n_ffn, sw, do, eager, table, hbm),
+        )
     f, b = (_phase_elementwise(phase, n_h, n_q, n_kv, n_ffn, sw, do, eager, hbm) for phase in (0, 1))
     return f, b
+
+
+def _kernels_floats(kernels: Sequence[tuple[float, float]], elements: float, hbm: float) -> float:
+    """:func:`kernel_time` of plain floats: ``ops.maximum`` written out (nan where neither side
+    is the larger, as numpy)."""
+    t = 0.0
+    k = ELEMENTWISE_KERNEL_S
+    for r, w in kernels:
+        x = (r + w) * elements / hbm
+        t = t + (x if x >= k else (k if k > x else math.nan))
+    return t
+
+
+def _phase_floats(
+    phase: int,
+    n_h: float,
+    n_q: float,
+    n_kv: float,
+    n_ffn: float,
+    sw: bool,
+    do: bool,
+    eager: bool,
+    table: Mapping[str, Sequence[Sequence[tuple[float, float]]]],
+    hbm: float,
+) -> float:
+    """:func:`_phase_elementwise` of one plan (plain floats and bools; ``table``: ``EAGER`` or
+    ``FUSED``, as ``eager`` picks): the same kernels summed in the same order, no closure per
+    call. tests/test_scalar_twins.py holds it to the general code to the bit."""
+    if do:
+        if eager or phase == 1:
+            drop = _kernels_floats(table["dropout"][phase], n_h, hbm)
+        else:  # the fused dropout's forward: its mask bytes in the residual add
+            drop = bytes_per_element(FUSED["dropout"][0]) * n_h / hbm
+    else:
+        drop = 0.0
+    if sw:
+        norm = _kernels_floats(table["rmsnorm"][phase], n_h, hbm)
+    else:
+        norm = _kernels_floats(table["layernorm"][phase], n_h, hbm)
+    res = _kernels_floats(table["residual"][phase], n_h, hbm)
+    rope = (
+        _kernels_floats(table["rope"][phase], n_q, hbm) + _kernels_floats(table["rope"][phase], n_kv, hbm)
+        if sw
+        else 0.0
+    )
+    act = _kernels_floats(table["swiglu" if sw else "gelu"][phase], n_ffn, hbm)
+    return 2.0 * norm + 2.0 * res + 2.0 * drop + rope + act
 
 
 def _phase_elementwise(

@@ -57,6 +57,41 @@ def model_flops(ms: ModelShape, tr: Training, share: Array = 1.0) -> ModelFlops:
     # LoRA: no weight gradients for the frozen matrices and the output layer, 2/3 of their
     # FLOPs; the attention scores in full (Megatron-Bridge flop_utils.py @067f987, :mod:`.lora`)
     mf_tok = mf_tok - (1.0 - weight_grad_share(tr)) * (dense_all + 2.0 * ms.hidden * ms.vocab)
+    if type(rec) is float and type(E) is float:
+        # one plan: its recompute mode's term only (the others' plain products raise nothing)
+        if rec == Recompute.FULL:
+            extra = share * (dense_all + att_all)
+        elif rec == Recompute.SELECTIVE:
+            extra = att_all
+        elif rec == Recompute.OP:
+            extra = _op_flops(ms, E, ktop) + (0.0 if ops.as_bool(tr.op_saves_attention) else att_all)
+        else:
+            extra = 0.0
+        hw_tok = mf_tok + extra
+    else:
+        hw_tok = mf_tok + ops.where(
+            rec == Recompute.FULL,
+            share * (dense_all + att_all),
+            ops.where(
+                rec == Recompute.SELECTIVE,
+                att_all,
+                ops.where(
+                    rec == Recompute.OP,
+                    _op_flops(ms, E, ktop) + ops.where(ops.as_bool(tr.op_saves_attention), 0.0, att_all),
+                    0.0,
+                ),
+            ),
+        )
+    return ModelFlops(
+        model_flops_per_token=mf_tok,
+        hardware_flops_per_token=hw_tok,
+        params=model_params(ms.layers, *args, ms.vocab, ops.as_bool(ms.tied), E, **shape),
+    )
+
+
+def _op_flops(ms: ModelShape, E: Array, ktop: Array) -> Array:
+    """The forward FLOPs per token that op recompute runs again over all the layers
+    (:func:`~.formulas.op_recompute_flops_per_token` of a MoE layer and of a dense one)."""
     op_moe = op_recompute_flops_per_token(
         ms.hidden,
         ms.q_dim,
@@ -72,20 +107,4 @@ def model_flops(ms: ModelShape, tr: Training, share: Array = 1.0) -> ModelFlops:
         ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu, o_dim=ms.o_dim
     )
     moe = E > 1
-    op_all = ops.where(moe, ms.layers * op_moe + ms.dense_layers * (op_dense - op_moe), ms.layers * op_dense)
-    hw_tok = mf_tok + ops.where(
-        rec == Recompute.FULL,
-        share * (dense_all + att_all),
-        ops.where(
-            rec == Recompute.SELECTIVE,
-            att_all,
-            ops.where(
-                rec == Recompute.OP, op_all + ops.where(ops.as_bool(tr.op_saves_attention), 0.0, att_all), 0.0
-            ),
-        ),
-    )
-    return ModelFlops(
-        model_flops_per_token=mf_tok,
-        hardware_flops_per_token=hw_tok,
-        params=model_params(ms.layers, *args, ms.vocab, ops.as_bool(ms.tied), E, **shape),
-    )
+    return ops.where(moe, ms.layers * op_moe + ms.dense_layers * (op_dense - op_moe), ms.layers * op_dense)

@@ -448,5 +448,11 @@ def ring_collective_time(nbytes: Array, n: Array, bw: Array, lat: Array, steps_f
     ``lat`` the per-step latency in seconds.
     """
     n = ops.as_float(n)
+    if type(n) is float and set(map(type, (nbytes, bw, lat, steps_factor))) <= ops.ONLY_FLOAT:
+        # one plan: ops.where/maximum written out (every quotient taken, as there)
+        r = (n - 1.0) / (n if n >= 1.0 else (1.0 if n < 1.0 else math.nan))
+        y = n - 1.0
+        y = y if y >= 0.0 else (0.0 if y < 0.0 else math.nan)
+        return steps_factor * (y * lat + (r if n > 1 else 0.0) * nbytes / bw)
     frac = ops.where(n > 1, (n - 1.0) / ops.maximum(n, 1.0), 0.0)
     return steps_factor * (ops.maximum(n - 1.0, 0.0) * lat + frac * nbytes / bw)

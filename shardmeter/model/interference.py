@@ -31,6 +31,8 @@ userbuffers TP overlap (its SM count is a per-recipe setting), and the cross-isl
 
 from __future__ import annotations
 
+import math
+
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 
@@ -54,6 +56,10 @@ def nccl_sm_share(sm_count: Array, channels: Array) -> Array:
     """The share of the GPU's SMs a full-channel NCCL collective holds: ``channels / sm_count``
     (at most 1; 0 where the SM count is unknown)."""
     sms = ops.as_float(sm_count)
+    if type(sms) is float and type(channels) is float:  # one plan: ops written out
+        d = sms if sms >= 1.0 else (1.0 if sms < 1.0 else math.nan)
+        x = channels / d
+        return (x if x <= 1.0 else (1.0 if x > 1.0 else math.nan)) if sms > 0 else 0.0
     return ops.where(sms > 0, ops.minimum(channels / ops.maximum(sms, 1.0), 1.0), 0.0)
 
 

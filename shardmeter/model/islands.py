@@ -243,7 +243,23 @@ def _details(
 ) -> dict[str, Array]:
     """The report's fields of :class:`~.outputs.Outputs`: the breakdown of the average GPU,
     throughput, FLOP rates, utilisation and memory; each island's are added to ``island`` (the
-    :class:`~.outputs.IslandOutputs` fields so far)."""
+    :class:`~.outputs.IslandOutputs` fields so far). One plan on one island takes
+    :func:`_details_floats`."""
+    if not full and _all_floats(inp, st, island, slow, step, wan):
+        return _details_floats(inp, st, island, slow, step, wan)
+    return _details_ops(inp, st, island, full, slow, step, wan)
+
+
+def _details_ops(
+    inp: ModelInputs,
+    st: IslandSteps,
+    island: dict[str, Array],
+    full: tuple[int, ...],
+    slow: Array,
+    step: Array,
+    wan: CrossIsland,
+) -> dict[str, Array]:
+    """:func:`_details` of a batch, or of any numbers (its scalar branch: one island)."""
     assert st.hidden is not None and st.detail is not None
     island_step, sync = island["step_s"], wan.exposed_s
     idle = slow - island_step
@@ -334,6 +350,93 @@ def _details(
                 "model_flops_per_token": mf_tok,
             }
         ),
+    }
+
+
+def _all_floats(
+    inp: ModelInputs, st: IslandSteps, island: dict[str, Array], slow: Array, step: Array, wan: CrossIsland
+) -> bool:
+    """Whether every number :func:`_details_floats` reads is a plain float (one plan on one
+    island, the scalar path)."""
+    tr = inp.training
+    figures = (
+        island["step_s"],
+        island["gpus"],
+        island["memory_bytes"],
+        island["memory_reserved_bytes"],
+        slow,
+        step,
+        wan.exposed_s,
+        wan.wan_s,
+        wan.round_s,
+        tr.global_batch,
+        inp.model.seq_len,
+        st.model_flops_per_token,
+        st.hardware_flops_per_token,
+        st.peak_flops,
+        st.gpus,
+        st.island_batch,
+    )
+    return set(map(type, figures)) <= ops.ONLY_FLOAT
+
+
+def _details_floats(
+    inp: ModelInputs,
+    st: IslandSteps,
+    island: dict[str, Array],
+    slow: float,
+    step: float,
+    wan: CrossIsland,
+) -> dict[str, Array]:
+    """:func:`_details` of one plan on one island (:func:`_all_floats`): the scalar branch's
+    operations in the same order (every figure its plain number, GPU weight ``gpus / gpus``),
+    written out without a closure or a dict per group. tests/test_scalar_twins.py holds it to
+    the general code to the bit."""
+    assert st.hidden is not None and st.detail is not None
+    island_step, sync = island["step_s"], wan.exposed_s
+    idle = slow - island_step
+    total_gpus = island["gpus"]
+    w_gpu = total_gpus / total_gpus
+    seq = inp.model.seq_len
+    tps = ops.divide(inp.training.global_batch * seq, step)  # step 0: an infeasible plan
+    tps_gpu = tps / total_gpus
+    model_tf = tps_gpu * st.model_flops_per_token / 1e12
+    hw_tf = tps_gpu * st.hardware_flops_per_token / 1e12
+    gpu_peak_mean = st.peak_flops * st.gpus / total_gpus
+    cu_isl = ops.divide(island_step, step)
+    cu = cu_isl * st.gpus / total_gpus
+    terms = _values(st.terms)
+    island.update(
+        breakdown=Breakdown(**terms, island_sync_s=sync, idle_s=idle),
+        utilization=cu_isl,
+        idle_s=idle,
+        tokens_per_s=ops.divide(st.island_batch * seq, step),
+        batch_sequences=st.island_batch,
+        micro_batches=st.micro_batches,
+        **_island_layout(st.detail, ()),
+    )
+    hidden = _values(st.hidden)
+    return {
+        "breakdown": Breakdown(
+            **{k: v * w_gpu for k, v in terms.items()}, island_sync_s=sync, idle_s=idle * w_gpu
+        ),
+        "overlapped": Overlapped(
+            **{k: v * w_gpu for k, v in hidden.items()},
+            island_sync_s=ops.maximum(wan.wan_s - sync, 0.0),
+        ),
+        "tokens_per_s": tps,
+        "tokens_per_s_per_gpu": tps_gpu,
+        "model_tflops_per_gpu": model_tf,
+        "hardware_tflops_per_gpu": hw_tf,
+        "mfu": model_tf * 1e12 / gpu_peak_mean,
+        "hfu": hw_tf * 1e12 / gpu_peak_mean,
+        "compute_utilization": cu,
+        "memory_bytes": island["memory_bytes"],
+        "memory_reserved_bytes": island["memory_reserved_bytes"],
+        "gpus": total_gpus,
+        "wan_s": wan.wan_s,
+        "wan_round_s": wan.round_s,
+        "model_flops_per_token": st.model_flops_per_token,
     }
 
 

@@ -3,6 +3,8 @@ strategy's), activations in flight (the schedule's count) and the framework's ow
 
 from __future__ import annotations
 
+import math
+
 from shardmeter.inputs.bundles import ModelShape, Recompute, Training
 from shardmeter.model.activations import activation_bytes_per_layer
 from shardmeter.model.branches import where_needed
@@ -106,8 +108,13 @@ def offload_kept(tr: Training, sh: Shapes) -> Array:
     ``(L - k) / L``, Transformer Engine's bound of ``L - k`` layers' activations on the GPU at
     any time (``DefaultOffloadSynchronizer``, transformer_engine/pytorch/cpu_offload.py
     @ d0067d0d; its ``double_buffering`` argument is unused there); k is clipped to ``L - 1``."""
-    Ls = sh.layers_per_stage
-    k = ops.minimum(ops.maximum(tr.offload_layers, 0.0), ops.maximum(Ls - 1.0, 0.0))
+    Ls, off = sh.layers_per_stage, tr.offload_layers
+    if type(Ls) is float and type(off) is float:  # one plan: ops.maximum/minimum written out
+        a = off if off >= 0.0 else (0.0 if off < 0.0 else math.nan)
+        y = Ls - 1.0
+        b = y if y >= 0.0 else (0.0 if y < 0.0 else math.nan)
+        return (Ls - (a if a <= b else (b if b < a else math.nan))) / Ls
+    k = ops.minimum(ops.maximum(off, 0.0), ops.maximum(Ls - 1.0, 0.0))
     return (Ls - k) / Ls
 
 
@@ -130,7 +137,10 @@ def logits_bytes_per_element(tr: Training) -> Array:
       CPU): eager 4.00, compiled 2.00 bytes per logit.
 
     The loss's backward adds its gradients for a moment: :func:`loss_transient_bytes`."""
-    return ops.where(ops.as_bool(tr.compiled_loss), 2.0, 4.0)
+    c = tr.compiled_loss
+    if type(c) is float or type(c) is bool:  # one plan: its truth picks (as ops.as_bool's)
+        return 2.0 if c else 4.0
+    return ops.where(ops.as_bool(c), 2.0, 4.0)
 
 
 def loss_transient_bytes(ms: ModelShape, tr: Training, sh: Shapes, tp: Array) -> Array:

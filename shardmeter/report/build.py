@@ -45,9 +45,17 @@ def _at(x: Any, row: int, j: int | None = None) -> Any:
     return x[row] if j is None else x[row, j]
 
 
+def _fat(x: Any, row: int, j: int | None = None) -> float:
+    """``float(_at(x, row, j))``: a plain float (the scalar path's outputs) as it is, with no
+    call to convert it."""
+    if type(x) is float:
+        return x
+    return float(_at(x, row, j))
+
+
 def _gb(x: Any, row: int, j: int | None = None) -> float:
     """Row ``row`` (island ``j``) of an output in bytes, as GB."""
-    return float(_at(x, row, j)) / 1e9
+    return _fat(x, row, j) / 1e9
 
 
 def _detailed(x: T | None) -> T:
@@ -204,7 +212,7 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
     sc, islands = res.scenario, res.islands
     feasible = bool(_at(out.feasible, row))
     reasons = _reasons(res, out, row)
-    step = float(_at(_detailed(out.step_time_s), row))
+    step = _fat(_detailed(out.step_time_s), row)
     if feasible and not (math.isfinite(step) and step > 0):
         # a part's figures overflowed the model (inf or nan): no number of this plan means anything
         feasible = False
@@ -223,8 +231,8 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
         "memory_reserved_gb": _num(_gb(_detailed(out.memory_reserved_bytes), row)),
         "memory_capacity_gb": min(isl.gpu.memory_gb for isl in islands),
         "gpus": gpus,
-        "params": float(_at(out.params, row)),
-        "model_flops_per_token": float(_at(_detailed(out.model_flops_per_token), row)),
+        "params": _fat(out.params, row),
+        "model_flops_per_token": _fat(_detailed(out.model_flops_per_token), row),
         "notes": notes,
         "assumptions": assumed,
         "layout": layout_of(res, out, row),
@@ -234,19 +242,19 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
     if not feasible:
         return _infeasible_report(res, out, row, reasons, common)
     bd, ov = _breakdowns(out, row, len(islands))
-    tps = float(_at(out.tokens_per_s, row))
+    tps = _fat(out.tokens_per_s, row)
     isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
     report = Report(
         feasible=True,
         reasons=[],
         step_time_s=step,
         tokens_per_s=tps,
-        tokens_per_s_per_gpu=float(_at(out.tokens_per_s_per_gpu, row)),
-        model_tflops_per_gpu=float(_at(out.model_tflops_per_gpu, row)),
-        hardware_tflops_per_gpu=float(_at(out.hardware_tflops_per_gpu, row)),
-        mfu=float(_at(out.mfu, row)),
-        hfu=float(_at(out.hfu, row)),
-        compute_utilization=float(_at(out.compute_utilization, row)),
+        tokens_per_s_per_gpu=_fat(out.tokens_per_s_per_gpu, row),
+        model_tflops_per_gpu=_fat(out.model_tflops_per_gpu, row),
+        hardware_tflops_per_gpu=_fat(out.hardware_tflops_per_gpu, row),
+        mfu=_fat(out.mfu, row),
+        hfu=_fat(out.hfu, row),
+        compute_utilization=_fat(out.compute_utilization, row),
         wall_clock_s=wall,
         cost_usd=total_cost,
         bottleneck=max(bd, key=lambda k: bd[k]),
@@ -391,14 +399,14 @@ def _breakdowns(out: Outputs, row: int, n_isl: int) -> tuple[dict[str, float], d
     keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)
     bd: dict[str, float] = {}
     for k, v in _detailed(out.breakdown).terms().items():  # BREAKDOWN_TERMS, in order
-        x = float(_at(v, row))
+        x = v if type(v) is float else _fat(v, row)  # the scalar path's floats: no call each
         if x > 0:  # max(0.0, x) kept where > 0 (a negative, zero or nan term: 0.0 where kept)
             bd[k] = x
         elif k in keep:
             bd[k] = 0.0
     ov: dict[str, float] = {}
     for k, v in _detailed(out.overlapped).terms().items():
-        x = float(_at(v, row))
+        x = v if type(v) is float else _fat(v, row)
         if x > 0 or (k == "island_sync" and n_isl > 1):
             ov[k] = x
     return bd, ov
@@ -413,10 +421,10 @@ def _levels(out: Outputs, row: int, bd: dict[str, float], ov: dict[str, float]) 
             "exposed_s": comm_in,
         },
         "wan": {
-            "time_s": float(_at(out.wan_s, row)),
+            "time_s": _fat(out.wan_s, row),
             "exposed_s": bd.get("island_sync", 0.0),
-            "bytes_per_island": float(_at(out.egress_bytes_per_step, row)),
-            "round_s": float(_at(out.wan_round_s, row)),
+            "bytes_per_island": _fat(out.egress_bytes_per_step, row),
+            "round_s": _fat(out.wan_round_s, row),
         },
     }
 
@@ -448,14 +456,14 @@ def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: flo
     tokens = sc.training.tokens
     wall = tokens / tps if tokens else None
     steps = tokens / (sc.training.global_batch * sc.model.seq_len) if tokens else None
-    egress_step = float(_at(out.egress_bytes_per_step, row))
+    egress_step = _fat(out.egress_bytes_per_step, row)
     o = out.island
     entries = []
     total_cost = 0.0 if wall is not None else None
     for j, isl in enumerate(islands):
         g = int(_at(o.gpus, row, j))
         billed = isl.nodes * isl.gpus_per_node
-        isl_tps = float(_at(o.tokens_per_s, row, j))
+        isl_tps = _fat(o.tokens_per_s, row, j)
         price = gpu_hour_usd(isl)
         egress_gb = egress_step * steps / 1e9 if steps is not None else None
         cost = gpu_cost = egress_cost = None
@@ -471,10 +479,10 @@ def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: flo
                 )
         if total_cost is not None:
             total_cost = None if cost is None else total_cost + cost
-        idle = max(0.0, float(_at(o.idle_s, row, j)))
+        idle = max(0.0, _fat(o.idle_s, row, j))
         own_bd = _own_breakdown(_detailed(o.breakdown), row, j)
         own_bd["idle"] = idle
-        own_bd["island_sync"] = max(0.0, float(_at(_detailed(o.breakdown).island_sync_s, row, j)))
+        own_bd["island_sync"] = max(0.0, _fat(_detailed(o.breakdown).island_sync_s, row, j))
         entries.append(
             {
                 "name": isl.name,
@@ -483,13 +491,13 @@ def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: flo
                 "gpus_billed": billed,
                 "tokens_per_s": isl_tps,
                 "tokens_per_s_per_gpu": isl_tps / g if g else None,
-                "step_time_s": float(_at(o.step_s, row, j)),
+                "step_time_s": _fat(o.step_s, row, j),
                 "idle_s": idle,
                 "idle_fraction": idle / step,
-                "compute_utilization": float(_at(o.utilization, row, j)),
+                "compute_utilization": _fat(o.utilization, row, j),
                 "breakdown_s": own_bd,
                 "memory_per_gpu_gb": _gb(o.memory_bytes, row, j),
-                "batch_per_step": float(_at(o.batch_sequences, row, j)),
+                "batch_per_step": _fat(o.batch_sequences, row, j),
                 "tokens": tokens * isl_tps / tps if tokens else None,
                 "wall_clock_s": wall,
                 "cost_source": isl.cost.name if isl.cost is not None else None,
@@ -508,7 +516,7 @@ def _own_breakdown(bd: Breakdown, row: int, j: int) -> dict[str, float]:
     own: dict[str, float] = {}
     for k, v in bd.terms().items():
         if k != "island_sync" and k != "idle":
-            x = float(_at(v, row, j))
+            x = v if type(v) is float else _fat(v, row, j)
             if x > 0 or k == "compute":
                 own[k] = x
     return own

@@ -21,6 +21,13 @@ def _at(x: Any, row: int, j: int | None = None) -> Any:
     return x[row] if j is None else x[row, j]
 
 
+def _fat(x: Any, row: int, j: int | None = None) -> float:
+    """``float(_at(x, row, j))``: a plain float (the scalar path's outputs) as it is."""
+    if type(x) is float:
+        return x
+    return float(_at(x, row, j))
+
+
 def even_stage_layers(layers: int, pp: int, v: int, stage: int) -> int:
     """Layers of pipeline stage ``stage`` when ``layers`` split over ``pp x v`` model chunks as
     evenly as they can, the extra layers on the first chunks; a stage holds chunks ``stage``,
@@ -35,7 +42,7 @@ def _island_layout(res: Resolved, isl: ResolvedIsland, out: Outputs, row: int, j
     """One island's resolved layout (Megatron-LM's names where it has one)."""
     sc, par, o = res.scenario, isl.parallelism, out.island
     v = par.virtual_stages if par.pp > 1 else 1
-    largest = round(float(_at(o.layers_per_stage, row, j)))
+    largest = round(_fat(o.layers_per_stage, row, j))
     first = even_stage_layers(sc.model.layers, par.pp, v, 0)
     last = even_stage_layers(sc.model.layers, par.pp, v, par.pp - 1)
     split = par.embedding_in_split or par.loss_in_split
@@ -61,13 +68,13 @@ def _island_layout(res: Resolved, isl: ResolvedIsland, out: Outputs, row: int, j
         "schedule": par.schedule,
         "virtual_stages": v,
         "micro_batch": sc.micro_batch(j),
-        "grad_accumulation": round(float(_at(o.micro_batches, row, j))),
-        "batch_per_step": float(_at(o.batch_sequences, row, j)),
+        "grad_accumulation": round(_fat(o.micro_batches, row, j)),
+        "batch_per_step": _fat(o.batch_sequences, row, j),
         "layers_per_stage": largest,
         "layers_per_virtual_stage": largest // v,
         **uneven,
-        "params_per_gpu": float(_at(o.params_per_gpu, row, j)),
-        "params_per_gpu_sharded": float(_at(o.params_per_gpu_sharded, row, j)),
+        "params_per_gpu": _fat(o.params_per_gpu, row, j),
+        "params_per_gpu_sharded": _fat(o.params_per_gpu_sharded, row, j),
     }
 
 
@@ -94,7 +101,7 @@ def layout_of(res: Resolved, out: Outputs, row: int) -> dict[str, Any]:
     top |= {
         "dp_total": sum(p["dp"] for p in per),
         "global_batch": res.scenario.training.global_batch,
-        "params": float(_at(out.params, row)),
+        "params": _fat(out.params, row),
     }
     if len(per) > 1 and any(p != per[0] for p in per[1:]):
         top["islands"] = [{"name": isl.name, **p} for isl, p in zip(res.islands, per, strict=True)]

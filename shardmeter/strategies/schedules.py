@@ -57,6 +57,12 @@ class InterleavedOptions:
     )
 
 
+#: :meth:`ClassicSchedule.needs`' three declarations (frozen records: one each, not one a call).
+_ONE_CHUNK = ScheduleNeeds()
+_INTERLEAVED_ROUNDS = ScheduleNeeds(virtual_stages="used", interleaved_rounds=True)
+_INTERLEAVED_MULTIPLE_OF_PP = ScheduleNeeds(virtual_stages="used", interleaved_multiple_of_pp=True)
+
+
 @attrs.frozen(kw_only=True)
 class ClassicSchedule(SchedulePart):
     """GPipe / 1F1B / interleaved 1F1B.
@@ -75,10 +81,10 @@ class ClassicSchedule(SchedulePart):
         the micro-batches to be a multiple of ``p`` (Megatron-LM) or of PyTorch's rounds
         (:class:`InterleavedOptions`); GPipe and 1F1B run one chunk per GPU."""
         if not self.bubble_over_virtual:
-            return ScheduleNeeds()
+            return _ONE_CHUNK
         if getattr(opts, "microbatch_rule", "megatron") == "pytorch":
-            return ScheduleNeeds(virtual_stages="used", interleaved_rounds=True)
-        return ScheduleNeeds(virtual_stages="used", interleaved_multiple_of_pp=True)
+            return _INTERLEAVED_ROUNDS
+        return _INTERLEAVED_MULTIPLE_OF_PP
 
     def one_stage_order(self, opts: Any) -> str:
         """With one stage GPipe runs every forward first; 1F1B and interleaved each micro-batch's

@@ -12,6 +12,7 @@ become the fields below and its ``options`` table an options class.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -128,6 +129,8 @@ def shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
     ``by_domain`` (HSDP) the replicas of it inside one innermost network domain (a node)."""
     dpcp = inp.dp * inp.cp
     if not by_domain:
+        if type(dpcp) is float:  # one plan: ops.maximum written out
+            return dpcp if dpcp >= 1.0 else (1.0 if dpcp < 1.0 else math.nan)
         return ops.maximum(dpcp, 1.0)
     per_domain = ops.clip(ops.floor(inp.domain_gpus / (inp.tp * inp.cp)), 1.0, inp.dp) * inp.cp
     return ops.maximum(per_domain, 1.0)
@@ -147,8 +150,14 @@ def expert_shard_group_size(inp: ShardInputs, by_domain: bool) -> Array:
     experts over the ``dp_shard_mod_ep`` mesh dimension (``efsdp``: the data-parallel shard
     ranks divided by ``ep``), the same group."""
     etp = inp.tp if inp.expert_tp is None else inp.expert_tp
+    n, ep = shard_group_size(inp, by_domain), inp.ep
+    if set(map(type, (etp, inp.tp, n, ep))) <= ops.ONLY_FLOAT:  # one plan: ops.maximum written out
+        nan = math.nan
+        folded = inp.tp / (etp if etp >= 1.0 else (1.0 if etp < 1.0 else nan))
+        x = n * folded / (ep if ep >= 1.0 else (1.0 if ep < 1.0 else nan))
+        return x if x >= 1.0 else (1.0 if x < 1.0 else nan)
     folded = inp.tp / ops.maximum(etp, 1.0)  # experts over tp x cp x dp, each split etp ways
-    return ops.maximum(shard_group_size(inp, by_domain) * folded / ops.maximum(inp.ep, 1.0), 1.0)
+    return ops.maximum(n * folded / ops.maximum(ep, 1.0), 1.0)
 
 
 @attrs.frozen(kw_only=True)
