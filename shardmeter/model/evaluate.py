@@ -238,8 +238,8 @@ def _step_terms(
     bubble and transfers, the exposed data-parallel traffic (``dp_exposed`` per step, the
     sharding traffic per micro-batch) and the optimizer (memory-bound Adam over this GPU's
     optimizer shard). ``memory_ops`` also holds the weight gradients' separate adds where the
-    stack does not sum them inside the GEMM (:mod:`.grad_accumulation`). ``dp_comm`` also holds what the hidden data-parallel traffic costs the
-    compute beside it (``dp_slowdown`` per step and the stage's ``fsdp_slowdown_s`` per
+    stack does not sum them inside the GEMM (:mod:`.grad_accumulation`). ``dp_comm`` also holds
+    what the hidden data-parallel traffic costs the compute beside it (``dp_slowdown`` per step and the stage's ``fsdp_slowdown_s`` per
     micro-batch: NCCL's blocks hold SMs, :mod:`.interference`)."""
     ct, lc = pace.compute, pace.comm
     t_opt = optimizer_s(inp, pace)

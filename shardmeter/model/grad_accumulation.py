@@ -12,7 +12,11 @@ costs no pass. PyTorch's FSDP2 adds in a pass of its own too
 micro-batch's gradient is the buffer itself (nothing to add to; FSDP2's upcast of it to the
 reduce dtype, 6 bytes an element once a step, is not counted), so a step of ``m`` micro-batches
 adds ``m - 1`` times; each add reads the held buffer and the new gradient and writes the buffer
-back.
+back. The adds are priced once a step (in ``memory_ops``), not inside the pipeline's time per
+micro-batch, so the bubble does not grow by them; a 1F1B schedule would add ``(p - 1) / (m - 1)``
+of their time more (``/ v`` interleaved): 11-12 % of it on narayanan2021's plain pipelined rows,
+100 % on torchtitan's 405B 1F1B row (8 stages, 8 micro-batches), under 0.6 % of the step on
+every bundled run.
 """
 
 from __future__ import annotations
