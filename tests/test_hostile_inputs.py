@@ -589,7 +589,10 @@ def test_atomic_write_replaces_whole_files_text_and_binary(tmp_path):
 
 
 _WRITER = """
-import sys, time
+import signal, sys, time
+# Python installs its KeyboardInterrupt handler only where SIGINT is not ignored at start-up, and a
+# child of a background job (CI runs each suite as one) can inherit SIG_IGN: restore the default
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from shardmeter.io import atomic_write
 with atomic_write(sys.argv[1]) as fh:
     for i in range(100000):
