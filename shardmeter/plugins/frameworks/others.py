@@ -5,8 +5,9 @@ Read: deepspeedai/DeepSpeed ``deepspeed/runtime/zero/config.py``, ``runtime/engi
 ``fms_fsdp/config/training.py`` and ``fms_fsdp/policies/ac_handler.py``@5a296afe (2025-07-10; its
 history from the first code, 7c926a19, 2024-02-06); mosaicml/llm-foundry
 ``scripts/train/yamls/pretrain/mpt-*.yaml`` and ``scripts/train/benchmarking/submit_benchmarks.py``
-@5e85bd62 (2024-01-06, the commit of the published benchmark tables, which added the
-``.[gpu-flash2]`` install).
+@5e85bd62 (2024-01-06, the commit of the published benchmark tables; their A100 and <= 64-GPU
+H100 rows ran from ``sweep.sh`` at b2a43a14, 2023-10-19, with the launcher's default
+``--attn_impl triton``).
 """
 
 from __future__ import annotations
@@ -126,8 +127,10 @@ LLM_FOUNDRY_VERSIONS: tuple[StackVersion, ...] = (
     StackVersion(
         since="2024-01-06",
         commit="5e85bd62d4ec9e13353ca95877477602ab538e5b",
-        change="Shashank/new benchmarks (#838): submit_benchmarks.py \"'pip_install': '.[gpu-flash2]'\" "
-        "(flash-attn 2), the commit of the published benchmark tables, which this profile was read at",
+        change="Shashank/new benchmarks (#838): sweep.py \"'--attn_impl flash',\" for the 1b, 3b, 7b "
+        "and 70b rows of the >= 128-GPU H100 table it adds (the other tables are from b2a43a14, "
+        "2023-10-19, with the same launcher defaults), the commit of the published benchmark "
+        "tables, which this profile was read at",
     ),
 )
 
@@ -149,8 +152,11 @@ class LlmFoundry(FrameworkPart):
             "training.recompute": ("none", f"{LF}: fsdp_config.activation_checkpointing = false"),
             "training.attention": (
                 "flash2",
-                "llm-foundry scripts/train/benchmarking/submit_benchmarks.py@5e85bd62 installs "
-                "'.[gpu-flash2]' (flash-attn 2)",
+                "llm-foundry scripts/train/benchmarking/submit_benchmarks.py@5e85bd62: "
+                "\"parser.add_argument('--attn_impl', type=str, default='triton')\", which the "
+                "tables' sweep.sh@b2a43a14 leaves (sweep.py@5e85bd62 passes 'flash', "
+                "FlashAttention-2 from '.[gpu-flash2]', for some >= 128-GPU rows): "
+                "llm-foundry's Triton FlashAttention, approximated as flash2 (both non-Hopper kernels)",
             ),
         }
         if training(tables).get("precision") == "fp8":
