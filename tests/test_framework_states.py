@@ -232,6 +232,25 @@ def test_megatron_lm_oldest_state_and_pipeline_scatter_gather():
     assert "release v2.0" in _load("megatron-lm", "2021-02").notes[0]
 
 
+def test_megatron_lm_fuses_its_elementwise_kernels_from_51a2e6b0():
+    """51a2e6b0 (2020-09-11), "Various speed optimizations": ``def bias_dropout_add_fused_train``
+    (``torch.jit.script``) and ``def bias_gelu``; before it (5281919, the README tables' commit)
+    ``output = self.output_dropout(output)`` ran ``torch.nn.Dropout``, the residual add and
+    ``F.gelu`` as kernels of their own: ``training.compile`` false before, true from it; a
+    written value wins, and the eager state prices more elementwise time."""
+    read = lambda v: _load("megatron-lm", v).training.compile  # noqa: E731
+    assert _before_after(megatron.FUSED_ELEMENTWISE, read) == (False, True)
+    written = _sc("megatron-lm", "2020-09-03", training={"compile": True})
+    assert load_scenario(written).training.compile is True
+    mem = {
+        v: shardmeter.estimate(_sc("megatron-lm", v, parallelism={"tp": 8})).to_dict()["breakdown_s"][
+            "memory_ops"
+        ]
+        for v in ("2020-09-03", "2020-09-11")
+    }
+    assert mem["2020-09-03"] > 1.2 * mem["2020-09-11"]
+
+
 def test_megatron_core_tp_comm_overlap_from_bridge_rule():
     """Megatron-Bridge bf75c658 (2025-11-06), "dataclass cfgs - perf (#971)": ``+ cfg.comm_overlap
     = CommOverlapConfig(tp_comm_overlap=bool(cfg.model.tensor_model_parallel_size > 1))``."""

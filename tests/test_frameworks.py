@@ -43,6 +43,7 @@ DOCUMENTED = {
         "parallelism.sharding": '"none"',
         "parallelism.dp_comm_overlap": "false",
         "parallelism.tp_comm_overlap": "false",
+        "training.compile": "true",
     },
     "megatron-core": {
         "training.attention": '"flash"',

@@ -45,6 +45,14 @@ DDP_LOCAL = StackVersion(
     change="Merge branch 'staging' into 'master': megatron/arguments.py \"group.add_argument("
     "'--DDP-impl', default='local',\", gradients all-reduced after the backward pass",
 )
+FUSED_ELEMENTWISE = StackVersion(
+    since="2020-09-11",
+    commit="51a2e6b0ff6fa830b0234b598ecc19f71e6e49d7",
+    change='Various speed optimizations: megatron/model/transformer.py "def bias_dropout_add_fused_train" '
+    '(torch.jit.script) and megatron/model/fused_bias_gelu.py "def bias_gelu": the bias, dropout and '
+    "residual add in one kernel, the bias and GeLU in another; before, transformer.py "
+    '"output = self.output_dropout(output)" (torch.nn.Dropout), the residual add and F.gelu ran eager',
+)
 NO_PIPELINE_SCATTER = StackVersion(
     since="2023-03-23",
     commit="edca71da3733587377e6ad5c54125f3968466947",
@@ -70,11 +78,13 @@ GRAD_ACC_FUSION_FP16 = StackVersion(
 )
 
 #: Megatron-LM before Megatron-Core: its key defaults did not change over these states (each a
-#: store_true flag off by default); the weight gradients' accumulation went into the GEMM on
+#: store_true flag off by default) but one: the elementwise kernels were fused on 2020-09-11
+#: (``training.compile``); the weight gradients' accumulation went into the GEMM on
 #: 2022-02-13 (bf16) and 2022-09-27 (fp16); the pipeline's scatter-gather went on 2023-03-23.
 MEGATRON_LM_VERSIONS: tuple[StackVersion, ...] = (
     DDP_LOCAL,
     release("2020-04-21", "03d2880923ffeec494cb0ef0cfc3d7234b2bacc7", "v1.0"),
+    FUSED_ELEMENTWISE,
     release("2021-01-12", "be473a5bd22e9adefb076d65c4a2950b05536a6f", "v2.0"),
     release("2021-08-10", "e269e200649555069454bf78335466f9658b2044", "v2.5"),
     release("2021-08-27", "3860e995269df61d234ed910d4756e104e1ab844", "v2.6"),
@@ -117,7 +127,16 @@ class MegatronLM(FrameworkPart):
         return v.at_least(GRAD_ACC_FUSION_FP16) or (v.at_least(GRAD_ACC_FUSION) and precision == "bf16")
 
     def defaults(self, tables, gpus, version=None) -> FrameworkDefaults:
+        fused = (version or self.versions[-1]).at_least(FUSED_ELEMENTWISE)
         return {
+            "training.compile": (
+                fused,
+                "Megatron-LM megatron/model/transformer.py@51a2e6b0 (2020-09-11): jit-fused "
+                "bias-dropout-add and bias-GeLU kernels"
+                if fused
+                else "Megatron-LM megatron/model/transformer.py@5281919 (2020-09-11, before 51a2e6b0): "
+                "torch.nn.Dropout, the residual add and F.gelu eager",
+            ),
             "training.attention": (
                 "materialized",
                 f"{MLM}: score GEMMs and a fused scale-mask-softmax unless --use-flash-attn "
