@@ -438,3 +438,65 @@ def test_one_islands_details_are_the_general_codes_to_the_bit():
             for k in got:
                 ga, gb = flat(got[k]), flat(want[k])
                 assert len(ga) == len(gb) and all(_same(u, v) for u, v in zip(ga, gb, strict=True)), k
+
+
+def test_one_plans_layer_activations_are_the_arrays_to_the_bit():
+    """layer_activations of one plan (:func:`~shardmeter.model.memory._layer_activations_floats`:
+    plain ifs, the recompute mode's bytes only) is the batch's value, every bundled model, every
+    recompute mode and random flags, modules, layouts and edge widths (0, inf, nan)."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.load.scenario import model_presets
+    from shardmeter.model import memory
+    from shardmeter.model.shapes import local_shapes
+
+    est = Estimator()
+    rng = random.Random(41)
+    flags = ("compile", "materialized", "op_saves_attention", "fp8", "fp8_te", "rc_moe", "rc_moe_act")
+    flags += ("rc_shared_experts", "rc_layernorm", "rc_mlp", "rc_mla_up_proj")
+    cases = 0
+    for preset in sorted(model_presets()):
+        sc = {"model": {"preset": preset}, "training": {"global_batch": 64, "micro_batch": 1}}
+        sc["island"] = [{"gpu": "h100-sxm", "nodes": 4, "gpus_per_node": 8}]
+        inp, _ = build_inputs(est.resolve(est.load(sc)), scalar=True)
+        for mode in (*(float(m) for m in Recompute), math.nan):
+            for _ in range(6):
+                tr = attrs.evolve(
+                    inp.training,
+                    recompute=mode,
+                    recompute_layers=rng.choice((0.0, 1.0, 3.0)),
+                    micro_batch=rng.choice((1.0, 2.0, 0.0, math.inf)),
+                    **{f: rng.random() < 0.5 for f in flags},
+                )
+                ms = attrs.evolve(
+                    inp.model, dropout=rng.random() < 0.5, dense_layers=rng.choice((0.0, 1.0, 3.0))
+                )
+                if rng.random() < 0.2:
+                    ms = attrs.evolve(ms, q_rank=rng.choice((0.0, 512.0)), kv_rank=rng.choice((0.0, 256.0)))
+                tp, sp = rng.choice((1.0, 2.0, 8.0)), rng.random() < 0.5
+                pp, cp, v = rng.choice((1.0, 4.0)), rng.choice((1.0, 2.0)), rng.choice((1.0, 2.0))
+                sh = local_shapes(ms, tr, tp, pp, cp, v, layers=rng.choice((None, 0.0, 5.0)))
+                assert memory._plain_layer(ms, tr, sh, tp, sp)
+                try:
+                    one = memory.layer_activations(ms, tr, sh, tp, sp)
+                except ZeroDivisionError:
+                    continue
+
+                def arr(rec):
+                    return type(rec)(
+                        **{f.name: np.asarray([getattr(rec, f.name)]) for f in attrs.fields(type(rec))}
+                    )
+
+                with np.errstate(all="ignore"):
+                    ref = memory.layer_activations(
+                        arr(ms), arr(tr), arr(sh), np.asarray([tp]), np.asarray([sp])
+                    )
+                for a, b in zip(one, ref, strict=True):
+                    b = float(np.asarray(b).ravel()[0])
+                    assert type(a) is float and _same(a, b), (preset, mode, a, b)
+                cases += 1
+    assert cases > 300
