@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from shardmeter.inputs.bundles import ModelShape, Recompute, Topology
+from shardmeter.inputs.bundles import REC_FULL, REC_OP, REC_SELECTIVE, ModelShape, Topology
 from shardmeter.model.branches import where_needed
 from shardmeter.model.compute import ComputeTerms
 from shardmeter.model.formulas import ring_collective_time
@@ -149,9 +149,7 @@ def tp_collectives_per_layer(recompute: Array, sp: Array, share: Array) -> Array
     sequence parallelism (its two all-gathers rerun while the reduce-scatter outputs are
     saved), + 2 without it (its all-reduces are not on torchtitan's save list)."""
     op_tp = ops.where(ops.as_bool(sp), 1.0, 2.0)  # two all-gathers = one all-reduce's time
-    return 4.0 + ops.where(
-        recompute == Recompute.FULL, 2.0 * share, ops.where(recompute == Recompute.OP, op_tp, 0.0)
-    )
+    return 4.0 + ops.where(recompute == REC_FULL, 2.0 * share, ops.where(recompute == REC_OP, op_tp, 0.0))
 
 
 def tp_comm(
@@ -236,9 +234,7 @@ def async_tp_layer_s(
     up = ops.where(mlp_ok, async_tp_exposed(t_half, ct.mlp_up_forward, tp) + ag_fixed, t_half)
     forward = qkv + up + proj + down + (1.0 + fused_mlp) * rs_fixed
     backward = proj + down + (1.0 + fused_mlp) * ag_fixed + 2.0 * t_half
-    rerun = ops.where(
-        recompute == Recompute.FULL, share * forward, ops.where(recompute == Recompute.OP, qkv + up, 0.0)
-    )
+    rerun = ops.where(recompute == REC_FULL, share * forward, ops.where(recompute == REC_OP, qkv + up, 0.0))
     return forward + backward + rerun
 
 
@@ -270,7 +266,7 @@ def cp_comm(
     does not rerun), hidden under the attention kernels."""
     Ls = sh.layers_per_stage
     att_rec = ops.where(
-        recompute == Recompute.SELECTIVE, 1.0, ops.where(recompute == Recompute.FULL, share, 0.0)
+        recompute == REC_SELECTIVE, 1.0, ops.where(recompute == REC_FULL, share, 0.0)
     )  # attention rerun
 
     def ring_s() -> Array:
@@ -313,7 +309,7 @@ def ep_exposed_s(
         a2a_msg = cap * sh.tokens * ms.experts_per_token * ms.hidden * ACT_BYTES * etp / tp
         t_a2a = collective_time("all_to_all", a2a_msg, ep, etp, topo)
         moe_layers = sh.layers_per_stage - sh.dense_layers_local
-        return moe_layers * (4.0 + ops.where(recompute == Recompute.FULL, 2.0 * share, 0.0)) * t_a2a
+        return moe_layers * (4.0 + ops.where(recompute == REC_FULL, 2.0 * share, 0.0)) * t_a2a
 
     return where_needed(sh.moe & (ep > 1), a2a_s, lambda: 0.0)
 

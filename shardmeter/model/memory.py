@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from shardmeter.inputs.bundles import ModelShape, Recompute, Training
+from shardmeter.inputs.bundles import REC_FULL, REC_NONE, REC_OP, REC_SELECTIVE, ModelShape, Training
 from shardmeter.model.activations import activation_bytes_per_layer, op_recompute_bytes
 from shardmeter.model.branches import where_needed
 from shardmeter.model.fp8 import activation_saving, full_layer_saving
@@ -94,10 +94,10 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: A
     )
     d_stored = ops.where(dense, stored_d - stored, 0.0)  # a dense layer's less a MoE layer's
     working = ops.where(
-        rec == Recompute.FULL,
+        rec == REC_FULL,
         ops.where(dense, ops.maximum(full, full_d), full),
         ops.where(
-            rec == Recompute.OP,
+            rec == REC_OP,
             ops.where(dense, ops.maximum(full - stored, full_d - stored_d), full - stored),
             0.0,
         ),
@@ -136,8 +136,8 @@ def _layer_activations_floats(
     side is the larger, as numpy). tests/test_scalar_twins.py holds it to the arrays to the bit."""
     nan = math.nan
     rec = tr.recompute
-    full_mode, op_mode = rec == Recompute.FULL, rec == Recompute.OP
-    none_mode, sel_mode = rec == Recompute.NONE, rec == Recompute.SELECTIVE
+    full_mode, op_mode = rec == REC_FULL, rec == REC_OP
+    none_mode, sel_mode = rec == REC_NONE, rec == REC_SELECTIVE
     compiled = bool(tr.compile)
     share = full_recompute_share(tr, sh)
     h, s, b = ms.hidden, sh.seq_local, tr.micro_batch

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from shardmeter.inputs.bundles import ModelShape, PartTable, Recompute, Topology, Training
+from shardmeter.inputs.bundles import REC_FULL, ModelShape, PartTable, Topology, Training
 from shardmeter.model.branches import where_needed
 from shardmeter.model.comm import PricedTraffic, price_traffic
 from shardmeter.model.compute import Shapes
@@ -314,5 +314,5 @@ def _recompute_layers(tr: Training, sh: Shapes) -> Array:
     rl = _f(tr.recompute_layers)
     all_layers = sh.layers_per_stage
     return ops.where(
-        _f(tr.recompute) == Recompute.FULL, ops.where(rl > 0, ops.minimum(rl, all_layers), all_layers), 0.0
+        _f(tr.recompute) == REC_FULL, ops.where(rl > 0, ops.minimum(rl, all_layers), all_layers), 0.0
     )
