@@ -500,3 +500,74 @@ def test_one_plans_layer_activations_are_the_arrays_to_the_bit():
                     assert type(a) is float and _same(a, b), (preset, mode, a, b)
                 cases += 1
     assert cases > 300
+
+
+def _as_batch(rec):
+    """An attrs record of plain numbers as the same record of 1-element arrays."""
+    import attrs
+    import numpy as np
+
+    return type(rec)(**{f.name: np.asarray([getattr(rec, f.name)]) for f in attrs.fields(type(rec))})
+
+
+def test_one_plans_micro_batch_compute_is_the_arrays_to_the_bit():
+    """micro_batch_compute of one plan (:func:`~shardmeter.model.compute._micro_batch_floats`:
+    the GEMMs, attention, recompute and head written out) is the batch's value, every field,
+    every bundled model, recompute mode, precision and random flags and layouts (op recompute
+    and MLA take the general code on both paths)."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.load.scenario import model_presets
+    from shardmeter.model import compute
+    from shardmeter.model.shapes import local_shapes
+
+    est = Estimator()
+    rng = random.Random(43)
+    flags = ("fp8", "materialized", "compile", "rc_core_attn", "rc_mlp", "rc_moe", "rc_shared_experts")
+    cases = 0
+    for preset in sorted(model_presets()):
+        sc = {"model": {"preset": preset}, "training": {"global_batch": 64, "micro_batch": 1}}
+        sc["island"] = [{"gpu": "h100-sxm", "nodes": 4, "gpus_per_node": 8}]
+        inp, _ = build_inputs(est.resolve(est.load(sc)), scalar=True)
+        for mode in (*(float(m) for m in Recompute), math.nan):
+            for _ in range(5):
+                tr = attrs.evolve(
+                    inp.training,
+                    recompute=mode,
+                    recompute_layers=rng.choice((0.0, 1.0, 3.0)),
+                    micro_batch=rng.choice((1.0, 2.0, 4.0)),
+                    lora_rank=rng.choice((0.0, 0.0, 16.0)),
+                    **{f: rng.random() < 0.5 for f in flags},
+                )
+                ms = attrs.evolve(
+                    inp.model,
+                    dropout=rng.random() < 0.5,
+                    causal=rng.random() < 0.8,
+                    dense_layers=rng.choice((0.0, 1.0, 3.0)),
+                    capacity_factor=rng.choice((1.0, 1.25, 0.0)),
+                )
+                hw = attrs.evolve(inp.hardware, sm_count=rng.choice((108.0, 132.0, 0.0)))
+                tp, ep, sp = rng.choice((1.0, 2.0, 8.0)), rng.choice((1.0, 2.0)), rng.random() < 0.5
+                pp, cp, v = rng.choice((1.0, 4.0)), rng.choice((1.0, 2.0)), rng.choice((1.0, 2.0))
+                sh = local_shapes(ms, tr, tp, pp, cp, v, layers=rng.choice((None, 5.0)))
+                peak, peak16 = hw.peak_flops, hw.peak16_flops
+                plain = compute._plain_compute(ms, tr, hw, sh, tp, ep, sp, peak, peak16)
+                assert plain == (mode != Recompute.OP and not ms.kv_rank > 0)
+                try:
+                    one = compute.micro_batch_compute(ms, tr, hw, sh, tp, ep, sp, peak, peak16)
+                except ZeroDivisionError:
+                    continue
+                args = (_as_batch(ms), _as_batch(tr), _as_batch(hw), _as_batch(sh))
+                with np.errstate(all="ignore"):
+                    ref = compute.micro_batch_compute(
+                        *args, *(np.asarray([x]) for x in (tp, ep, sp, peak, peak16))
+                    )
+                for f in attrs.fields(type(one)):
+                    a, b = getattr(one, f.name), float(np.asarray(getattr(ref, f.name)).ravel()[0])
+                    assert type(a) is float and _same(a, b), (preset, mode, f.name, a, b)
+                cases += plain
+    assert cases > 150
