@@ -571,3 +571,55 @@ def test_one_plans_micro_batch_compute_is_the_arrays_to_the_bit():
                     assert type(a) is float and _same(a, b), (preset, mode, f.name, a, b)
                 cases += plain
     assert cases > 150
+
+
+def test_one_plans_layer_comm_is_the_arrays_to_the_bit():
+    """layer_comm of one plan (:func:`~shardmeter.model.comm._layer_comm_floats`: tp_comm,
+    cp_comm and ep_exposed_s written out) is the batch's value, every field, every bundled
+    model and recompute mode, random degrees (tp, cp, ep of 1 or more), overlap and async TP."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.load.scenario import model_presets
+    from shardmeter.model import comm
+    from shardmeter.model.compute import micro_batch_compute
+    from shardmeter.model.evaluate import _as_arrays
+    from shardmeter.model.shapes import local_shapes
+
+    def grid(rec):  # a record of plain numbers as (1, 1) arrays (one row, one island)
+        return type(rec)(**{f.name: np.asarray([[getattr(rec, f.name)]]) for f in attrs.fields(type(rec))})
+
+    est = Estimator()
+    rng = random.Random(47)
+    cases = 0
+    for preset in sorted(model_presets()):
+        sc = {"model": {"preset": preset}, "training": {"global_batch": 64, "micro_batch": 1}}
+        sc["island"] = [{"gpu": "h100-sxm", "nodes": 4, "gpus_per_node": 8}]
+        inp, _ = build_inputs(est.resolve(est.load(sc)), scalar=True)
+        arr = _as_arrays(inp)
+        for mode in (*(float(m) for m in Recompute), math.nan):
+            for _ in range(6):
+                tp, cp, ep = (rng.choice((1.0, 2.0, 8.0, 16.0)) for _ in range(3))
+                sp, overlap, async_tp = (rng.random() < 0.5 for _ in range(3))
+                share = rng.choice((1.0, 0.5))
+                ms, tr, hw, topo = inp.model, inp.training, inp.hardware, inp.topology
+                sh = local_shapes(ms, tr, tp, 2.0, cp, 1.0)
+                ct = micro_batch_compute(ms, tr, hw, sh, tp, ep, sp, hw.peak_flops, hw.peak16_flops)
+                kw = {"hbm_bytes_s": hw.hbm_bytes_s, "etp": rng.choice((None, 1.0, 2.0))}
+                args = (tp, cp, ep, overlap, mode, sp, share, async_tp)
+                try:
+                    one = comm.layer_comm(ms, sh, ct, topo, *args, **kw)
+                except ZeroDivisionError:
+                    continue
+                with np.errstate(all="ignore"):
+                    ref = comm.layer_comm(
+                        arr.model, grid(sh), grid(ct), arr.topology, *(np.asarray([[x]]) for x in args), **kw
+                    )
+                for f in attrs.fields(type(one)):
+                    a, b = getattr(one, f.name), float(np.asarray(getattr(ref, f.name)).ravel()[0])
+                    assert type(a) is float and _same(a, b), (preset, mode, args, f.name, a, b)
+                cases += 1
+    assert cases > 300
