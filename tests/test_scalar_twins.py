@@ -623,3 +623,55 @@ def test_one_plans_layer_comm_is_the_arrays_to_the_bit():
                     assert type(a) is float and _same(a, b), (preset, mode, args, f.name, a, b)
                 cases += 1
     assert cases > 300
+
+
+def test_one_plans_stage_invariants_are_the_arrays_to_the_bit():
+    """What shard_inputs computes of a stage once (:func:`~shardmeter.model.sharding._invariants_floats`
+    of one plan in full training) is the batch's value, every entry, every bundled model,
+    random degrees, recompute modes, precisions and stage shapes."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.load.scenario import model_presets
+    from shardmeter.model import sharding
+    from shardmeter.model.degrees import Degrees
+    from shardmeter.model.shapes import local_shapes
+
+    est = Estimator()
+    rng = random.Random(53)
+    cases = 0
+    for preset in sorted(model_presets()):
+        sc = {"model": {"preset": preset}, "training": {"global_batch": 64, "micro_batch": 1}}
+        sc["island"] = [{"gpu": "h100-sxm", "nodes": 4, "gpus_per_node": 8}]
+        inp, _ = build_inputs(est.resolve(est.load(sc)), scalar=True)
+        for _ in range(20):
+            tr = attrs.evolve(
+                inp.training,
+                recompute=float(rng.choice(list(Recompute))),
+                recompute_layers=rng.choice((0.0, 1.0, 3.0, 100.0)),
+                weight_bytes=rng.choice((2.0, 4.0, 1.0, 3.0)),
+                fp8_params=rng.random() < 0.3,
+            )
+            ms = attrs.evolve(inp.model, dense_layers=rng.choice((0.0, 1.0, 3.0)))
+            tp, ep, etp, pp = (rng.choice((1.0, 2.0, 8.0)) for _ in range(4))
+            deg = Degrees(tp=tp, etp=etp, pp=pp, dp=4.0, cp=1.0, ep=ep, v=1.0, sp=True)
+            sh = local_shapes(ms, tr, tp, pp, 1.0, 1.0, layers=rng.choice((None, 0.0, 5.0)))
+            assert sharding._plain_stage(ms, tr, sh, deg)
+            try:
+                one = sharding._invariants_floats(ms, tr, sh, deg)
+            except ZeroDivisionError:
+                continue
+            batch = [_as_batch(r) for r in (ms, tr, sh, deg)]
+            with np.errstate(all="ignore"):
+                ref = sharding._invariants(*batch)
+            assert one.keys() == ref.keys()
+            for k in one:
+                a, b = one[k], ref[k]
+                for x, y in zip(a, b, strict=True) if isinstance(a, tuple) else ((a, b),):
+                    y = float(np.asarray(y).ravel()[0])
+                    assert type(x) in (float, bool) and _same(float(x), y), (preset, k, x, y)
+            cases += 1
+    assert cases > 150
