@@ -675,3 +675,33 @@ def test_one_plans_stage_invariants_are_the_arrays_to_the_bit():
                     assert type(x) in (float, bool) and _same(float(x), y), (preset, k, x, y)
             cases += 1
     assert cases > 150
+
+
+def test_one_plans_layout_and_batch_reasons_are_the_arrays():
+    """layout_reasons and batch_reasons of plain numbers (each where the bit it picks, the
+    experts' divisibility only with experts) give the batch's bits, at random and edge numbers
+    (0, inf, nan; heads, sequences and experts that do or do not divide)."""
+    import numpy as np
+
+    from shardmeter.model import feasibility
+    from shardmeter.model.stages import stage_layers
+
+    vals = (0.0, 1.0, 2.0, 3.0, 4.0, 8.0, 12.0, 16.0, 64.0, 96.0, math.inf, math.nan)
+    rng = random.Random(59)
+    for _ in range(4000):
+        layout = [rng.choice(vals) for _ in range(10)]  # heads, seq, experts, tp, pp, cp, dp, ep, gpus, etp
+        with np.errstate(all="ignore"):
+            one = feasibility.layout_reasons(*layout)
+            arr = feasibility.layout_reasons(*(np.asarray([x]) for x in layout))
+        assert type(one) is int and one == int(np.asarray(arr)[0]), (layout, one, arr)
+        m = rng.choice((*vals, 0.5, 1.5, 2.0000000001, 7.0))
+        layers, pp, v = (
+            rng.choice((1.0, 24.0, 96.0)),
+            rng.choice((1.0, 2.0, 8.0)),
+            rng.choice((1.0, 2.0, 3.0)),
+        )
+        split = stage_layers(layers, pp, v, rng.choice((0.0, 3.0)), 0.0)
+        with np.errstate(all="ignore"):
+            one = feasibility.batch_reasons(m, pp, v, layers, split=split)
+            arr = feasibility.batch_reasons(*(np.asarray([x]) for x in (m, pp, v, layers)), split=split)
+        assert type(one) is int and one == int(np.asarray(arr)[0]), (m, pp, v, layers, one, arr)

@@ -160,6 +160,18 @@ def layout_reasons(
     @d98e8a64: ``if world_size % expert_tensor_model_pipeline_parallel_size != 0: raise``)."""
     moe = experts > 1
     etp = tp if etp is None else etp
+    if (
+        type(moe) is bool
+        and set(map(type, (heads, seq_len, tp, pp, cp, dp, ep, gpus, etp))) <= ops.ONLY_FLOAT
+    ):
+        # one plan: each where the bit it picks, the experts' divisibility only with experts
+        ep_bad = (ops.mod(experts, ep) != 0) | (ops.mod(tp * cp * dp, etp * ep) != 0) if moe else ep > 1
+        return (
+            (BIT_TP_HEADS if ops.mod(heads, tp) != 0 else 0)
+            | (BIT_CP_SEQUENCE if ops.mod(seq_len, cp) != 0 else 0)
+            | (BIT_EP_EXPERTS if ep_bad else 0)
+            | (BIT_TOO_MANY_GPUS if tp * pp * cp * dp > gpus else 0)
+        )
     bits = ops.where(ops.mod(heads, tp) != 0, BIT_TP_HEADS, 0)
     bits |= ops.where(ops.mod(seq_len, cp) != 0, BIT_CP_SEQUENCE, 0)
     bits |= ops.where(
@@ -205,6 +217,19 @@ def batch_reasons(
     Megatron-LM's split rule, the embedding and loss counted in it or not
     (:func:`~.stages.stage_layers`; ``split``: its result for these same arguments, where the
     caller has it)."""
+    if (
+        split is not None
+        and type(split.bad) is bool
+        and set(map(type, (m, pp, virtual_stages, layers))) <= ops.ONLY_FLOAT
+        and m - m == 0.0
+    ):
+        # one plan, a finite number of micro-batches (ops.rint's float(round(m))): plain ifs
+        whole = abs(m - float(round(m))) <= 1e-9 and not m < 1 - 1e-9
+        return (
+            (0 if whole else BIT_BATCH_SPLIT)
+            | (BIT_STAGES if pp * virtual_stages > layers else 0)
+            | (BIT_STAGE_LAYERS if split.bad else 0)
+        )
     bits = ops.where(ops.absolute(m - ops.rint(m)) > 1e-9, BIT_BATCH_SPLIT, 0) | ops.where(
         m < 1 - 1e-9, BIT_BATCH_SPLIT, 0
     )
