@@ -705,3 +705,51 @@ def test_one_plans_layout_and_batch_reasons_are_the_arrays():
             one = feasibility.batch_reasons(m, pp, v, layers, split=split)
             arr = feasibility.batch_reasons(*(np.asarray([x]) for x in (m, pp, v, layers)), split=split)
         assert type(one) is int and one == int(np.asarray(arr)[0]), (m, pp, v, layers, one, arr)
+
+
+def test_one_plans_layer_params_and_flops_are_the_arrays_to_the_bit():
+    """params_per_layer, model_params and layers_forward_flops of plain numbers (plain ifs; a
+    dense model's dense layer taken as its MoE layer, not computed again) are the batch's
+    values, at edge numbers (0, -0, inf, nan) and expert counts at and around 1."""
+    import numpy as np
+
+    vals = (0.0, -0.0, 1.0, 2.0, 3.0, 64.0, 4096.0, math.inf, math.nan)
+    rng = random.Random(61)
+
+    def x():
+        return rng.choice(vals) if rng.random() < 0.3 else float(rng.randint(1, 9000))
+
+    for _ in range(3000):
+        h, q, kv, ffn = x(), x(), x(), x()
+        moe_ffn = ffn if rng.random() < 0.6 else x()
+        experts, shared, ktop = (
+            rng.choice((0.0, 1.0, 2.0, 8.0)),
+            rng.choice((0.0, 0.0, 1.0)),
+            rng.choice((1.0, 2.0)),
+        )
+        sw, tied = rng.random() < 0.5, rng.random() < 0.5
+        layers, vocab, seq, dense = x(), x(), x(), rng.choice((0.0, 1.0, 3.0))
+        checks = (
+            (
+                lambda *a: formulas.params_per_layer(*a[:5], a[5], shared_experts=a[6]),
+                (h, q, kv, ffn, sw, experts, shared),
+            ),
+            (
+                lambda *a: formulas.model_params(
+                    *a[:8], a[8], moe_ffn=a[9], shared_experts=a[10], dense_layers=a[11]
+                ),
+                (layers, h, q, kv, ffn, sw, vocab, tied, experts, moe_ffn, shared, dense),
+            ),
+            (
+                lambda *a: formulas.layers_forward_flops(
+                    *a[:9], moe_ffn=a[9], shared_experts=a[10], dense_layers=a[11]
+                ),
+                (layers, h, q, kv, ffn, sw, seq, ktop, experts, moe_ffn, shared, dense),
+            ),
+        )
+        for fn, args in checks:
+            one = fn(*args)
+            with np.errstate(all="ignore"):
+                arr = fn(*(np.asarray([a]) for a in args))
+            for a, b in zip(*((one, arr) if isinstance(one, tuple) else ((one,), (arr,))), strict=True):
+                assert type(a) is float and _same(a, float(np.asarray(b)[0])), (args, a, b)
