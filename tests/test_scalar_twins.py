@@ -438,3 +438,318 @@ def test_one_islands_details_are_the_general_codes_to_the_bit():
             for k in got:
                 ga, gb = flat(got[k]), flat(want[k])
                 assert len(ga) == len(gb) and all(_same(u, v) for u, v in zip(ga, gb, strict=True)), k
+
+
+def test_one_plans_layer_activations_are_the_arrays_to_the_bit():
+    """layer_activations of one plan (:func:`~shardmeter.model.memory._layer_activations_floats`:
+    plain ifs, the recompute mode's bytes only) is the batch's value, every bundled model, every
+    recompute mode and random flags, modules, layouts and edge widths (0, inf, nan)."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.load.scenario import model_presets
+    from shardmeter.model import memory
+    from shardmeter.model.shapes import local_shapes
+
+    est = Estimator()
+    rng = random.Random(41)
+    flags = ("compile", "materialized", "op_saves_attention", "fp8", "fp8_te", "rc_moe", "rc_moe_act")
+    flags += ("rc_shared_experts", "rc_layernorm", "rc_mlp", "rc_mla_up_proj")
+    cases = 0
+    for preset in sorted(model_presets()):
+        sc = {"model": {"preset": preset}, "training": {"global_batch": 64, "micro_batch": 1}}
+        sc["island"] = [{"gpu": "h100-sxm", "nodes": 4, "gpus_per_node": 8}]
+        inp, _ = build_inputs(est.resolve(est.load(sc)), scalar=True)
+        for mode in (*(float(m) for m in Recompute), math.nan):
+            for _ in range(6):
+                tr = attrs.evolve(
+                    inp.training,
+                    recompute=mode,
+                    recompute_layers=rng.choice((0.0, 1.0, 3.0)),
+                    micro_batch=rng.choice((1.0, 2.0, 0.0, math.inf)),
+                    **{f: rng.random() < 0.5 for f in flags},
+                )
+                ms = attrs.evolve(
+                    inp.model, dropout=rng.random() < 0.5, dense_layers=rng.choice((0.0, 1.0, 3.0))
+                )
+                if rng.random() < 0.2:
+                    ms = attrs.evolve(ms, q_rank=rng.choice((0.0, 512.0)), kv_rank=rng.choice((0.0, 256.0)))
+                tp, sp = rng.choice((1.0, 2.0, 8.0)), rng.random() < 0.5
+                pp, cp, v = rng.choice((1.0, 4.0)), rng.choice((1.0, 2.0)), rng.choice((1.0, 2.0))
+                sh = local_shapes(ms, tr, tp, pp, cp, v, layers=rng.choice((None, 0.0, 5.0)))
+                assert memory._plain_layer(ms, tr, sh, tp, sp)
+                try:
+                    one = memory.layer_activations(ms, tr, sh, tp, sp)
+                except ZeroDivisionError:
+                    continue
+
+                def arr(rec):
+                    return type(rec)(
+                        **{f.name: np.asarray([getattr(rec, f.name)]) for f in attrs.fields(type(rec))}
+                    )
+
+                with np.errstate(all="ignore"):
+                    ref = memory.layer_activations(
+                        arr(ms), arr(tr), arr(sh), np.asarray([tp]), np.asarray([sp])
+                    )
+                for a, b in zip(one, ref, strict=True):
+                    b = float(np.asarray(b).ravel()[0])
+                    assert type(a) is float and _same(a, b), (preset, mode, a, b)
+                cases += 1
+    assert cases > 300
+
+
+def _as_batch(rec):
+    """An attrs record of plain numbers as the same record of 1-element arrays."""
+    import attrs
+    import numpy as np
+
+    return type(rec)(**{f.name: np.asarray([getattr(rec, f.name)]) for f in attrs.fields(type(rec))})
+
+
+def test_one_plans_micro_batch_compute_is_the_arrays_to_the_bit():
+    """micro_batch_compute of one plan (:func:`~shardmeter.model.compute._micro_batch_floats`:
+    the GEMMs, attention, recompute and head written out) is the batch's value, every field,
+    every bundled model, recompute mode, precision and random flags and layouts (op recompute
+    and MLA take the general code on both paths)."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.load.scenario import model_presets
+    from shardmeter.model import compute
+    from shardmeter.model.shapes import local_shapes
+
+    est = Estimator()
+    rng = random.Random(43)
+    flags = ("fp8", "materialized", "compile", "rc_core_attn", "rc_mlp", "rc_moe", "rc_shared_experts")
+    cases = 0
+    for preset in sorted(model_presets()):
+        sc = {"model": {"preset": preset}, "training": {"global_batch": 64, "micro_batch": 1}}
+        sc["island"] = [{"gpu": "h100-sxm", "nodes": 4, "gpus_per_node": 8}]
+        inp, _ = build_inputs(est.resolve(est.load(sc)), scalar=True)
+        for mode in (*(float(m) for m in Recompute), math.nan):
+            for _ in range(5):
+                tr = attrs.evolve(
+                    inp.training,
+                    recompute=mode,
+                    recompute_layers=rng.choice((0.0, 1.0, 3.0)),
+                    micro_batch=rng.choice((1.0, 2.0, 4.0)),
+                    lora_rank=rng.choice((0.0, 0.0, 16.0)),
+                    **{f: rng.random() < 0.5 for f in flags},
+                )
+                ms = attrs.evolve(
+                    inp.model,
+                    dropout=rng.random() < 0.5,
+                    causal=rng.random() < 0.8,
+                    dense_layers=rng.choice((0.0, 1.0, 3.0)),
+                    capacity_factor=rng.choice((1.0, 1.25, 0.0)),
+                )
+                hw = attrs.evolve(inp.hardware, sm_count=rng.choice((108.0, 132.0, 0.0)))
+                tp, ep, sp = rng.choice((1.0, 2.0, 8.0)), rng.choice((1.0, 2.0)), rng.random() < 0.5
+                pp, cp, v = rng.choice((1.0, 4.0)), rng.choice((1.0, 2.0)), rng.choice((1.0, 2.0))
+                sh = local_shapes(ms, tr, tp, pp, cp, v, layers=rng.choice((None, 5.0)))
+                peak, peak16 = hw.peak_flops, hw.peak16_flops
+                plain = compute._plain_compute(ms, tr, hw, sh, tp, ep, sp, peak, peak16)
+                assert plain == (mode != Recompute.OP and not ms.kv_rank > 0)
+                try:
+                    one = compute.micro_batch_compute(ms, tr, hw, sh, tp, ep, sp, peak, peak16)
+                except ZeroDivisionError:
+                    continue
+                args = (_as_batch(ms), _as_batch(tr), _as_batch(hw), _as_batch(sh))
+                with np.errstate(all="ignore"):
+                    ref = compute.micro_batch_compute(
+                        *args, *(np.asarray([x]) for x in (tp, ep, sp, peak, peak16))
+                    )
+                for f in attrs.fields(type(one)):
+                    a, b = getattr(one, f.name), float(np.asarray(getattr(ref, f.name)).ravel()[0])
+                    assert type(a) is float and _same(a, b), (preset, mode, f.name, a, b)
+                cases += plain
+    assert cases > 150
+
+
+def test_one_plans_layer_comm_is_the_arrays_to_the_bit():
+    """layer_comm of one plan (:func:`~shardmeter.model.comm._layer_comm_floats`: tp_comm,
+    cp_comm and ep_exposed_s written out) is the batch's value, every field, every bundled
+    model and recompute mode, random degrees (tp, cp, ep of 1 or more), overlap and async TP."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.load.scenario import model_presets
+    from shardmeter.model import comm
+    from shardmeter.model.compute import micro_batch_compute
+    from shardmeter.model.evaluate import _as_arrays
+    from shardmeter.model.shapes import local_shapes
+
+    def grid(rec):  # a record of plain numbers as (1, 1) arrays (one row, one island)
+        return type(rec)(**{f.name: np.asarray([[getattr(rec, f.name)]]) for f in attrs.fields(type(rec))})
+
+    est = Estimator()
+    rng = random.Random(47)
+    cases = 0
+    for preset in sorted(model_presets()):
+        sc = {"model": {"preset": preset}, "training": {"global_batch": 64, "micro_batch": 1}}
+        sc["island"] = [{"gpu": "h100-sxm", "nodes": 4, "gpus_per_node": 8}]
+        inp, _ = build_inputs(est.resolve(est.load(sc)), scalar=True)
+        arr = _as_arrays(inp)
+        for mode in (*(float(m) for m in Recompute), math.nan):
+            for _ in range(6):
+                tp, cp, ep = (rng.choice((1.0, 2.0, 8.0, 16.0)) for _ in range(3))
+                sp, overlap, async_tp = (rng.random() < 0.5 for _ in range(3))
+                share = rng.choice((1.0, 0.5))
+                ms, tr, hw, topo = inp.model, inp.training, inp.hardware, inp.topology
+                sh = local_shapes(ms, tr, tp, 2.0, cp, 1.0)
+                ct = micro_batch_compute(ms, tr, hw, sh, tp, ep, sp, hw.peak_flops, hw.peak16_flops)
+                kw = {"hbm_bytes_s": hw.hbm_bytes_s, "etp": rng.choice((None, 1.0, 2.0))}
+                args = (tp, cp, ep, overlap, mode, sp, share, async_tp)
+                try:
+                    one = comm.layer_comm(ms, sh, ct, topo, *args, **kw)
+                except ZeroDivisionError:
+                    continue
+                with np.errstate(all="ignore"):
+                    ref = comm.layer_comm(
+                        arr.model, grid(sh), grid(ct), arr.topology, *(np.asarray([[x]]) for x in args), **kw
+                    )
+                for f in attrs.fields(type(one)):
+                    a, b = getattr(one, f.name), float(np.asarray(getattr(ref, f.name)).ravel()[0])
+                    assert type(a) is float and _same(a, b), (preset, mode, args, f.name, a, b)
+                cases += 1
+    assert cases > 300
+
+
+def test_one_plans_stage_invariants_are_the_arrays_to_the_bit():
+    """What shard_inputs computes of a stage once (:func:`~shardmeter.model.sharding._invariants_floats`
+    of one plan in full training) is the batch's value, every entry, every bundled model,
+    random degrees, recompute modes, precisions and stage shapes."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.inputs.bundles import Recompute
+    from shardmeter.load.scenario import model_presets
+    from shardmeter.model import sharding
+    from shardmeter.model.degrees import Degrees
+    from shardmeter.model.shapes import local_shapes
+
+    est = Estimator()
+    rng = random.Random(53)
+    cases = 0
+    for preset in sorted(model_presets()):
+        sc = {"model": {"preset": preset}, "training": {"global_batch": 64, "micro_batch": 1}}
+        sc["island"] = [{"gpu": "h100-sxm", "nodes": 4, "gpus_per_node": 8}]
+        inp, _ = build_inputs(est.resolve(est.load(sc)), scalar=True)
+        for _ in range(20):
+            tr = attrs.evolve(
+                inp.training,
+                recompute=float(rng.choice(list(Recompute))),
+                recompute_layers=rng.choice((0.0, 1.0, 3.0, 100.0)),
+                weight_bytes=rng.choice((2.0, 4.0, 1.0, 3.0)),
+                fp8_params=rng.random() < 0.3,
+            )
+            ms = attrs.evolve(inp.model, dense_layers=rng.choice((0.0, 1.0, 3.0)))
+            tp, ep, etp, pp = (rng.choice((1.0, 2.0, 8.0)) for _ in range(4))
+            deg = Degrees(tp=tp, etp=etp, pp=pp, dp=4.0, cp=1.0, ep=ep, v=1.0, sp=True)
+            sh = local_shapes(ms, tr, tp, pp, 1.0, 1.0, layers=rng.choice((None, 0.0, 5.0)))
+            assert sharding._plain_stage(ms, tr, sh, deg)
+            try:
+                one = sharding._invariants_floats(ms, tr, sh, deg)
+            except ZeroDivisionError:
+                continue
+            batch = [_as_batch(r) for r in (ms, tr, sh, deg)]
+            with np.errstate(all="ignore"):
+                ref = sharding._invariants(*batch)
+            assert one.keys() == ref.keys()
+            for k in one:
+                a, b = one[k], ref[k]
+                for x, y in zip(a, b, strict=True) if isinstance(a, tuple) else ((a, b),):
+                    y = float(np.asarray(y).ravel()[0])
+                    assert type(x) in (float, bool) and _same(float(x), y), (preset, k, x, y)
+            cases += 1
+    assert cases > 150
+
+
+def test_one_plans_layout_and_batch_reasons_are_the_arrays():
+    """layout_reasons and batch_reasons of plain numbers (each where the bit it picks, the
+    experts' divisibility only with experts) give the batch's bits, at random and edge numbers
+    (0, inf, nan; heads, sequences and experts that do or do not divide)."""
+    import numpy as np
+
+    from shardmeter.model import feasibility
+    from shardmeter.model.stages import stage_layers
+
+    vals = (0.0, 1.0, 2.0, 3.0, 4.0, 8.0, 12.0, 16.0, 64.0, 96.0, math.inf, math.nan)
+    rng = random.Random(59)
+    for _ in range(4000):
+        layout = [rng.choice(vals) for _ in range(10)]  # heads, seq, experts, tp, pp, cp, dp, ep, gpus, etp
+        with np.errstate(all="ignore"):
+            one = feasibility.layout_reasons(*layout)
+            arr = feasibility.layout_reasons(*(np.asarray([x]) for x in layout))
+        assert type(one) is int and one == int(np.asarray(arr)[0]), (layout, one, arr)
+        m = rng.choice((*vals, 0.5, 1.5, 2.0000000001, 7.0))
+        layers, pp, v = (
+            rng.choice((1.0, 24.0, 96.0)),
+            rng.choice((1.0, 2.0, 8.0)),
+            rng.choice((1.0, 2.0, 3.0)),
+        )
+        split = stage_layers(layers, pp, v, rng.choice((0.0, 3.0)), 0.0)
+        with np.errstate(all="ignore"):
+            one = feasibility.batch_reasons(m, pp, v, layers, split=split)
+            arr = feasibility.batch_reasons(*(np.asarray([x]) for x in (m, pp, v, layers)), split=split)
+        assert type(one) is int and one == int(np.asarray(arr)[0]), (m, pp, v, layers, one, arr)
+
+
+def test_one_plans_layer_params_and_flops_are_the_arrays_to_the_bit():
+    """params_per_layer, model_params and layers_forward_flops of plain numbers (plain ifs; a
+    dense model's dense layer taken as its MoE layer, not computed again) are the batch's
+    values, at edge numbers (0, -0, inf, nan) and expert counts at and around 1."""
+    import numpy as np
+
+    vals = (0.0, -0.0, 1.0, 2.0, 3.0, 64.0, 4096.0, math.inf, math.nan)
+    rng = random.Random(61)
+
+    def x():
+        return rng.choice(vals) if rng.random() < 0.3 else float(rng.randint(1, 9000))
+
+    for _ in range(3000):
+        h, q, kv, ffn = x(), x(), x(), x()
+        moe_ffn = ffn if rng.random() < 0.6 else x()
+        experts, shared, ktop = (
+            rng.choice((0.0, 1.0, 2.0, 8.0)),
+            rng.choice((0.0, 0.0, 1.0)),
+            rng.choice((1.0, 2.0)),
+        )
+        sw, tied = rng.random() < 0.5, rng.random() < 0.5
+        layers, vocab, seq, dense = x(), x(), x(), rng.choice((0.0, 1.0, 3.0))
+        checks = (
+            (
+                lambda *a: formulas.params_per_layer(*a[:5], a[5], shared_experts=a[6]),
+                (h, q, kv, ffn, sw, experts, shared),
+            ),
+            (
+                lambda *a: formulas.model_params(
+                    *a[:8], a[8], moe_ffn=a[9], shared_experts=a[10], dense_layers=a[11]
+                ),
+                (layers, h, q, kv, ffn, sw, vocab, tied, experts, moe_ffn, shared, dense),
+            ),
+            (
+                lambda *a: formulas.layers_forward_flops(
+                    *a[:9], moe_ffn=a[9], shared_experts=a[10], dense_layers=a[11]
+                ),
+                (layers, h, q, kv, ffn, sw, seq, ktop, experts, moe_ffn, shared, dense),
+            ),
+        )
+        for fn, args in checks:
+            one = fn(*args)
+            with np.errstate(all="ignore"):
+                arr = fn(*(np.asarray([a]) for a in args))
+            for a, b in zip(*((one, arr) if isinstance(one, tuple) else ((one,), (arr,))), strict=True):
+                assert type(a) is float and _same(a, float(np.asarray(b)[0])), (args, a, b)

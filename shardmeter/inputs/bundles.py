@@ -51,6 +51,12 @@ class Recompute(enum.IntEnum):
     OP = 3
 
 
+#: :class:`Recompute`'s codes as plain floats, for the comparisons the model makes on every plan
+#: (``rec == REC_FULL``): on Python 3.11 an enum member's lookup goes through
+#: ``EnumType.__getattr__``'s hook (~80 ns), a module constant's costs nothing.
+REC_NONE, REC_SELECTIVE, REC_FULL, REC_OP = (float(m) for m in Recompute)
+
+
 class Fp8Recipe(enum.IntEnum):
     """``training.fp8_recipe`` as the model's code."""
 
@@ -71,6 +77,13 @@ class Optimizer(enum.IntEnum):
     ADAFACTOR = 4
     ADAM8BIT = 5
     MUON = 6
+
+
+#: :class:`Optimizer`'s codes the model compares with, as plain floats (as :data:`REC_FULL`).
+OPT_SGD, OPT_SGD_MOMENTUM, OPT_ADAFACTOR, OPT_ADAM8BIT, OPT_MUON = (
+    float(m)
+    for m in (Optimizer.SGD, Optimizer.SGD_MOMENTUM, Optimizer.ADAFACTOR, Optimizer.ADAM8BIT, Optimizer.MUON)
+)
 
 
 #: ``training.optimizer`` name -> :class:`Optimizer` code.

@@ -6,7 +6,7 @@ eager or compiled. Bytes, 16-bit activations; numpy arrays or scalars alike.
 
 from __future__ import annotations
 
-from shardmeter.inputs.bundles import Recompute
+from shardmeter.inputs.bundles import REC_FULL, REC_NONE, REC_OP
 from shardmeter.model.branches import where_needed
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
@@ -59,16 +59,16 @@ def activation_bytes_per_layer(
     s_kv = s if s_kv is None else s_kv
     tp = ops.as_float(tp)
     shape = (s, b, h, heads, q_dim, kv_dim, ffn, swiglu, tp, sp)
-    scores = materialized & (recompute == Recompute.NONE)
+    scores = materialized & (recompute == REC_NONE)
     per_layer = kept_activation_bytes(*shape, scores, experts_per_token, s_kv, dropout)
-    op = recompute == Recompute.OP
+    op = recompute == REC_OP
     op_store = where_needed(
         op,
         lambda: op_recompute_bytes(*shape, materialized, experts_per_token, s_kv, compiled, saves_attention),
         lambda: 0.0,
     )
     stored = ops.where(
-        recompute == Recompute.FULL, full_recompute_bytes(s, b, h, tp, sp), ops.where(op, op_store, per_layer)
+        recompute == REC_FULL, full_recompute_bytes(s, b, h, tp, sp), ops.where(op, op_store, per_layer)
     )
     return stored, per_layer
 

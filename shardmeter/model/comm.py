@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from shardmeter.inputs.bundles import ModelShape, Recompute, Topology
+from shardmeter.inputs.bundles import REC_FULL, REC_OP, REC_SELECTIVE, ModelShape, Topology
 from shardmeter.model.branches import where_needed
 from shardmeter.model.compute import ComputeTerms
 from shardmeter.model.formulas import ring_collective_time
@@ -119,6 +119,16 @@ def layer_comm(
     (achieved HBM rate) prices async TP's own copies and reductions; ``etp``: the experts'
     tensor parallelism (None: ``tp``)."""
     act_msg = sh.tokens * ms.hidden * ACT_BYTES
+    plain = (
+        *(act_msg, sh.layers_per_stage, tp, cp, ep, recompute, share, ct.dense_forward),
+        *(topo.domain_gpus, ct.attention_forward, ct.attention_backward),
+    )
+    if (
+        set(map(type, (sp, tp_overlap, async_tp, sh.moe))) <= _ONLY_BOOL
+        and set(map(type, plain)) <= ops.ONLY_FLOAT
+    ):
+        return _layer_comm_floats(ms, sh, ct, topo, act_msg, tp, cp, ep, tp_overlap, recompute, sp, share,
+                                  async_tp, hbm_bytes_s, tp if etp is None else etp)  # fmt: skip
     tpc = tp_comm(sh, ct, topo, act_msg, tp, tp_overlap, recompute, sp, share, async_tp, hbm_bytes_s)
     cpc = cp_comm(sh, ct, topo, tp, cp, recompute, share)
     return LayerComm(
@@ -127,6 +137,69 @@ def layer_comm(
         cp_exposed=cpc.exposed_s,
         cp_hidden=cpc.hidden_s,
         ep_exposed=ep_exposed_s(ms, sh, topo, tp, cp, ep, recompute, share, tp if etp is None else etp),
+        act_msg=act_msg,
+    )
+
+
+_ONLY_BOOL = frozenset({bool})
+
+
+def _layer_comm_floats(
+    ms: ModelShape,
+    sh: Shapes,
+    ct: ComputeTerms,
+    topo: Topology,
+    act_msg: float,
+    tp: float,
+    cp: float,
+    ep: float,
+    tp_overlap: bool,
+    recompute: float,
+    sp: bool,
+    share: float,
+    async_tp: bool,
+    hbm_bytes_s: Array,
+    etp: Array,
+) -> LayerComm:
+    """:func:`layer_comm` of one plan (plain floats and bools): :func:`tp_comm`,
+    :func:`cp_comm` and :func:`ep_exposed_s` written out, the same operations in the same order
+    without their records, closures or ops calls (``ops.minimum``/``maximum`` written out, nan
+    where neither side is the larger); the branches one plan has only: async TP, a context ring
+    and expert all-to-alls through the general functions where the plan has them.
+    tests/test_scalar_twins.py holds it to the arrays to the bit."""
+    nan = math.nan
+    Ls = sh.layers_per_stage
+    if async_tp and not tp_overlap and tp > 1 and tp <= topo.domain_gpus:
+        tpc = tp_comm(sh, ct, topo, act_msg, tp, tp_overlap, recompute, sp, share, async_tp, hbm_bytes_s)
+        tp_exposed, tp_hidden = tpc.exposed_s, tpc.hidden_s
+    else:
+        # tp_collectives_per_layer
+        n_tp = 4.0 + (
+            2.0 * share if recompute == REC_FULL else ((1.0 if sp else 2.0) if recompute == REC_OP else 0.0)
+        )
+        total = Ls * n_tp * collective_time("all_reduce", act_msg, tp, 1.0, topo) if tp > 1 else 0.0
+        if tp_overlap:
+            x = 0.5 * Ls * 3.0 * ct.dense_forward
+            tp_hidden = total if total <= x else (x if x < total else nan)
+        else:
+            tp_hidden = 0.0
+        tp_exposed = total - tp_hidden
+    if cp > 1:
+        cpc = cp_comm(sh, ct, topo, tp, cp, recompute, share)
+        cp_exposed, cp_hidden = cpc.exposed_s, cpc.hidden_s
+    else:
+        att_rec = 1.0 if recompute == REC_SELECTIVE else (share if recompute == REC_FULL else 0.0)
+        window = Ls * (ct.attention_forward + ct.attention_backward + att_rec * ct.attention_forward)
+        y = 0.0 - window
+        cp_exposed = 0.0 if y <= 0.0 else (y if y > 0.0 else nan)
+        cp_hidden = 0.0 - cp_exposed
+    ep_s = ep_exposed_s(ms, sh, topo, tp, cp, ep, recompute, share, etp) if sh.moe and ep > 1 else 0.0
+    return LayerComm(
+        tp_exposed=tp_exposed,
+        tp_hidden=tp_hidden,
+        cp_exposed=cp_exposed,
+        cp_hidden=cp_hidden,
+        ep_exposed=ep_s,
         act_msg=act_msg,
     )
 
@@ -149,9 +222,7 @@ def tp_collectives_per_layer(recompute: Array, sp: Array, share: Array) -> Array
     sequence parallelism (its two all-gathers rerun while the reduce-scatter outputs are
     saved), + 2 without it (its all-reduces are not on torchtitan's save list)."""
     op_tp = ops.where(ops.as_bool(sp), 1.0, 2.0)  # two all-gathers = one all-reduce's time
-    return 4.0 + ops.where(
-        recompute == Recompute.FULL, 2.0 * share, ops.where(recompute == Recompute.OP, op_tp, 0.0)
-    )
+    return 4.0 + ops.where(recompute == REC_FULL, 2.0 * share, ops.where(recompute == REC_OP, op_tp, 0.0))
 
 
 def tp_comm(
@@ -236,9 +307,7 @@ def async_tp_layer_s(
     up = ops.where(mlp_ok, async_tp_exposed(t_half, ct.mlp_up_forward, tp) + ag_fixed, t_half)
     forward = qkv + up + proj + down + (1.0 + fused_mlp) * rs_fixed
     backward = proj + down + (1.0 + fused_mlp) * ag_fixed + 2.0 * t_half
-    rerun = ops.where(
-        recompute == Recompute.FULL, share * forward, ops.where(recompute == Recompute.OP, qkv + up, 0.0)
-    )
+    rerun = ops.where(recompute == REC_FULL, share * forward, ops.where(recompute == REC_OP, qkv + up, 0.0))
     return forward + backward + rerun
 
 
@@ -270,7 +339,7 @@ def cp_comm(
     does not rerun), hidden under the attention kernels."""
     Ls = sh.layers_per_stage
     att_rec = ops.where(
-        recompute == Recompute.SELECTIVE, 1.0, ops.where(recompute == Recompute.FULL, share, 0.0)
+        recompute == REC_SELECTIVE, 1.0, ops.where(recompute == REC_FULL, share, 0.0)
     )  # attention rerun
 
     def ring_s() -> Array:
@@ -313,7 +382,7 @@ def ep_exposed_s(
         a2a_msg = cap * sh.tokens * ms.experts_per_token * ms.hidden * ACT_BYTES * etp / tp
         t_a2a = collective_time("all_to_all", a2a_msg, ep, etp, topo)
         moe_layers = sh.layers_per_stage - sh.dense_layers_local
-        return moe_layers * (4.0 + ops.where(recompute == Recompute.FULL, 2.0 * share, 0.0)) * t_a2a
+        return moe_layers * (4.0 + ops.where(recompute == REC_FULL, 2.0 * share, 0.0)) * t_a2a
 
     return where_needed(sh.moe & (ep > 1), a2a_s, lambda: 0.0)
 

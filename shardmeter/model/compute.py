@@ -8,12 +8,20 @@ head on the last stage.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
-from shardmeter.inputs.bundles import Hardware, ModelShape, Training
-from shardmeter.model.attention import attention_time
+from shardmeter.inputs.bundles import REC_FULL, REC_OP, REC_SELECTIVE, Hardware, ModelShape, Training
+from shardmeter.model.attention import (
+    ATTENTION_RAMP_KEYS,
+    FLASH_BWD_FACTOR,
+    FUSED_HEAD_DIM_MULTIPLE,
+    attention_time,
+)
 from shardmeter.model.branches import any_row
 from shardmeter.model.elementwise import layer_elementwise
+from shardmeter.model.formulas import KERNEL_OVERHEAD_S, _gemm_time_floats
 from shardmeter.model.fp8 import layer_cast_time
 from shardmeter.model.gemms import GemmRoof, GemmShapes, gemm_shapes, layer_gemms
 from shardmeter.model.lora import weight_grad_share
@@ -79,6 +87,8 @@ def micro_batch_compute(
     the router and the head stay 16-bit. Backward is twice the GEMMs' forward (data and weight
     gradients; the data gradient only for LoRA's frozen weights, :func:`~.lora.weight_grad_share`)
     and the attention core's own backward."""
+    if _plain_compute(ms, tr, hw, sh, tp, ep, sp, peak, peak16):
+        return _micro_batch_floats(ms, tr, hw, sh, tp, ep, sp, peak, peak16)
     hbm = hw.hbm_bytes_s * hw.hbm_efficiency
     fp8 = ops.as_float(tr.fp8) > 0
     eff, sms = hw.gemm_efficiency, hw.sm_count
@@ -122,6 +132,175 @@ def micro_batch_compute(
         proj_forward=g.proj_s,
         mlp_up_forward=g.mlp_up_s,
         mlp_down_forward=g.mlp_down_s,
+    )
+
+
+def _plain_compute(
+    ms: ModelShape,
+    tr: Training,
+    hw: Hardware,
+    sh: Shapes,
+    tp: Array,
+    ep: Array,
+    sp: Array,
+    peak: Array,
+    peak16: Array,
+) -> bool:
+    """Whether :func:`micro_batch_compute` reads plain numbers only (one plan; the flags
+    ``ops.where`` takes as they are bools) of a model and mode :func:`_micro_batch_floats`
+    writes out: not op recompute, no multi-head latent attention (those take the general code)."""
+    sizes = (
+        *(ms.hidden, ms.heads, ms.q_dim, ms.kv_dim, ms.v_dim, ms.o_dim, ms.ffn_hidden, ms.vocab),
+        *(ms.seq_len, ms.experts, ms.experts_per_token, ms.capacity_factor, ms.shared_experts),
+        *(ms.kv_rank, tr.micro_batch, tr.recompute, tr.recompute_layers, tr.lora_rank),
+        *(hw.hbm_bytes_s, hw.hbm_efficiency, hw.gemm_efficiency, hw.sm_count, hw.attention_efficiency),
+        *(sh.tokens, sh.seq_local, sh.q_local, sh.kv_local, sh.ffn_local, sh.mlp_up),
+        *(sh.layers_per_stage, sh.dense_layers_local, sh.virtual_stages, tp, ep, peak, peak16),
+    )
+    flags = (tr.fp8, tr.materialized, tr.compile, ms.dropout, tr.rc_core_attn, tr.rc_mlp, tr.rc_moe)
+    return (
+        type(sp) is bool
+        and type(sh.moe) is bool
+        and type(ms.swiglu) is bool
+        and type(ms.causal) is bool
+        and set(map(type, sizes)) <= ops.ONLY_FLOAT
+        and set(map(type, (*flags, tr.rc_shared_experts))) <= ops.FLOAT_OR_BOOL
+        and tr.recompute != REC_OP
+        and not ms.kv_rank > 0
+    )
+
+
+def _micro_batch_floats(
+    ms: ModelShape,
+    tr: Training,
+    hw: Hardware,
+    sh: Shapes,
+    tp: float,
+    ep: float,
+    sp: bool,
+    peak: float,
+    peak16: float,
+) -> ComputeTerms:
+    """:func:`micro_batch_compute` of one plan (:func:`_plain_compute`): gemm_shapes,
+    layer_gemms, attention_time, recompute_time and head_time written out, the same operations
+    in the same order without their records, closures or ops calls: each GEMM
+    :func:`~.formulas._gemm_time_floats` (what ``GemmRoof.seconds`` takes for plain numbers),
+    each ``where_needed`` branch only where the plan has it, each ``ops.where`` both sides as
+    there (the side it picks kept) and ``ops.maximum`` written out. tests/test_scalar_twins.py
+    holds it to the arrays to the bit."""
+    nan = math.nan
+    hbm = hw.hbm_bytes_s * hw.hbm_efficiency
+    fp8 = float(tr.fp8) > 0
+    eff, sms = hw.gemm_efficiency, hw.sm_count
+    bpe = 1.0 if fp8 else 2.0
+    moe, T, h = sh.moe, sh.tokens, ms.hidden
+    # gemm_shapes
+    cf = ms.capacity_factor
+    cap = (cf if cf >= 1e-9 else (1e-9 if cf < 1e-9 else nan)) if moe else 1.0
+    v_local = sh.kv_local + (ms.v_dim - ms.kv_dim) / tp
+    o_local = sh.q_local + (ms.o_dim - ms.q_dim) / tp
+    e_loc = ms.experts / ep
+    e_loc = e_loc if moe else 1.0
+    m_exp = cap * T * ms.experts_per_token * ep / ms.experts
+    m_exp = m_exp if moe else T
+    gs = GemmShapes(
+        v_local=v_local,
+        o_local=o_local,
+        experts_local=e_loc,
+        tokens_per_expert=m_exp,
+        dense_ffn_local=ms.ffn_hidden / tp,
+    )
+    # layer_gemms (no MLA: _plain_compute)
+    qkv_n = sh.q_local + 2.0 * sh.kv_local + (v_local - sh.kv_local)
+    qkv = _gemm_time_floats(T, qkv_n, h, peak, eff, hbm, sms, bpe, 1.0, 1.0)
+    proj = _gemm_time_floats(T, h, o_local, peak, eff, hbm, sms, bpe, 1.0, 1.0)
+    mlp_up = _gemm_time_floats(m_exp, sh.mlp_up, h, peak, eff, hbm, sms, bpe, e_loc, 1.0)
+    mlp_down = _gemm_time_floats(m_exp, h, sh.ffn_local, peak, eff, hbm, sms, bpe, e_loc, 1.0)
+    router = _gemm_time_floats(T, ms.experts, h, peak16, eff, hbm, sms, 2.0, 1.0, 1.0) if moe else 0.0
+    up_w = 2.0 if ms.swiglu else 1.0  # mlp_seconds' up projection width
+
+    def mlp_s(ffn: float) -> float:
+        return _gemm_time_floats(T, up_w * ffn, h, peak, eff, hbm, sms, bpe, 1.0, 1.0) + _gemm_time_floats(
+            T, h, ffn, peak, eff, hbm, sms, bpe, 1.0, 1.0
+        )
+
+    shared = mlp_s(ms.shared_experts * sh.ffn_local) if moe and ms.shared_experts > 0 else 0.0
+    g_fwd = qkv + proj + (mlp_up + mlp_down) + router + shared
+    Ls, Ld = sh.layers_per_stage, sh.dense_layers_local
+    dense_delta = qkv + proj + mlp_s(gs.dense_ffn_local) - g_fwd if Ld > 0 else 0.0
+    # attention_time
+    s = ms.seq_len
+    flops = 4.0 * T * s * sh.q_local + 2.0 * T * s * (o_local - sh.q_local)
+    heads = ms.heads
+    d = ms.q_dim / (heads if heads >= 1.0 else (1.0 if heads < 1.0 else nan))
+    x = d / FUSED_HEAD_DIM_MULTIPLE
+    x = float(math.ceil(x)) if x - x == 0.0 else x
+    share = x * FUSED_HEAD_DIM_MULTIPLE / (d if d >= 1e-9 else (1e-9 if d < 1e-9 else nan))
+    n_pad = T * (sh.q_local + sh.kv_local + v_local)
+    copy = 2.0 * (1.0 + share) * n_pad / hbm
+    pad = copy if share > 1.0 else 0.0
+    causal_frac = 0.5 if ms.causal else 1.0
+    kv_call = sh.seq_local * causal_frac
+    flash_f = (
+        flops
+        * share
+        * causal_frac
+        / (peak16 * hw.attention_efficiency)
+        * (1.0 + ATTENTION_RAMP_KEYS / kv_call)
+        + 2 * KERNEL_OVERHEAD_S
+    )
+    if tr.materialized:
+        heads_t = heads / tp
+        products = _gemm_time_floats(
+            sh.seq_local, s, ms.q_dim / heads, peak16, eff, hbm, sms, 2.0, 2.0, heads_t * tr.micro_batch
+        )
+        mat_f = products + 9.0 * (heads_t * T * s) / hbm
+        att_f, att_b = mat_f, 2.0 * mat_f
+    else:
+        att_f, att_b = flash_f + pad, FLASH_BWD_FACTOR * flash_f + pad
+    forward = Ls * (g_fwd + att_f) + Ld * dense_delta
+    bwd = 1.0 + (0.0 if float(tr.lora_rank) > 0 else 1.0)  # lora.weight_grad_share
+    backward = Ls * (bwd * g_fwd + att_b) + Ld * bwd * dense_delta
+    # recompute_time (not op recompute: _plain_compute)
+    rec = tr.recompute
+    rshare = full_recompute_share(tr, sh)
+    full = rec == REC_FULL
+    full_s = rshare * forward
+    # selective_rerun_s, computed whatever the mode (ops.where's side)
+    attn = float(tr.rc_core_attn) * Ls * att_f
+    dense_mlp = Ld * (g_fwd + dense_delta - qkv - proj) if moe else Ls * (mlp_up + mlp_down)
+    moe_layers = Ls - Ld if moe else 0.0
+    moe_s = (
+        mlp_up + mlp_down + router + shared if float(tr.rc_moe) > 0 else float(tr.rc_shared_experts) * shared
+    )
+    sel_s = attn + float(tr.rc_mlp) * dense_mlp + moe_layers * moe_s
+    rc_s = full_s if full else (sel_s if rec == REC_SELECTIVE else 0.0)
+    rerun = rshare if full else 0.0
+    # head_time
+    v_t = ms.vocab / tp
+    head_f = _gemm_time_floats(T, v_t, h, peak16, eff, hbm, sms, 2.0, 1.0, 1.0) + T * v_t * 12.0 / hbm
+    head = (1.0 + bwd) * head_f
+    mo = memory_ops_time(ms, tr, sh, gs, tp, sp, hbm, fp8)
+    memory_ops = (
+        mo.elementwise_forward_s
+        + mo.elementwise_backward_s
+        + rerun * mo.elementwise_forward_s
+        + Ls * (mo.cast_forward_s * (1.0 + rerun) + mo.cast_backward_s)
+    )
+    return ComputeTerms(
+        forward=forward,
+        backward=backward,
+        recompute=rc_s,
+        head=head,
+        compute=forward + backward + rc_s + head,
+        memory_ops=memory_ops,
+        dense_forward=g_fwd,
+        attention_forward=att_f,
+        attention_backward=att_b,
+        qkv_forward=qkv,
+        proj_forward=proj,
+        mlp_up_forward=mlp_up,
+        mlp_down_forward=mlp_down,
     )
 
 

@@ -27,7 +27,15 @@ from shardmeter.model.allocator import churn_bytes, stage_required_bytes, stage_
 from shardmeter.model.busiest import BusiestGpu, busiest_gpu, busiest_parts
 from shardmeter.model.compute import full_recompute_share
 from shardmeter.model.degrees import Degrees, degrees
-from shardmeter.model.feasibility import Reason, batch_reasons, batch_split, layout_reasons, sharding_reasons
+from shardmeter.model.feasibility import (
+    BIT_MEMORY,
+    BIT_PRECISION,
+    BIT_SCHEDULE,
+    batch_reasons,
+    batch_split,
+    layout_reasons,
+    sharding_reasons,
+)
 from shardmeter.model.flops import model_flops
 from shardmeter.model.formulas import KERNEL_OVERHEAD_S
 from shardmeter.model.grad_accumulation import grad_accumulation_s
@@ -162,7 +170,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
 
     # ---- pipeline: the schedule's bubble, activations in flight and transfers --------------------
     pipe = pipeline_terms(parts, inp, deg, m_int, pace)
-    reasons = reasons | ops.where(_f(pipe.schedule.infeasible) > 0, int(Reason.SCHEDULE), 0)
+    reasons = reasons | ops.where(_f(pipe.schedule.infeasible) > 0, BIT_SCHEDULE, 0)
     # every stage reduces its own gradients after its last backward: the step waits for the
     # stage whose reduction shows most
     dp_exposed = ops.maximum(body.dp_exposed_s, tail.dp_exposed_s)
@@ -174,7 +182,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     busiest = busiest_gpu(inp, parts, deg, stl, pipe.schedule, shape[-1] if shape else 1, known)
     required = required_bytes(inp, busiest)
     reserved = reserved_bytes(inp, busiest, required)
-    reasons = reasons | ops.where(required > hw.memory_bytes, int(Reason.MEMORY), 0)
+    reasons = reasons | ops.where(required > hw.memory_bytes, BIT_MEMORY, 0)
 
     flops = model_flops(ms, tr, full_recompute_share(tr, pace.shapes))
     steps = IslandSteps(
@@ -341,7 +349,7 @@ def structural_reasons(
             _f(lay.loss_in_split),
             split=stl,
         )
-        | ops.where(peak <= 0, int(Reason.PRECISION), 0)
+        | ops.where(peak <= 0, BIT_PRECISION, 0)
     ) | sharding_reasons(parts, lay.sharding, deg.tp, deg.dp, deg.cp, topo)
 
 
@@ -373,9 +381,9 @@ def island_memory(inp: ModelInputs, parts: PartTable) -> MemoryProbe:
             tp=deg.tp,
         )
         sch = schedule_terms(parts, pipe, lay.schedule)
-        reasons = reasons | ops.where(_f(sch.infeasible) > 0, int(Reason.SCHEDULE), 0)
+        reasons = reasons | ops.where(_f(sch.infeasible) > 0, BIT_SCHEDULE, 0)
         busiest = busiest_gpu(inp, parts, deg, stl, sch, shape[-1])
         mem = busiest.memory_bytes
-        reasons = reasons | ops.where(required_bytes(inp, busiest) > hw.memory_bytes, int(Reason.MEMORY), 0)
+        reasons = reasons | ops.where(required_bytes(inp, busiest) > hw.memory_bytes, BIT_MEMORY, 0)
         full = np.broadcast_shapes(shape, np.shape(reasons), np.shape(mem))
         return MemoryProbe(reasons=ops.broadcast(reasons, full), memory_bytes=ops.broadcast(mem, full))

@@ -47,6 +47,22 @@ class Reason(enum.IntFlag):
     SHARDING = 1024
 
 
+#: Each :class:`Reason` bit as a plain int, for the masks computed on every plan: on Python 3.11
+#: an enum member's lookup goes through ``EnumType.__getattr__``'s hook (~80 ns), a module
+#: constant's costs nothing (and ``ops.where`` of two ints takes its quickest branch).
+BIT_TP_HEADS = int(Reason.TP_HEADS)
+BIT_CP_SEQUENCE = int(Reason.CP_SEQUENCE)
+BIT_EP_EXPERTS = int(Reason.EP_EXPERTS)
+BIT_TOO_MANY_GPUS = int(Reason.TOO_MANY_GPUS)
+BIT_BATCH_SPLIT = int(Reason.BATCH_SPLIT)
+BIT_MEMORY = int(Reason.MEMORY)
+BIT_PRECISION = int(Reason.PRECISION)
+BIT_SCHEDULE = int(Reason.SCHEDULE)
+BIT_STAGES = int(Reason.STAGES)
+BIT_STAGE_LAYERS = int(Reason.STAGE_LAYERS)
+BIT_SHARDING = int(Reason.SHARDING)
+
+
 #: Reason -> (scenario key, message template); the key may hold ``{j}`` (the island).
 REASONS: dict[int, tuple[str, str]] = {
     Reason.TP_HEADS: ("parallelism.tp", "tp ({tp}) must divide model.heads ({heads})"),
@@ -144,15 +160,27 @@ def layout_reasons(
     @d98e8a64: ``if world_size % expert_tensor_model_pipeline_parallel_size != 0: raise``)."""
     moe = experts > 1
     etp = tp if etp is None else etp
-    bits = ops.where(ops.mod(heads, tp) != 0, Reason.TP_HEADS, 0)
-    bits |= ops.where(ops.mod(seq_len, cp) != 0, Reason.CP_SEQUENCE, 0)
+    if (
+        type(moe) is bool
+        and set(map(type, (heads, seq_len, tp, pp, cp, dp, ep, gpus, etp))) <= ops.ONLY_FLOAT
+    ):
+        # one plan: each where the bit it picks, the experts' divisibility only with experts
+        ep_bad = (ops.mod(experts, ep) != 0) | (ops.mod(tp * cp * dp, etp * ep) != 0) if moe else ep > 1
+        return (
+            (BIT_TP_HEADS if ops.mod(heads, tp) != 0 else 0)
+            | (BIT_CP_SEQUENCE if ops.mod(seq_len, cp) != 0 else 0)
+            | (BIT_EP_EXPERTS if ep_bad else 0)
+            | (BIT_TOO_MANY_GPUS if tp * pp * cp * dp > gpus else 0)
+        )
+    bits = ops.where(ops.mod(heads, tp) != 0, BIT_TP_HEADS, 0)
+    bits |= ops.where(ops.mod(seq_len, cp) != 0, BIT_CP_SEQUENCE, 0)
     bits |= ops.where(
         moe & ((ops.mod(experts, ep) != 0) | (ops.mod(tp * cp * dp, etp * ep) != 0))
         | (ops.logical_not(moe) & (ep > 1)),
-        Reason.EP_EXPERTS,
+        BIT_EP_EXPERTS,
         0,
     )
-    bits |= ops.where(tp * pp * cp * dp > gpus, Reason.TOO_MANY_GPUS, 0)
+    bits |= ops.where(tp * pp * cp * dp > gpus, BIT_TOO_MANY_GPUS, 0)
     return _bits(bits)
 
 
@@ -189,10 +217,23 @@ def batch_reasons(
     Megatron-LM's split rule, the embedding and loss counted in it or not
     (:func:`~.stages.stage_layers`; ``split``: its result for these same arguments, where the
     caller has it)."""
-    bits = ops.where(ops.absolute(m - ops.rint(m)) > 1e-9, Reason.BATCH_SPLIT, 0) | ops.where(
-        m < 1 - 1e-9, Reason.BATCH_SPLIT, 0
+    if (
+        split is not None
+        and type(split.bad) is bool
+        and set(map(type, (m, pp, virtual_stages, layers))) <= ops.ONLY_FLOAT
+        and m - m == 0.0
+    ):
+        # one plan, a finite number of micro-batches (ops.rint's float(round(m))): plain ifs
+        whole = abs(m - float(round(m))) <= 1e-9 and not m < 1 - 1e-9
+        return (
+            (0 if whole else BIT_BATCH_SPLIT)
+            | (BIT_STAGES if pp * virtual_stages > layers else 0)
+            | (BIT_STAGE_LAYERS if split.bad else 0)
+        )
+    bits = ops.where(ops.absolute(m - ops.rint(m)) > 1e-9, BIT_BATCH_SPLIT, 0) | ops.where(
+        m < 1 - 1e-9, BIT_BATCH_SPLIT, 0
     )
-    bits = bits | ops.where(pp * virtual_stages > layers, Reason.STAGES, 0)
+    bits = bits | ops.where(pp * virtual_stages > layers, BIT_STAGES, 0)
     if split is None:
         split = stage_layers(
             layers,
@@ -204,7 +245,7 @@ def batch_reasons(
             loss_in_split,
         )
     bad = split.bad
-    bits = bits | ops.where(bad, Reason.STAGE_LAYERS, 0)
+    bits = bits | ops.where(bad, BIT_STAGE_LAYERS, 0)
     return _bits(bits)
 
 
@@ -240,4 +281,4 @@ def sharding_reasons(parts: PartTable, codes: Array, tp: Array, dp: Array, cp: A
         part, opts = parts.get("sharding", code)
         return {"bad": ops.as_float(part.infeasible(shard, opts))}
 
-    return _bits(ops.where(by_code(codes, run)["bad"] > 0, int(Reason.SHARDING), 0))
+    return _bits(ops.where(by_code(codes, run)["bad"] > 0, BIT_SHARDING, 0))

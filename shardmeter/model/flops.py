@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from shardmeter.inputs.bundles import ModelShape, Recompute, Training
+from shardmeter.inputs.bundles import REC_FULL, REC_OP, REC_SELECTIVE, ModelShape, Training
 from shardmeter.model.formulas import (
     flops_per_token_of,
     layers_forward_flops,
@@ -59,24 +59,24 @@ def model_flops(ms: ModelShape, tr: Training, share: Array = 1.0) -> ModelFlops:
     mf_tok = mf_tok - (1.0 - weight_grad_share(tr)) * (dense_all + 2.0 * ms.hidden * ms.vocab)
     if type(rec) is float and type(E) is float:
         # one plan: its recompute mode's term only (the others' plain products raise nothing)
-        if rec == Recompute.FULL:
+        if rec == REC_FULL:
             extra = share * (dense_all + att_all)
-        elif rec == Recompute.SELECTIVE:
+        elif rec == REC_SELECTIVE:
             extra = att_all
-        elif rec == Recompute.OP:
+        elif rec == REC_OP:
             extra = _op_flops(ms, E, ktop) + (0.0 if ops.as_bool(tr.op_saves_attention) else att_all)
         else:
             extra = 0.0
         hw_tok = mf_tok + extra
     else:
         hw_tok = mf_tok + ops.where(
-            rec == Recompute.FULL,
+            rec == REC_FULL,
             share * (dense_all + att_all),
             ops.where(
-                rec == Recompute.SELECTIVE,
+                rec == REC_SELECTIVE,
                 att_all,
                 ops.where(
-                    rec == Recompute.OP,
+                    rec == REC_OP,
                     _op_flops(ms, E, ktop) + ops.where(ops.as_bool(tr.op_saves_attention), 0.0, att_all),
                     0.0,
                 ),

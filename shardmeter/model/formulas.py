@@ -93,12 +93,16 @@ def layer_flops_per_token(
     (``attn``: ``v_dim``, ``o_dim``, ``q_rank``, ``kv_rank``), as in Megatron-LM's
     ``num_floating_point_operations``: 2 FLOPs per weight per token.
     """
-    mlp_mats = ops.where(swiglu, 3.0, 2.0)
+    one = type(swiglu) is bool and type(h) is float and type(experts) in _PLAIN  # one plan: plain ifs
+    mlp_mats = (3.0 if swiglu else 2.0) if one else ops.where(swiglu, 3.0, 2.0)
     o_dim = attn.get("o_dim")
     o_dim = q_dim if o_dim is None else o_dim
     proj = 2.0 * attention_params(h, q_dim, kv_dim, **attn)
     mlp = 2.0 * h * ffn * mlp_mats * (experts_per_token + shared_experts)
-    router = ops.where(experts > 1, 2.0 * h * experts, 0.0)
+    if one:
+        router = 2.0 * h * experts if experts > 1 else 0.0
+    else:
+        router = ops.where(experts > 1, 2.0 * h * experts, 0.0)
     att = 2.0 * seq * (q_dim + o_dim)
     return proj + mlp + router, att
 
@@ -135,9 +139,33 @@ def layers_forward_flops(
         shared_experts=shared_experts,
         **attn,
     )
+    if type(experts) is float and _same_dense_layer(
+        ffn, moe_ffn, experts, experts_per_token + shared_experts
+    ):
+        # one plan of a dense model: the dense layer's call has the MoE layer's arguments' values
+        # (experts_per_token + shared_experts of 1, no router), so its FLOPs are those, not
+        # computed again; n_dense is where(experts > 1, ...)'s 0.0
+        return layers * d_moe + 0.0 * (d_moe - d_moe), layers * att
     d_dense, _ = layer_flops_per_token(h, q_dim, kv_dim, ffn, swiglu, seq, **attn)
     n_dense = ops.where(experts > 1, dense_layers, 0.0)
     return layers * d_moe + n_dense * (d_dense - d_moe), layers * att
+
+
+def _same_dense_layer(ffn: Array, moe_ffn: Array, experts: Array, per_token: Array) -> bool:
+    """Whether one plan's dense layer (:func:`layer_flops_per_token` / :func:`params_per_layer`
+    with their defaults: one expert, no shared ones) is its MoE layer to the bit: plain numbers,
+    no router (``experts`` not above 1), the same nonzero MLP width and ``per_token`` (the
+    experts a token visits, or the layer's experts) 1."""
+    return (
+        type(experts) is float
+        and type(ffn) is float
+        and type(moe_ffn) is float
+        and type(per_token) is float
+        and not experts > 1
+        and per_token == 1.0
+        and moe_ffn == ffn
+        and ffn != 0.0
+    )
 
 
 def model_flops_per_token(
@@ -187,6 +215,10 @@ def params_per_layer(
     """Parameters of one layer: attention (:func:`attention_params`; ``h(q + 2kv) + q h`` for
     standard attention), MLP ``(2 or 3) h ffn`` per expert and per shared expert, two
     LayerNorms ``4h`` (scale and bias), router ``h E`` when MoE."""
+    if type(swiglu) is bool and type(h) is float and type(experts) in _PLAIN:  # one plan: plain ifs
+        att = attention_params(h, q_dim, kv_dim, **attn)
+        mlp = (3.0 if swiglu else 2.0) * h * ffn * (experts + shared_experts)
+        return att + mlp + (h * experts if experts > 1 else 0.0) + 4.0 * h
     mlp_mats = ops.where(swiglu, 3.0, 2.0)
     att = attention_params(h, q_dim, kv_dim, **attn)
     mlp = mlp_mats * h * ffn * (experts + shared_experts)
@@ -215,10 +247,13 @@ def model_params(
     ``ffn`` wide) and the others MoE (``experts`` + ``shared_experts`` experts ``moe_ffn`` wide,
     default ``ffn``)."""
     moe_ffn = ffn if moe_ffn is None else moe_ffn
-    emb = vocab * h * ops.where(tied, 1.0, 2.0)
+    emb = vocab * h * ((1.0 if tied else 2.0) if type(tied) is bool else ops.where(tied, 1.0, 2.0))
     p_moe = params_per_layer(
         h, q_dim, kv_dim, moe_ffn, swiglu, experts, shared_experts=shared_experts, **attn
     )
+    if type(experts) is float and _same_dense_layer(ffn, moe_ffn, experts, experts + shared_experts):
+        # one plan of a dense model: its dense layer is its MoE layer (see layers_forward_flops)
+        return layers * p_moe + 0.0 * (p_moe - p_moe) + emb + 2.0 * h
     p_dense = params_per_layer(h, q_dim, kv_dim, ffn, swiglu, **attn)
     n_dense = ops.where(experts > 1, dense_layers, 0.0)
     return layers * p_moe + n_dense * (p_dense - p_moe) + emb + 2.0 * h

@@ -41,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import partial
 
-from shardmeter.inputs.bundles import Fp8Recipe, Recompute, Training
+from shardmeter.inputs.bundles import REC_NONE, REC_SELECTIVE, Fp8Recipe, Training
 from shardmeter.model.branches import any_row, where_needed
 from shardmeter.model.elementwise import kernel_time
 from shardmeter.numeric import ops
@@ -275,7 +275,7 @@ def activation_saving(
     visits) GEMMs (Korthikanti et al. 2022, Sec. 4.1: 2 bytes each) kept at
     :func:`saved_input_bytes_per_byte`; only without recompute or with selective recompute,
     where those inputs are what is stored."""
-    keep = (recompute == Recompute.NONE) | (recompute == Recompute.SELECTIVE)
+    keep = (recompute == REC_NONE) | (recompute == REC_SELECTIVE)
     return ops.where(keep, full_layer_saving(tr, tokens, h_rep, q, ffn_k), 0.0)
 
 

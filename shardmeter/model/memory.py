@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from shardmeter.inputs.bundles import ModelShape, Recompute, Training
-from shardmeter.model.activations import activation_bytes_per_layer
+from shardmeter.inputs.bundles import REC_FULL, REC_NONE, REC_OP, REC_SELECTIVE, ModelShape, Training
+from shardmeter.model.activations import activation_bytes_per_layer, op_recompute_bytes
 from shardmeter.model.branches import where_needed
 from shardmeter.model.fp8 import activation_saving, full_layer_saving
 from shardmeter.model.recompute import full_recompute_share
@@ -47,6 +47,8 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: A
     experts (each ``ffn_local`` wide); the stage's dense layers (``dense_layers_local``) those
     of one ``ffn_hidden`` MLP. Multi-head latent attention is counted as standard attention at
     the query/key head width."""
+    if _plain_layer(ms, tr, sh, tp, sp):
+        return _layer_activations_floats(ms, tr, sh, tp, sp)
     rec = tr.recompute
     compiled = ops.as_bool(tr.compile)
     share = full_recompute_share(tr, sh)
@@ -92,15 +94,131 @@ def layer_activations(ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: A
     )
     d_stored = ops.where(dense, stored_d - stored, 0.0)  # a dense layer's less a MoE layer's
     working = ops.where(
-        rec == Recompute.FULL,
+        rec == REC_FULL,
         ops.where(dense, ops.maximum(full, full_d), full),
         ops.where(
-            rec == Recompute.OP,
+            rec == REC_OP,
             ops.where(dense, ops.maximum(full - stored, full_d - stored_d), full - stored),
             0.0,
         ),
     )
     return stored * sh.layers_per_stage + d_stored * Ld, ops.maximum(working, 0.0)
+
+
+def _plain_layer(ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: Array) -> bool:
+    """Whether :func:`layer_activations` reads plain numbers only (one plan): its sizes floats,
+    the flags ``ops.where`` takes as they are bools, the rest floats or bools (read through
+    ``ops.as_bool`` / ``ops.as_float``)."""
+    sizes = (
+        *(tp, tr.recompute, tr.micro_batch, tr.recompute_layers, sh.seq_local, sh.tokens),
+        *(sh.q_local, sh.ffn_local, sh.dense_layers_local, sh.layers_per_stage, sh.virtual_stages),
+        *(ms.hidden, ms.heads, ms.q_dim, ms.kv_dim, ms.seq_len, ms.experts_per_token),
+        *(ms.shared_experts, ms.ffn_hidden, ms.kv_rank, ms.q_rank),
+    )
+    flags = (tr.compile, tr.materialized, ms.dropout, tr.op_saves_attention, tr.fp8, tr.fp8_te)
+    modules = (tr.rc_moe, tr.rc_moe_act, tr.rc_shared_experts, tr.rc_layernorm, tr.rc_mlp, tr.rc_mla_up_proj)
+    return (
+        type(sp) is bool
+        and type(sh.moe) is bool
+        and type(ms.swiglu) is bool
+        and set(map(type, sizes)) <= ops.ONLY_FLOAT
+        and set(map(type, flags + modules)) <= ops.FLOAT_OR_BOOL
+    )
+
+
+def _layer_activations_floats(
+    ms: ModelShape, tr: Training, sh: Shapes, tp: float, sp: bool
+) -> tuple[float, float]:
+    """:func:`layer_activations` of one plan (:func:`_plain_layer`): the same operations in the
+    same order, each ``ops.where`` the side it picks (only that side computed: the recompute
+    mode's bytes, the routed or dense layer's selective saving, fp8's only with fp8, a dense
+    layer's only where the stage holds one) and ``ops.maximum`` written out (nan where neither
+    side is the larger, as numpy). tests/test_scalar_twins.py holds it to the arrays to the bit."""
+    nan = math.nan
+    rec = tr.recompute
+    full_mode, op_mode = rec == REC_FULL, rec == REC_OP
+    none_mode, sel_mode = rec == REC_NONE, rec == REC_SELECTIVE
+    compiled = bool(tr.compile)
+    share = full_recompute_share(tr, sh)
+    h, s, b = ms.hidden, sh.seq_local, tr.micro_batch
+    h_rep = h * (1.0 / tp if sp else 1.0)
+    materialized, dropout, saves = bool(tr.materialized), bool(ms.dropout), bool(tr.op_saves_attention)
+    fp8_keep = float(tr.fp8) > 0  # fp8.full_layer_saving's share kept for backward
+    frac = 1.0 - (0.5 if tr.fp8_te else 1.0)
+    sb = s * float(b)  # selective.selective_saving_bytes
+    mats_sel = 6.0 if ms.swiglu else 4.0
+
+    def kept(ffn: float, k: float, compiled_k: bool, ffn_k: float, moe_layer: bool) -> tuple[float, float]:
+        # activations.activation_bytes_per_layer
+        sbh = s * b * h
+        drop = 1.0 if dropout else 0.0
+        repl = (8.0 + 2.0 * drop) * sbh
+        att = s * b * (4.0 * ms.q_dim + 4.0 * ms.kv_dim)
+        mlp = s * b * ffn * (6.0 if ms.swiglu else 4.0) * k
+        score = (2.0 + 3.0 * drop) * ms.heads * s * ms.seq_len * b if materialized and none_mode else 0.0
+        per_layer = (repl / tp if sp else repl) + (att + mlp + score) / tp
+        if full_mode:
+            stored = 2.0 * sbh / tp if sp else 2.0 * sbh  # activations.full_recompute_bytes
+        elif op_mode:
+            stored = op_recompute_bytes(
+                s, b, h, ms.heads, ms.q_dim, ms.kv_dim, ffn, ms.swiglu, tp, sp, materialized, k,
+                ms.seq_len, compiled_k, saves,
+            )  # fmt: skip
+        else:
+            stored = per_layer
+        full = per_layer
+        # fp8.activation_saving / full_layer_saving
+        fp8_saving = frac * 2.0 * sh.tokens * (2.0 * h_rep + sh.q_local + ffn_k) if fp8_keep else 0.0
+        stored = stored - (fp8_saving if none_mode or sel_mode else 0.0)
+        stored = stored - (
+            _selective_floats(ms, tr, sb, mats_sel, ffn, tp, sp, moe_layer) if sel_mode else 0.0
+        )
+        full = full - fp8_saving
+        return share * stored + (1.0 - share) * full, full
+
+    k_act = ms.experts_per_token + ms.shared_experts if sh.moe else 1.0
+    stored, full = kept(sh.ffn_local * tp, k_act, compiled and not sh.moe, sh.ffn_local * k_act, sh.moe)
+    Ld = sh.dense_layers_local
+    dense = Ld > 0
+    if dense:
+        stored_d, full_d = kept(ms.ffn_hidden, 1.0, compiled, ms.ffn_hidden / tp, False)
+        d_stored = stored_d - stored
+    else:
+        stored_d, full_d, d_stored = stored, full, 0.0
+    if full_mode:
+        working = (full if full >= full_d else (full_d if full_d > full else nan)) if dense else full
+    elif op_mode:
+        x, y = full - stored, full_d - stored_d
+        working = (x if x >= y else (y if y > x else nan)) if dense else x
+    else:
+        working = 0.0
+    return stored * sh.layers_per_stage + d_stored * Ld, (
+        working if working >= 0.0 else (0.0 if working < 0.0 else nan)
+    )
+
+
+def _selective_floats(
+    ms: ModelShape, tr: Training, sb: float, mats: float, ffn: float, tp: float, sp: bool, moe: bool
+) -> float:
+    """:func:`~.selective.selective_saving_bytes` of one plan's layer under selective recompute
+    (``sb``: its ``seq_local x micro_batch``, ``mats``: 6 or 4), the routed or dense layer's
+    saving only."""
+    per_mlp = sb * ffn / tp
+    if moe:
+        k, shared = ms.experts_per_token, ms.shared_experts
+        rep = 1.0 / tp if sp else 1.0
+        whole_moe = float(tr.rc_moe) > 0
+        routed = mats * k if whole_moe else float(tr.rc_moe_act) * 2.0 * k
+        shared_b = mats * shared if whole_moe or float(tr.rc_shared_experts) > 0 else 0.0
+        saving = per_mlp * (routed + shared_b) + float(tr.rc_layernorm) * 2.0 * sb * ms.hidden * rep
+    else:
+        saving = float(tr.rc_mlp) * per_mlp * mats
+    q_rank, kv_rank = ms.q_rank, ms.kv_rank
+    if (kv_rank > 0 or q_rank > 0) and float(tr.rc_mla_up_proj) > 0:
+        up = sb * (2.0 * ms.q_dim + 4.0 * ms.kv_dim) / tp - 2.0 * sb * (q_rank + kv_rank)
+    else:
+        up = 0.0
+    return saving + (up if up >= 0.0 else (0.0 if up < 0.0 else math.nan))
 
 
 def offload_kept(tr: Training, sh: Shapes) -> Array:

@@ -30,7 +30,13 @@ more per parameter, :data:`MASTER_BYTES`.
 
 from __future__ import annotations
 
-from shardmeter.inputs.bundles import Optimizer
+from shardmeter.inputs.bundles import (
+    OPT_ADAFACTOR,
+    OPT_ADAM8BIT,
+    OPT_MUON,
+    OPT_SGD,
+    OPT_SGD_MOMENTUM,
+)
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 
@@ -78,19 +84,19 @@ def optimizer_bytes_per_param(
         return _one_state(code, hidden, other_dim, embedding_share) + master
     emb = ops.clip(embedding_share, 0.0, 1.0)
     state = ops.where(
-        code == Optimizer.SGD,
+        code == OPT_SGD,
         0.0,
         ops.where(
-            code == Optimizer.SGD_MOMENTUM,
+            code == OPT_SGD_MOMENTUM,
             4.0,
             ops.where(
-                code == Optimizer.ADAFACTOR,
+                code == OPT_ADAFACTOR,
                 adafactor_bytes(hidden, ops.maximum(other_dim, 1.0)),
                 ops.where(
-                    code == Optimizer.ADAM8BIT,
+                    code == OPT_ADAM8BIT,
                     adam8bit_bytes(),
                     ops.where(
-                        code == Optimizer.MUON,
+                        code == OPT_MUON,
                         ADAM_STATE_BYTES * emb + 4.0 * (1.0 - emb),
                         ADAM_STATE_BYTES,
                     ),
@@ -104,15 +110,15 @@ def optimizer_bytes_per_param(
 def _one_state(code: float, hidden: Array, other_dim: Array, embedding_share: Array) -> Array:
     """The state bytes per parameter of one optimizer ``code`` (:func:`optimizer_bytes_per_param`'s
     branch for it, the others not computed)."""
-    if code == Optimizer.SGD:
+    if code == OPT_SGD:
         return 0.0
-    if code == Optimizer.SGD_MOMENTUM:
+    if code == OPT_SGD_MOMENTUM:
         return 4.0
-    if code == Optimizer.ADAFACTOR:
+    if code == OPT_ADAFACTOR:
         return adafactor_bytes(hidden, ops.maximum(other_dim, 1.0))
-    if code == Optimizer.ADAM8BIT:
+    if code == OPT_ADAM8BIT:
         return adam8bit_bytes()
-    if code == Optimizer.MUON:
+    if code == OPT_MUON:
         emb = ops.clip(embedding_share, 0.0, 1.0)
         return ADAM_STATE_BYTES * emb + 4.0 * (1.0 - emb)
     return ADAM_STATE_BYTES

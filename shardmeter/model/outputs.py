@@ -176,12 +176,10 @@ class MemoryParts:
     outside_allocator_bytes: Array = 0.0
 
     def parts(self) -> dict[str, Array]:
-        """``{part: bytes}`` under :data:`~.memory.MEMORY_PARTS`' names, in that order."""
-        return {
-            f.name.removesuffix("_bytes"): getattr(self, f.name)
-            for f in attrs.fields(MemoryParts)
-            if f.name != "outside_allocator_bytes"
-        }
+        """``{part: bytes}`` under :data:`~.memory.MEMORY_PARTS`' names, in that order (every
+        field but the last, ``outside_allocator_bytes``; one getter of them all, as :func:`_terms`)."""
+        names, get = _fields_of(MemoryParts, "_bytes")
+        return dict(zip(names[:-1], get(self)[:-1]))  # noqa: B905 (one field list: as long)
 
 
 @attrs.frozen(kw_only=True)

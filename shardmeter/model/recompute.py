@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import attrs
 
-from shardmeter.inputs.bundles import ModelShape, Recompute, Training
+from shardmeter.inputs.bundles import REC_FULL, REC_OP, REC_SELECTIVE, ModelShape, Training
 from shardmeter.model.attention import AttentionTime
 from shardmeter.model.branches import where_needed
 from shardmeter.model.gemms import GemmRoof, GemmShapes, LayerGemms
@@ -35,7 +35,7 @@ def full_recompute_share(tr: Training, sh: Shapes) -> Array:
     layers recomputes all of them: ``min(k, L_chunk) / L_chunk``."""
     chunk = sh.layers_per_stage / sh.virtual_stages
     k = tr.recompute_layers
-    full = tr.recompute == Recompute.FULL
+    full = tr.recompute == REC_FULL
     if type(full) is bool and type(k) is float and type(chunk) is float:  # one plan: plain ifs
         if not full:
             return 1.0
@@ -136,14 +136,12 @@ def recompute_time(
     priced only where a plan recomputes per operator."""
     rec = tr.recompute
     share = full_recompute_share(tr, sh)
-    op = rec == Recompute.OP
+    op = rec == REC_OP
     op_s = where_needed(op, lambda: op_recompute_s(ms, tr, sh, gs, roof, g, att), lambda: 0.0)
-    full = rec == Recompute.FULL
+    full = rec == REC_FULL
     stage = ops.where(
         full,
         share * forward_s,
-        ops.where(
-            rec == Recompute.SELECTIVE, selective_rerun_s(ms, tr, sh, g, att), ops.where(op, op_s, 0.0)
-        ),
+        ops.where(rec == REC_SELECTIVE, selective_rerun_s(ms, tr, sh, g, att), ops.where(op, op_s, 0.0)),
     )
     return RecomputeTime(stage_s=stage, rerun_share=ops.where(full, share, ops.where(op, 1.0, 0.0)))

@@ -27,7 +27,7 @@ GEMMs and a recomputed MoE layer's second dispatch are not timed.
 
 from __future__ import annotations
 
-from shardmeter.inputs.bundles import ModelShape, Recompute, Training
+from shardmeter.inputs.bundles import REC_SELECTIVE, ModelShape, Training
 from shardmeter.model.attention import AttentionTime
 from shardmeter.model.gemms import LayerGemms
 from shardmeter.model.shapes import Shapes
@@ -46,7 +46,7 @@ def selective_saving_bytes(
     says under ``recompute = "selective"`` with the modules of ``training.recompute_modules``
     (0 in other modes and with ``["core_attn"]``); ``ffn``: the layer's MLP width (an expert's
     in a MoE layer), ``moe_layer``: the layer routes its tokens (bool)."""
-    sel = _f(tr.recompute) == Recompute.SELECTIVE
+    sel = _f(tr.recompute) == REC_SELECTIVE
     sb = sh.seq_local * _f(tr.micro_batch)
     mats = ops.where(ms.swiglu, 6.0, 4.0)
     per_mlp = sb * ffn / tp  # bytes per byte-per-ffn-element of one MLP on this GPU

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from shardmeter.inputs.bundles import ModelShape, PartTable, Recompute, Topology, Training
+from shardmeter.inputs.bundles import REC_FULL, ModelShape, PartTable, Topology, Training
 from shardmeter.model.branches import where_needed
 from shardmeter.model.comm import PricedTraffic, price_traffic
 from shardmeter.model.compute import Shapes
@@ -239,6 +239,95 @@ def _stage_invariants(
         and last[4] is deg
     ):
         return last[5]
+    terms = (
+        _invariants_floats(ms, tr, sh, deg) if _plain_stage(ms, tr, sh, deg) else _invariants(ms, tr, sh, deg)
+    )
+    if type(sh.layers_per_stage) is float:  # one plan's plain numbers: frozen, reused
+        _LAST = (ms, tr, sh, topo, deg, terms)
+    return terms
+
+
+def _plain_stage(ms: ModelShape, tr: Training, sh: Shapes, deg: Degrees) -> bool:
+    """Whether :func:`_stage_invariants` reads plain numbers only (one plan; the flags
+    ``ops.where`` takes as they are bools) of a plan :func:`_invariants_floats` writes out:
+    full training (LoRA's adapters take the general code)."""
+    sizes = (
+        *(ms.hidden, ms.q_dim, ms.kv_dim, ms.v_dim, ms.o_dim, ms.ffn_hidden, ms.vocab, ms.experts),
+        *(ms.shared_experts, ms.q_rank, ms.kv_rank, tr.weight_bytes, tr.lora_rank, tr.recompute),
+        *(tr.recompute_layers, sh.ffn_local, sh.layers_per_stage, sh.dense_layers_local),
+        *(deg.tp, deg.ep, deg.etp),
+    )
+    return (
+        type(sh.moe) is bool
+        and type(ms.swiglu) is bool
+        and type(tr.fp8_params) in ops.FLOAT_OR_BOOL
+        and set(map(type, sizes)) <= ops.ONLY_FLOAT
+        and not tr.lora_rank > 0
+    )
+
+
+def _invariants_floats(ms: ModelShape, tr: Training, sh: Shapes, deg: Degrees) -> dict[str, Any]:
+    """:func:`_invariants` of one plan in full training (:func:`_plain_stage`): the same
+    operations in the same order, each ``ops.where`` both sides as there (the side it picks
+    kept), ``ops.maximum``/``minimum`` written out (nan where neither side is the larger, as
+    numpy), no adapters (0, as ``where_needed`` gives without LoRA).
+    tests/test_scalar_twins.py holds it to the arrays to the bit."""
+    nan = math.nan
+    tp, moe, h, sw = deg.tp, sh.moe, ms.hidden, ms.swiglu
+    wb = tr.weight_bytes
+    mats = 3.0 if sw else 2.0
+    ffn = sh.ffn_local * tp
+    mlp = mats * h * ffn
+    attn = attention_shape(ms)
+    routed = mlp * ms.experts / deg.ep / deg.etp
+    routed = routed if moe else 0.0
+    p_layer = (
+        params_per_layer(h, ms.q_dim, ms.kv_dim, ffn, sw, 1.0, **attn)
+        - mlp
+        + mlp * (ms.shared_experts if moe else 1.0)
+    ) / tp + routed
+    p_dense = params_per_layer(h, ms.q_dim, ms.kv_dim, ms.ffn_hidden, sw, 1.0, **attn) / tp
+    Ls, Ld = sh.layers_per_stage, sh.dense_layers_local
+    x = Ls - Ld
+    moe_layers = x if x >= 0.0 else (0.0 if x < 0.0 else nan)
+    dense_four = not moe and ms.q_rank + ms.kv_rank <= 0
+    linears = (h * (ms.q_dim + ms.kv_dim + ms.v_dim), ms.o_dim * h, (2.0 if sw else 1.0) * h * ffn, h * ffn)
+    # _recompute_layers
+    rl = tr.recompute_layers
+    if tr.recompute == REC_FULL:
+        rec_layers = (rl if rl <= Ls else (Ls if Ls < rl else nan)) if rl > 0 else Ls
+    else:
+        rec_layers = 0.0
+    # _largest_matrix
+    gemm_in = (2.0 if sw else 1.0) * ms.ffn_hidden
+    a, b = h * (ms.q_dim + 2.0 * ms.kv_dim), h * gemm_in
+    c, d = h * gemm_in / ms.ffn_hidden * ffn, ms.vocab * h
+    ab = a if a >= b else (b if b > a else nan)
+    cd = c if c >= d else (d if d > c else nan)
+    last_module = h * ms.ffn_hidden / tp
+    dense_delta = Ld * (p_dense - p_layer)
+    return {
+        "wb": wb,
+        "fp8_params": bool(tr.fp8_params),
+        "mats": mats,
+        "p_layer": p_layer,
+        "emb": ms.vocab * h / tp,
+        "layers_params": Ls * p_layer,
+        "dense_delta": dense_delta if Ld > 0 else 0.0,
+        "a_gpu": 0.0,
+        "gather16": 4.0 if wb > 2 else 2.0,
+        "expert_params_per_gpu": moe_layers * routed,
+        "params_layer_linears": tuple((m if dense_four else 0.0) / tp for m in linears),
+        "recompute_layers": rec_layers,
+        "params_last_module": 0.0 if moe else last_module,
+        "params_largest_module": (ab if ab >= cd else (cd if cd > ab else nan)) / tp,
+        "params_per_layer": p_layer + 0.0,
+    }
+
+
+def _invariants(ms: ModelShape, tr: Training, sh: Shapes, deg: Degrees) -> dict[str, Any]:
+    """:func:`_stage_invariants` computed through :mod:`~shardmeter.numeric.ops` (arrays, or
+    any numbers)."""
     tp = deg.tp
     wb, fp8_params = _f(tr.weight_bytes), ops.as_bool(tr.fp8_params)
     mats = ops.where(ms.swiglu, 3.0, 2.0)
@@ -269,7 +358,7 @@ def _stage_invariants(
     moe_layers = ops.maximum(sh.layers_per_stage - Ld, 0.0)
     # a dense layer's four matrices (not a MoE layer's experts, nor MLA's low-rank projections)
     dense_four = ops.logical_not(ops.as_bool(sh.moe)) & (_f(ms.q_rank) + _f(ms.kv_rank) <= 0)
-    terms = {
+    return {
         "wb": wb,
         "fp8_params": fp8_params,
         "mats": mats,
@@ -294,9 +383,6 @@ def _stage_invariants(
         "params_largest_module": _largest_matrix(ms, ffn) / tp,
         "params_per_layer": p_layer + a_layer,
     }
-    if type(sh.layers_per_stage) is float:  # one plan's plain numbers: frozen, reused
-        _LAST = (ms, tr, sh, topo, deg, terms)
-    return terms
 
 
 def _largest_matrix(ms: ModelShape, ffn: Array) -> Array:
@@ -314,5 +400,5 @@ def _recompute_layers(tr: Training, sh: Shapes) -> Array:
     rl = _f(tr.recompute_layers)
     all_layers = sh.layers_per_stage
     return ops.where(
-        _f(tr.recompute) == Recompute.FULL, ops.where(rl > 0, ops.minimum(rl, all_layers), all_layers), 0.0
+        _f(tr.recompute) == REC_FULL, ops.where(rl > 0, ops.minimum(rl, all_layers), all_layers), 0.0
     )

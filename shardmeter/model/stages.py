@@ -9,6 +9,8 @@ middle one is the last.
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from shardmeter.numeric import ops
@@ -118,6 +120,8 @@ def _split_checks(layers: Array, pp: Array, v: Array, first: Array, last: Array,
     layers, the embedding and the loss among them) and the layout's ``bad`` flag."""
     set_f, set_l = first > 0, last > 0
     uneven = set_f | set_l
+    if type(uneven) is bool and set(map(type, (layers, pp, v, first, last, split))) <= ops.ONLY_FLOAT:
+        return _one_split_checks(layers, pp, v, first, last, split, set_f, set_l, uneven)
     n_mid = pp - ops.where(set_f, 1.0, 0.0) - ops.where(set_l, 1.0, 0.0)
     rest = layers - first - last
     per_mid = rest / ops.maximum(n_mid, 1.0)
@@ -136,3 +140,40 @@ def _split_checks(layers: Array, pp: Array, v: Array, first: Array, last: Array,
         (split > 0) & (uneven | (ops.mod(units, ops.maximum(pp, 1.0)) != 0) | (ops.mod(per_rank, v) != 0))
     )
     return set_f, set_l, uneven, n_mid, per_mid, units, bad
+
+
+def _one_split_checks(
+    layers: float,
+    pp: float,
+    v: float,
+    first: float,
+    last: float,
+    split: float,
+    set_f: bool,
+    set_l: bool,
+    uneven: bool,
+) -> tuple:
+    """:func:`_split_checks` of one plan (plain numbers): the same figures, each ``ops.where`` the
+    value it picks and ``ops.maximum`` written out, and the ``bad`` flag's divisibility checks
+    only where they count (an uneven split; the embedding or loss in the split), as the bools'
+    ``&`` gives. tests/test_scalar_twins.py holds it to the arrays."""
+    nan = math.nan
+    n_mid = pp - (1.0 if set_f else 0.0) - (1.0 if set_l else 0.0)
+    rest = layers - first - last
+    n1 = n_mid if n_mid >= 1.0 else (1.0 if n_mid < 1.0 else nan)
+    per_mid = rest / n1
+    bad = uneven and (
+        rest < 0
+        or n_mid < 0
+        or ((rest > 0) != (n_mid > 0))
+        or (n_mid > 0 and ops.mod(rest, n1) != 0)
+        or (n_mid > 0 and ops.mod(per_mid, v) != 0)
+        or (set_f and ops.mod(first, v) != 0)
+        or (set_l and ops.mod(last, v) != 0)
+    )
+    units = layers + split
+    p1 = pp if pp >= 1.0 else (1.0 if pp < 1.0 else nan)
+    per_rank = units / p1
+    if split > 0:
+        bad = bad or uneven or ops.mod(units, p1) != 0 or ops.mod(per_rank, v) != 0
+    return set_f, set_l, uneven, n_mid, per_mid, units, bool(bad)

@@ -257,7 +257,7 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
         compute_utilization=_fat(out.compute_utilization, row),
         wall_clock_s=wall,
         cost_usd=total_cost,
-        bottleneck=max(bd, key=lambda k: bd[k]),
+        bottleneck=max(bd, key=bd.__getitem__),
         regime=regime_of(bd),
         breakdown_s=bd,
         overlapped_s=ov,
@@ -297,7 +297,8 @@ def _memory_breakdown(out: Outputs, row: int, n_isl: int) -> dict[str, float]:
     if parts is None:
         return {}
     busiest = _busiest_island(out, row, n_isl)
-    return {k: _gb(v, row, busiest) for k, v in parts.parts().items()}
+    # the scalar path's floats: no call each (_gb's division of them)
+    return {k: (v if type(v) is float else _fat(v, row, busiest)) / 1e9 for k, v in parts.parts().items()}
 
 
 def _outside_allocator(out: Outputs, row: int, n_isl: int) -> float | None:
