@@ -486,14 +486,9 @@ def test_one_plans_layer_activations_are_the_arrays_to_the_bit():
                 except ZeroDivisionError:
                     continue
 
-                def arr(rec):
-                    return type(rec)(
-                        **{f.name: np.asarray([getattr(rec, f.name)]) for f in attrs.fields(type(rec))}
-                    )
-
                 with np.errstate(all="ignore"):
                     ref = memory.layer_activations(
-                        arr(ms), arr(tr), arr(sh), np.asarray([tp]), np.asarray([sp])
+                        _as_batch(ms), _as_batch(tr), _as_batch(sh), np.asarray([tp]), np.asarray([sp])
                     )
                 for a, b in zip(one, ref, strict=True):
                     b = float(np.asarray(b).ravel()[0])
