@@ -449,24 +449,37 @@ def _gemm_time_floats(
     sms1 = sms if sms >= 1.0 else (1.0 if sms < 1.0 else nan)
     x = k / 512.0
     k_splits = float(floor(x)) if x - x == 0.0 else x
-    best = 0.0
-    for i, (tm, tn) in enumerate(((128.0, 256.0), (128.0, 128.0))):
-        a, b = m / tm, n / tn
-        per_gemm = (float(ceil(a)) if a - a == 0.0 else a) * (float(ceil(b)) if b - b == 0.0 else b)
-        tiles = per_gemm * batch
-        x = sms / tiles
-        x = float(floor(x)) if x - x == 0.0 else x
-        x = x if x <= k_splits else (k_splits if k_splits < x else nan)
-        split = x if x >= 1.0 else (1.0 if x < 1.0 else nan)
-        work = tiles * split
-        x = work / sms1
-        waves = float(ceil(x)) if x - x == 0.0 else x
-        x = waves * sms
-        x = x if x >= 1.0 else (1.0 if x < 1.0 else nan)
-        q = work / x if sms > 0 else 1.0
-        useful = m * n / (per_gemm * tm * tn)
-        q = q * useful
-        best = q if i == 0 else (best if best >= q else (q if q > best else nan))
+    # the two tile shapes (128 x 256, then 128 x 128) one after the other: the operations of
+    # _gemm_time_ops' loop in its order, the rows' tile count (m / 128, both shapes') taken once
+    a = m / 128.0
+    tiles_m = float(ceil(a)) if a - a == 0.0 else a
+    b = n / 256.0
+    per_gemm = tiles_m * (float(ceil(b)) if b - b == 0.0 else b)
+    tiles = per_gemm * batch
+    x = sms / tiles
+    x = float(floor(x)) if x - x == 0.0 else x
+    x = x if x <= k_splits else (k_splits if k_splits < x else nan)
+    split = x if x >= 1.0 else (1.0 if x < 1.0 else nan)
+    work = tiles * split
+    x = work / sms1
+    waves = float(ceil(x)) if x - x == 0.0 else x
+    x = waves * sms
+    x = x if x >= 1.0 else (1.0 if x < 1.0 else nan)
+    best = (work / x if sms > 0 else 1.0) * (m * n / (per_gemm * 128.0 * 256.0))
+    b = n / 128.0
+    per_gemm = tiles_m * (float(ceil(b)) if b - b == 0.0 else b)
+    tiles = per_gemm * batch
+    x = sms / tiles
+    x = float(floor(x)) if x - x == 0.0 else x
+    x = x if x <= k_splits else (k_splits if k_splits < x else nan)
+    split = x if x >= 1.0 else (1.0 if x < 1.0 else nan)
+    work = tiles * split
+    x = work / sms1
+    waves = float(ceil(x)) if x - x == 0.0 else x
+    x = waves * sms
+    x = x if x >= 1.0 else (1.0 if x < 1.0 else nan)
+    q = (work / x if sms > 0 else 1.0) * (m * n / (per_gemm * 128.0 * 128.0))
+    best = best if best >= q else (q if q > best else nan)
     t_flop = batch * flops * k_pad / (peak_flops * efficiency * best)
     t_in = batch * bytes_per_el * (m * k + k * n) / hbm_bytes_s
     t_out = batch * 2.0 * m * n / hbm_bytes_s
