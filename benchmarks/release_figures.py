@@ -6,7 +6,8 @@ figure is measured in a fresh interpreter (``--one NAME``), so peak memory is th
 
 * ``estimate_ms``: one in-process ``Estimator.estimate`` of examples/gpt3-175b-a100.toml, loaded
   once (load once, estimate many), median of runs (their min beside it); the path it took (``scalar``, or ``array``
-  where the scalar fast path fell back) is printed beside it. Target 0.2 ms (issue 24).
+  where the scalar fast path fell back) is printed beside it. Target 0.2 ms (issue 24: the audit
+  machine's llm-analysis figure; benchmarks/peer_speed.py measures that peer on this machine).
 * ``estimate_three_islands_ms``: the same for examples/multi-island/three-islands.toml (the
   array path: several islands), so that one path is not bought with the other.
 * ``validate_ms_per_case``: ``validate`` of the bundled published runs, per file. Target 5 ms.
