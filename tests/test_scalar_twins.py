@@ -748,3 +748,68 @@ def test_one_plans_layer_params_and_flops_are_the_arrays_to_the_bit():
                 arr = fn(*(np.asarray([a]) for a in args))
             for a, b in zip(*((one, arr) if isinstance(one, tuple) else ((one,), (arr,))), strict=True):
                 assert type(a) is float and _same(a, float(np.asarray(b)[0])), (args, a, b)
+
+
+def _classic_schedules():
+    """The bundled classic schedules (GPipe, 1F1B, interleaved) with their options, and a
+    bubble fraction that is not 1."""
+    import attrs
+
+    from shardmeter.strategies.builtin import shardmeter_pipeline_schedules
+    from shardmeter.strategies.schedules import ClassicSchedule, InterleavedOptions
+
+    out = []
+    for p in shardmeter_pipeline_schedules():
+        if type(p) is ClassicSchedule:
+            opts = (InterleavedOptions(), InterleavedOptions(microbatch_rule="pytorch"))
+            out.extend((p, o) for o in (opts if p.bubble_over_virtual else (None,)))
+            out.append((attrs.evolve(p, bubble_fraction=0.5), opts[0] if p.bubble_over_virtual else None))
+    assert len(out) >= 6
+    return out
+
+
+def test_one_plans_classic_schedule_terms_are_the_arrays_to_the_bit():
+    """ClassicSchedule's terms, in_flight_at, loss_in_flight and infeasible of plain floats (the
+    minimum and where written out, the needs as plain bools) are the batch's values at random
+    and edge stages, micro-batches, chunks and ranks, or raise where the floats divide by 0."""
+    import numpy as np
+
+    from shardmeter.parts import PipeInputs
+
+    rng = random.Random(5)
+    pick = (0.0, 1.0, 2.0, 3.0, 4.0, 8.0, 16.0, 7.0, -1.0, 0.5, math.inf, math.nan)
+    cases = 0
+    for part, opts in _classic_schedules():
+        for _ in range(600):
+            pp, m, v = (
+                rng.choice(pick) if rng.random() < 0.3 else float(rng.randint(1, 12)) for _ in range(3)
+            )
+            vals = dict(pp=pp, micro_batches=m, virtual_stages=v, stage_s=rng.choice((0.0, 0.25, 1.5)))
+            vals.update(forward_s=0.1, weight_grad_s=0.05)
+            one = PipeInputs(**vals)
+            arr = PipeInputs(**{k: np.asarray([x]) for k, x in vals.items()})
+            with np.errstate(all="ignore"):
+                try:
+                    t = part.terms(one, opts)
+                except ZeroDivisionError:
+                    t = None
+                ta = part.terms(arr, opts)
+                if t is not None:
+                    for name in ("bubble_s", "in_flight", "p2p_transfers"):
+                        a, b = getattr(t, name), getattr(ta, name)
+                        assert type(a) is float and _same(a, float(np.asarray(b)[0])), (part.name, vals, name)
+                bad, bad_a = part.infeasible(one, opts), part.infeasible(arr, opts)
+                assert bool(bad) == bool(np.asarray(bad_a)[0]), (part.name, opts, vals)
+                if type(pp) is float and pp and math.isfinite(pp) and math.isfinite(m):
+                    assert type(bad) is bool, (part.name, opts, vals)
+                for rank in (0.0 * pp, min(1.0, pp - 1.0) if pp == pp else pp, pp - 1.0, 2.0):
+                    try:
+                        h = part.in_flight_at(one, opts, rank)
+                    except ZeroDivisionError:
+                        continue
+                    ha = part.in_flight_at(arr, opts, np.asarray([rank]))
+                    assert type(h) is float and _same(h, float(np.asarray(ha)[0])), (part.name, vals, rank)
+                    cases += 1
+                lo, lo_a = part.loss_in_flight(one, opts), part.loss_in_flight(arr, opts)
+                assert type(lo) is float and _same(lo, float(np.asarray(lo_a)[0])), (part.name, vals)
+    assert cases > 10000
