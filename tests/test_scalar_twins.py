@@ -813,3 +813,43 @@ def test_one_plans_classic_schedule_terms_are_the_arrays_to_the_bit():
                 lo, lo_a = part.loss_in_flight(one, opts), part.loss_in_flight(arr, opts)
                 assert type(lo) is float and _same(lo, float(np.asarray(lo_a)[0])), (part.name, vals)
     assert cases > 10000
+
+
+def test_one_plans_span_link_is_the_arrays_to_the_bit():
+    """span_link of plain floats (:func:`~shardmeter.model.tiers._span_floats`: the members per
+    tier written out, the first tier that holds the group) is the batch's link, at random and
+    edge group sizes, strides and tiers (inf and nan among them)."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import tiers
+
+    est = Estimator()
+    inp, _ = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)
+    base = inp.topology
+    rng = random.Random(9)
+    edges = (0.0, 0.5, 1.0, 2.0, 8.0, 64.0, 1024.0, -1.0, math.inf, math.nan)
+    for _ in range(3000):
+        n_t = rng.choice((1, 2, 3))
+        gpus = tuple(sorted(rng.choice((1.0, 2.0, 4.0, 8.0, 72.0, 256.0, 1024.0)) for _ in range(n_t - 1)))
+        gpus = (*gpus, rng.choice((math.inf, 4096.0, math.nan)))
+        bw = tuple(rng.choice((25e9, 50e9, 300e9, 450e9)) + t for t in range(n_t))
+        lat = tuple(rng.choice((1e-6, 5e-6, 2e-5)) + t * 1e-9 for t in range(n_t))
+        size, stride = (
+            rng.choice(edges) if rng.random() < 0.3 else float(rng.randint(1, 64)) for _ in range(2)
+        )
+        one = tiers.span_link(
+            size, stride, attrs.evolve(base, tier_gpus=gpus, tier_bytes_s=bw, tier_latency_s=lat)
+        )
+        arr_topo = attrs.evolve(
+            base,
+            tier_gpus=np.asarray([gpus]),
+            tier_bytes_s=np.asarray([bw]),
+            tier_latency_s=np.asarray([lat]),
+        )
+        with np.errstate(all="ignore"):
+            arr = tiers.span_link(np.asarray([size]), np.asarray([stride]), arr_topo)
+        for a, b in zip(one, arr, strict=True):
+            assert type(a) is float and _same(a, float(np.asarray(b)[0])), (size, stride, gpus, one, arr)
