@@ -853,3 +853,65 @@ def test_one_plans_span_link_is_the_arrays_to_the_bit():
             arr = tiers.span_link(np.asarray([size]), np.asarray([stride]), arr_topo)
         for a, b in zip(one, arr, strict=True):
             assert type(a) is float and _same(a, float(np.asarray(b)[0])), (size, stride, gpus, one, arr)
+
+
+def test_unpaired_traffic_is_priced_as_the_general_code_to_the_bit():
+    """price_traffic of events no window pairs (:func:`~shardmeter.model.comm._price_unpaired`:
+    each pass's sum a local, the last bucket's maximum written out) gives the general code's
+    record, every field, on random events, windows and edge numbers, plain floats and arrays;
+    a paired event in a pass window goes to the general code."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import comm
+    from shardmeter.parts import CommEvent
+
+    est = Estimator()
+    topo = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)[0].topology
+    rng = random.Random(13)
+    vals = (0.0, 1.0, 3.0, 1e6, 2.5e9, math.inf, math.nan)
+
+    def x(lo: float, hi: float) -> float:
+        return rng.choice(vals) if rng.random() < 0.15 else rng.uniform(lo, hi)
+
+    def event(arrays: bool) -> CommEvent:
+        per = rng.choice(("micro_batch", "step"))
+        num = (lambda v: np.asarray([v])) if arrays else (lambda v: v)
+        return CommEvent(
+            collective=rng.choice(("all_gather", "reduce_scatter", "all_reduce", "all_to_all")),
+            bytes=num(x(1e3, 1e10)),
+            group_size=num(float(rng.choice((1, 2, 8, 16, 64, 128)))),
+            group_stride=num(float(rng.choice((1, 8, 64)))),
+            count=num(x(0.0, 96.0)),
+            flat=rng.random() < 0.2,
+            per=per,
+            window=rng.choice(("micro_batch", "forward", "recompute", "backward"))
+            if per == "micro_batch"
+            else "micro_batch",
+            exposed_fraction=num(x(0.0, 1.0)),
+            bucket_bytes=rng.choice((None, x(1e6, 1e9))),
+            bucket_ranks=num(float(rng.choice((1, 16, 128)))),
+            paired=((0.5, 0.4), (0.5, 0.6)) if rng.random() < 0.2 else (),
+        )
+
+    general = 0
+    for i in range(3000):
+        arrays = i % 10 == 0
+        events = [event(arrays) for _ in range(rng.choice((0, 1, 2, 3, 4)))]
+        windows = None if rng.random() < 0.3 else (x(0.0, 2.0), x(0.0, 2.0), x(0.0, 2.0))
+        with np.errstate(all="ignore"):
+            want = comm._price_general(events, topo, windows)
+            got = comm._price_unpaired(events, topo, windows)
+            if got is None:
+                assert windows and any(e.paired and e.window != "micro_batch" for e in events)
+                general += 1
+                continue
+            for f in attrs.fields(comm.PricedTraffic):
+                a, b = getattr(got, f.name), getattr(want, f.name)
+                if arrays:
+                    assert np.array_equal(a, b, equal_nan=True) and np.shape(a) == np.shape(b), (f.name, a, b)
+                else:
+                    assert type(a) is float and _same(a, b), (events, windows, f.name, a, b)
+    assert 100 < general < 1500
