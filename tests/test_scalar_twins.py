@@ -915,3 +915,29 @@ def test_unpaired_traffic_is_priced_as_the_general_code_to_the_bit():
                 else:
                     assert type(a) is float and _same(a, b), (events, windows, f.name, a, b)
     assert 100 < general < 1500
+
+
+def test_one_plans_even_stage_layers_are_the_arrays_to_the_bit():
+    """even_stage_layers of plain floats (:func:`~shardmeter.model.stages._even_floats`: floor,
+    maximum and minimum written out) is what its ops give plain floats, and the batch's value,
+    at random and edge layers, stages, chunks and ranks, or raises where the floats divide by 0."""
+    from shardmeter.model import stages
+
+    rng = random.Random(17)
+    edges = (0.0, -0.0, 1.0, 2.0, 3.0, 0.5, -1.0, 96.0, 1e18, math.inf, -math.inf, math.nan)
+    cases = 0
+    for _ in range(5000):
+        args = tuple(
+            rng.choice(edges) if rng.random() < 0.25 else float(rng.randint(0, 130)) for _ in range(4)
+        )
+        one, arr = _one_and_array(stages.even_stage_layers, *args)
+        try:
+            twin = stages._even_floats(*args)
+        except ZeroDivisionError:
+            assert one is None, args
+            continue
+        # the ops of plain floats to the bit (math.floor drops a zero's sign, numpy's keeps it)
+        assert one is not None and type(twin) is float and _same(twin, one), (args, twin, one)
+        assert twin == arr or (math.isnan(twin) and math.isnan(arr)), (args, twin, arr)
+        cases += 1
+    assert cases > 4000
