@@ -941,3 +941,68 @@ def test_one_plans_even_stage_layers_are_the_arrays_to_the_bit():
         assert twin == arr or (math.isnan(twin) and math.isnan(arr)), (args, twin, arr)
         cases += 1
     assert cases > 4000
+
+
+def test_one_plans_zero_state_is_the_arrays_to_the_bit():
+    """ZeroSharding.state of plain floats (:meth:`~shardmeter.strategies.zero.ZeroSharding._state_floats`
+    where parameters are not sharded over the whole group: the shard groups inline, maximum and
+    minimum written out) is the batch's record, every field, every bundled strategy, at random
+    and edge parameters, bytes and degrees."""
+    import attrs
+
+    from shardmeter.parts import ShardInputs
+    from shardmeter.strategies import zero
+    from shardmeter.strategies.builtin import shardmeter_sharding_strategies
+
+    parts = [p for p in shardmeter_sharding_strategies() if isinstance(p, zero.ZeroSharding)]
+    parts.append(attrs.evolve(parts[0], reduce_bucket_elements=5e8))
+    assert sum(not p.shard_parameters and p.shard_group == "dp" for p in parts) >= 3
+    vals = (0.0, -0.0, -1.0, 0.5, 1.0, 2.0, 3.0, 8.0, 1e9, math.inf, -math.inf, math.nan)
+    rng = random.Random(31)
+
+    def x(lo, hi):
+        return rng.choice(vals) if rng.random() < 0.2 else rng.uniform(lo, hi)
+
+    cases = 0
+    for _ in range(1500):
+        has_etp = rng.random() < 0.5
+        fields = dict(
+            params_per_gpu=x(0.0, 1e10), params_per_layer=x(0.0, 1e9), layers_per_stage=x(1.0, 96.0),
+            weight_bytes=rng.choice((1.0, 2.0, 4.0)), grad_bytes=rng.choice((2.0, 4.0)),
+            optimizer_bytes_per_param=x(0.0, 16.0), expert_params_per_gpu=x(-1.0, 1e10), tp=x(1.0, 8.0),
+            dp=x(1.0, 64.0), cp=x(1.0, 4.0), ep=x(1.0, 16.0), expert_tp=x(1.0, 8.0) if has_etp else None,
+            pp=x(1.0, 8.0), trainable_fraction=x(0.0, 1.0), param_gather_bytes=2.0, domain_gpus=8.0,
+        )  # fmt: skip
+        one_in = ShardInputs(**fields)
+        arr_in = ShardInputs(**{k: _as_array(v) for k, v in fields.items()})
+        for part in parts:
+            one, arr = _records_one_and_array(lambda s, p=part: p.state(s, None), one_in, arr_in)
+            if one is None:
+                continue
+            for name, a, b in zip(attrs.fields_dict(type(one)), attrs.astuple(one), arr, strict=True):
+                assert type(a) is float and _same(a, b), (part.name, fields, name, a, b)
+            cases += 1
+    assert cases > 5000
+
+
+def _as_array(v):
+    """A plain float as a 1-element array (None and the rest as they are)."""
+    import numpy as np
+
+    return np.asarray([v]) if type(v) is float else v
+
+
+def _records_one_and_array(fn, one_in, arr_in):
+    """``fn`` of a record of plain floats and of the same record of 1-element arrays: the float
+    record and the array record's fields' elements, in field order (``(None, None)`` where the
+    floats divide by zero, which sends one plan to the array path)."""
+    import attrs
+    import numpy as np
+
+    try:
+        one = fn(one_in)
+    except ZeroDivisionError:
+        return None, None
+    with np.errstate(all="ignore"):
+        arr = fn(arr_in)
+    return one, [float(np.asarray(getattr(arr, f.name)).ravel()[0]) for f in attrs.fields(type(arr))]
