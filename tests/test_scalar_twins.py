@@ -1006,3 +1006,64 @@ def _records_one_and_array(fn, one_in, arr_in):
     with np.errstate(all="ignore"):
         arr = fn(arr_in)
     return one, [float(np.asarray(getattr(arr, f.name)).ravel()[0]) for f in attrs.fields(type(arr))]
+
+
+def test_one_plans_stage_terms_are_the_arrays_to_the_bit():
+    """stage_terms of one plan (the head taken out, the work's scale and the hidden traffic's
+    maximum written out for plain floats) is the batch's stage, at random and edge compute,
+    communication and offload seconds, the head held or not, under ZeRO-1, DeepSpeed ZeRO-3 and
+    FSDP."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model.degrees import degrees
+    from shardmeter.model.stage import peaks, stage_compute, stage_terms
+
+    pub = "shardmeter/validation_data/published/"
+    vals = (0.0, -0.0, 1e-31, 1e-30, 0.25, 1.0, 3.0, math.inf, math.nan, -0.5)
+    rng = random.Random(37)
+    est = Estimator()
+    cases = 0
+    for path in (
+        "examples/gpt3-175b-a100.toml",
+        pub + "narayanan2021/narayanan2021-t2-zero3-gpt174.6b-n1536.toml",
+        pub + "torchao-float8/torchao-float8-llama3-8b-h100-fp8-rowwise-n8.toml",
+    ):
+        res = est.resolve(est.load(path))
+        built = [build_inputs(res, scalar=s) for s in (True, False)]
+        for _ in range(100):
+            secs = [rng.choice(vals) if rng.random() < 0.3 else rng.uniform(0.0, 2.0) for _ in range(11)]
+            head, emb = rng.random() < 0.5, rng.random() < 0.5
+            got = []
+            for inp, table in built:
+                shape = None if isinstance(inp.layout.tp, float) else np.shape(inp.layout.tp)
+                deg, pk = degrees(inp.layout), peaks(inp.hardware)
+                core = stage_compute(inp, deg, pk, deg.pp * 0.0 + 12.0)
+                x = [v if shape is None else np.full(shape, v) for v in secs]
+                names = ("forward", "backward", "recompute", "head", "compute", "memory_ops")
+                ct = attrs.evolve(core.compute, **dict(zip(names, x, strict=False)))
+                lc = attrs.evolve(core.comm, tp_exposed=x[6], cp_exposed=x[7], ep_exposed=x[8])
+                core = attrs.evolve(
+                    core, compute=ct, comm=lc, offload_forward_s=x[9], offload_backward_s=x[10]
+                )
+                h = head if shape is None else np.full(shape, head)
+                with np.errstate(all="ignore"):
+                    got.append(
+                        stage_terms(
+                            inp, table, deg, pk, core.shapes.layers_per_stage, emb=emb, head=h, compute=core
+                        )
+                    )
+            one, batch = got
+            for name in (
+                "fsdp_exposed_s", "dp_exposed_s", "fsdp_slowdown_s", "dp_slowdown_s", "ar_window_s",
+                "offload_exposed_s", "micro_batch_s",
+            ):  # fmt: skip
+                a, b = getattr(one, name), float(np.ravel(getattr(batch, name))[0])
+                assert type(a) is float and _same(a, b), (path, secs, head, name, a, b)
+            for name in ("compute", "head"):
+                a, b = getattr(one.compute, name), float(np.ravel(getattr(batch.compute, name))[0])
+                assert _same(a, b), (path, secs, head, name, a, b)
+            cases += 1
+    assert cases == 300
