@@ -1067,3 +1067,31 @@ def test_one_plans_stage_terms_are_the_arrays_to_the_bit():
                 assert _same(a, b), (path, secs, head, name, a, b)
             cases += 1
     assert cases == 300
+
+
+def test_the_plain_compute_check_reads_each_calls_shapes_and_degrees():
+    """_plain_compute checks the model, training and hardware records once for the last three
+    it saw, and every call's shapes, degrees and peaks: the same records with a batch's shapes
+    or an array degree, or other records, are answered for themselves."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import compute
+    from shardmeter.model.shapes import local_shapes
+
+    est = Estimator()
+    inp, _ = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)
+    ms, tr, hw = inp.model, inp.training, inp.hardware
+    sh = local_shapes(ms, tr, 8.0, 8.0, 1.0, 1.0)
+    args = (8.0, 1.0, True, hw.peak_flops, hw.peak16_flops)
+    assert compute._plain_compute(ms, tr, hw, sh, *args)
+    assert not compute._plain_compute(ms, tr, hw, _as_batch(sh), *args)
+    assert not compute._plain_compute(ms, tr, hw, sh, np.asarray([8.0]), *args[1:])
+    assert not compute._plain_compute(ms, tr, hw, sh, 8.0, 1.0, 1.0, *args[3:])  # sp not a bool
+    assert compute._plain_compute(ms, tr, hw, sh, *args)
+    op = attrs.evolve(tr, recompute=3.0)  # op recompute: the general code
+    assert not compute._plain_compute(ms, op, hw, sh, *args)
+    assert not compute._plain_compute(ms, tr, _as_batch(hw), sh, *args)
+    assert compute._plain_compute(ms, tr, hw, sh, *args)
