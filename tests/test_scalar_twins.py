@@ -1095,3 +1095,34 @@ def test_the_plain_compute_check_reads_each_calls_shapes_and_degrees():
     assert not compute._plain_compute(ms, op, hw, sh, *args)
     assert not compute._plain_compute(ms, tr, _as_batch(hw), sh, *args)
     assert compute._plain_compute(ms, tr, hw, sh, *args)
+
+
+def test_one_plans_peaks_middle_rank_and_trained_share_are_the_arrays_to_the_bit():
+    """peaks, the pipeline's middle rank and the trained share of plain floats (the sides
+    ops.where picks, ops.minimum/maximum written out) are the batch's values at edge numbers."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import pipeline, sharding
+    from shardmeter.model.lora import trainable_fraction
+    from shardmeter.model.stage import peaks
+
+    est = Estimator()
+    hw = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)[0].hardware
+    vals = (0.0, -0.0, -1.0, 0.5, 1.0, 1.5, 2.0, 8.0, 312e12, math.inf, -math.inf, math.nan)
+    cases = 0
+    for a in vals:
+        one, arr = _one_and_array(pipeline._rank_one, a)
+        assert type(one) is float and _same(one, arr), (a, one, arr)
+        for b in vals:
+            one, arr = _one_and_array(sharding._trainable_floats, a, b)
+            assert _same(one, _one_and_array(trainable_fraction, a, b)[1]), (a, b, one)
+            pk = peaks(attrs.evolve(hw, peak_flops=a, peak16_flops=b))
+            with np.errstate(all="ignore"):
+                pa = peaks(attrs.evolve(hw, peak_flops=np.asarray([a]), peak16_flops=np.asarray([b])))
+            for x, y in ((pk.flops, pa.flops), (pk.flops16, pa.flops16)):
+                assert type(x) is float and _same(x, float(np.asarray(y)[0])), (a, b, x, y)
+            cases += 1
+    assert cases == len(vals) ** 2

@@ -49,7 +49,11 @@ class Peaks:
 
 def peaks(hw: Hardware) -> Peaks:
     """:class:`Peaks` of the hardware bundle."""
-    peak, peak16 = _f(hw.peak_flops), _f(hw.peak16_flops)
+    peak, peak16 = hw.peak_flops, hw.peak16_flops
+    if type(peak) is float and type(peak16) is float:  # one plan: the sides ops.where picks
+        peak = peak if peak > 0 else 1.0
+        return Peaks(flops=peak, flops16=peak16 if peak16 > 0 else peak)
+    peak, peak16 = _f(peak), _f(peak16)
     peak = ops.where(peak > 0, peak, 1.0)
     return Peaks(flops=peak, flops16=ops.where(peak16 > 0, peak16, peak))
 

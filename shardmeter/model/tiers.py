@@ -79,7 +79,8 @@ def collective_time(
     if _KIND.get(kind) is None:
         raise ValueError(f"unknown collective {kind!r} (expected one of {', '.join(COLLECTIVES)})")
     kind = _KIND[kind]
-    size = ops.as_float(size)
+    if type(size) is not float:
+        size = ops.as_float(size)
     bw, lat = topo.tier_bytes_s, topo.tier_latency_s
     if kind != "a2a" and type(flat) is bool and _finite_floats(nbytes, size, stride, topo):
         return _ring_or_tree_floats(kind, nbytes, size, stride, topo.tier_gpus, bw, lat, flat)
