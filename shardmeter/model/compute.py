@@ -225,13 +225,7 @@ def _micro_batch_floats(
     e_loc = e_loc if moe else 1.0
     m_exp = cap * T * ms.experts_per_token * ep / ms.experts
     m_exp = m_exp if moe else T
-    gs = GemmShapes(
-        v_local=v_local,
-        o_local=o_local,
-        experts_local=e_loc,
-        tokens_per_expert=m_exp,
-        dense_ffn_local=ms.ffn_hidden / tp,
-    )
+    dense_ffn = ms.ffn_hidden / tp  # GemmShapes' dense_ffn_local (the record only for fp8's casts)
     # layer_gemms (no MLA: _plain_compute)
     qkv_n = sh.q_local + 2.0 * sh.kv_local + (v_local - sh.kv_local)
     qkv = _gemm_time_floats(T, qkv_n, h, peak, eff, hbm, sms, bpe, 1.0, 1.0)
@@ -249,7 +243,7 @@ def _micro_batch_floats(
     shared = mlp_s(ms.shared_experts * sh.ffn_local) if moe and ms.shared_experts > 0 else 0.0
     g_fwd = qkv + proj + (mlp_up + mlp_down) + router + shared
     Ls, Ld = sh.layers_per_stage, sh.dense_layers_local
-    dense_delta = qkv + proj + mlp_s(gs.dense_ffn_local) - g_fwd if Ld > 0 else 0.0
+    dense_delta = qkv + proj + mlp_s(dense_ffn) - g_fwd if Ld > 0 else 0.0
     # attention_time
     s = ms.seq_len
     flops = 4.0 * T * s * sh.q_local + 2.0 * T * s * (o_local - sh.q_local)
@@ -313,13 +307,18 @@ def _micro_batch_floats(
     )
     d_f = d_b = 0.0  # a dense layer's kernels less a MoE layer's
     if Ld > 0:
-        dl_f, dl_b = layer_elementwise(
-            n_h, n_q, n_kv, T * gs.dense_ffn_local, ms.swiglu, ms.dropout, tr.compile, hbm
-        )
+        dl_f, dl_b = layer_elementwise(n_h, n_q, n_kv, T * dense_ffn, ms.swiglu, ms.dropout, tr.compile, hbm)
         d_f, d_b = dl_f - el_f, dl_b - el_b
     el_f, el_b = Ls * el_f + Ld * d_f, Ls * el_b + Ld * d_b
     cast_f = cast_b = 0.0
     if fp8:
+        gs = GemmShapes(
+            v_local=v_local,
+            o_local=o_local,
+            experts_local=e_loc,
+            tokens_per_expert=m_exp,
+            dense_ffn_local=dense_ffn,
+        )
         cast_f, cast_b = cast_layer_s(ms, tr, sh, gs, hbm)
     memory_ops = el_f + el_b + rerun * el_f + Ls * (cast_f * (1.0 + rerun) + cast_b)
     return ComputeTerms(

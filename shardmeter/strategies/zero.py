@@ -204,7 +204,8 @@ class ZeroSharding(ShardingPart):
         64 ranks would otherwise be priced as 2.67 replicas. Sharding over the whole group
         (``"dp"``) always divides it."""
         if self.shard_group != "node":
-            return ops.where(inp.dp < 0, True, False)  # shaped like dp
+            dp = inp.dp
+            return dp < 0 if type(dp) is float else ops.where(dp < 0, True, False)  # shaped like dp
         return ops.mod(inp.dp * inp.cp, shard_group_size(inp, True)) != 0
 
     def bucket_bytes(self, opts: Any) -> float:
