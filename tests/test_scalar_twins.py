@@ -1126,3 +1126,42 @@ def test_one_plans_peaks_middle_rank_and_trained_share_are_the_arrays_to_the_bit
                 assert type(x) is float and _same(x, float(np.asarray(y)[0])), (a, b, x, y)
             cases += 1
     assert cases == len(vals) ** 2
+
+
+def test_a_repeated_collective_is_the_last_ones_only_where_it_is_the_same():
+    """collective_time of plain floats answers a call the same as the last (an all-gather after
+    a reduce-scatter of as many bytes over one group) with the last's seconds, and any other
+    with its own: every call of a random sequence with many repeats, signed zeros and other
+    tiers among them, is _ring_or_tree_floats' own answer to the bit."""
+    import attrs
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import tiers
+
+    est = Estimator()
+    base = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)[0].topology
+    other = attrs.evolve(base, tier_gpus=(4.0, 32.0, math.inf), tier_bytes_s=(450e9, 50e9, 25e9))
+    other = attrs.evolve(other, tier_latency_s=(1e-6, 5e-6, 2e-5))
+    rng = random.Random(41)
+    hits = 0
+    topo, kind, args, flat = base, "all_gather", (1e6, 8.0, 1.0), False
+    for i in range(4000):
+        if i % 4 == 1:  # the last call again, over the other tiers
+            topo = other if topo is base else base
+        elif i % 4 == 3:  # the last call again, an all-gather for a reduce-scatter and back
+            kind = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}.get(kind, kind)
+        else:
+            topo = rng.choice((base, base, other))
+            kind = rng.choice(("all_gather", "reduce_scatter", "all_reduce"))
+            nbytes = rng.choice((0.0, -0.0, 5.6e9, 1e6))
+            args = (nbytes, rng.choice((8.0, 16.0, 1.0, 0.5)), rng.choice((1.0, 8.0)))
+            flat = rng.random() < 0.2
+        was = tiers._LAST_RING
+        got = tiers.collective_time(kind, *args, topo, flat=flat)
+        hits += tiers._LAST_RING is was and args[0] != 0.0
+        want = tiers._ring_or_tree_floats(
+            tiers._KIND[kind], *args, topo.tier_gpus, topo.tier_bytes_s, topo.tier_latency_s, flat
+        )
+        assert _same(got, want), (kind, args, flat, got, want)
+    assert hits > 200
