@@ -900,6 +900,10 @@ def test_unpaired_traffic_is_priced_as_the_general_code_to_the_bit():
     for i in range(3000):
         arrays = i % 10 == 0
         events = [event(arrays) for _ in range(rng.choice((0, 1, 2, 3, 4)))]
+        if events and rng.random() < 0.4:  # events sharing the last one's bucket objects (ZeRO-1/2's two)
+            last = events[-1]
+            shared = dict(bucket_bytes=last.bucket_bytes, bucket_ranks=last.bucket_ranks, per="step")
+            events += [attrs.evolve(event(arrays), **shared) for _ in range(rng.choice((1, 2)))]
         windows = None if rng.random() < 0.3 else (x(0.0, 2.0), x(0.0, 2.0), x(0.0, 2.0))
         with np.errstate(all="ignore"):
             want = comm._price_general(events, topo, windows)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -502,11 +503,13 @@ def _price_unpaired(
     """:func:`price_traffic` of events none of which the windows pair (None where one is: the
     general code prices its segments): the same operations in the same order, each pass's sum
     a local instead of a dict's entry, the last bucket's ``ops.maximum`` written out for plain
-    floats (nan where neither side is the larger) and no paired figures (0.0, the record's
-    defaults, as the general code gives without segments). tests/test_scalar_twins.py holds it
+    floats (nan where neither side is the larger), a bucket of the same bytes and ranks objects
+    as the last event's priced once (ZeRO-1/2's two events share theirs) and no paired figures
+    (0.0, the record's defaults, as the general code gives without segments). tests/test_scalar_twins.py holds it
     to the general code to the bit."""
     mb = fixed = step = bucket = fwd = rec = bwd = 0.0
     slow_bw, outer_lat = slowest_link(topo)
+    last: tuple[Any, Any, Any] | None = None  # the last bucket's (bytes, ranks, seconds)
     for ev in events:
         window = ev.window
         if ev.paired and windows and window != "micro_batch":
@@ -526,7 +529,12 @@ def _price_unpaired(
             continue
         step = step + t
         if ev.bucket_bytes is not None:
-            r = ring_collective_time(ev.bucket_bytes, ev.bucket_ranks, slow_bw, outer_lat, 2.0)
+            b, ranks = ev.bucket_bytes, ev.bucket_ranks
+            if last is not None and last[0] is b and last[1] is ranks:  # the same objects: its seconds
+                r = last[2]
+            else:
+                r = ring_collective_time(b, ranks, slow_bw, outer_lat, 2.0)
+                last = (b, ranks, r)
             if type(bucket) is float and type(r) is float:
                 bucket = bucket if bucket >= r else (r if r > bucket else math.nan)
             else:
