@@ -1,0 +1,170 @@
+"""The scalar path's written-out twins of the busiest GPU's memory, the report's records and the
+step's composition compute, for one plan, exactly what the general code computes (the same
+operations in the same order: equal to the last bit, nan where it gives nan, and a
+ZeroDivisionError where it raises one); the pattern of tests/test_scalar_twins.py."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import math
+import random
+
+import attrs
+import pytest
+
+from shardmeter.model.outputs import field_values
+
+VALS = (0.0, -0.0, 1.0, 2.0, 3.5, 1e-9, 1e12, math.inf, math.nan)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    return type(a) is type(b) and a == b
+
+
+def _flat(v) -> list:
+    if attrs.has(type(v)):
+        return [y for f in field_values(v).values() for y in _flat(f)]
+    if isinstance(v, tuple | list):
+        return [y for f in v for y in _flat(f)]
+    return [v]
+
+
+def _alike(a, b) -> bool:
+    fa, fb = _flat(a), _flat(b)
+    return len(fa) == len(fb) and all(_same(u, v) for u, v in zip(fa, fb, strict=True))
+
+
+def _scenarios(n: int = 60) -> list[str]:
+    """The example and a spread of the bundled published runs (pipelines of 1, 2 and more
+    stages, MoE, FSDP, offload, the recompute modes)."""
+    runs = sorted(glob.glob("shardmeter/validation_data/published/**/*.toml", recursive=True))
+    step = max(len(runs) // n, 1)
+    return ["examples/gpt3-175b-a100.toml", *runs[::step]]
+
+
+def _captured(module, name: str, scenarios: list[str]) -> list[tuple]:
+    """The positional arguments ``module.name`` gets in one plan's evaluate of each scenario."""
+    import shardmeter.model.evaluate as ev
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+
+    est = Estimator()
+    seen: list[tuple] = []
+    real = getattr(module, name)
+
+    def spy(*a, **k):
+        seen.append((a, k))
+        return real(*a, **k)
+
+    setattr(module, name, spy)
+    try:
+        for path in scenarios:
+            try:
+                inp, table = build_inputs(est.resolve(est.load(path)), scalar=True)
+            except Exception:  # noqa: BLE001 (a scenario this build cannot take as one plan)
+                continue
+            with contextlib.suppress(ZeroDivisionError):
+                ev.evaluate(inp, table, fallback=False)
+    finally:
+        setattr(module, name, real)
+    return seen
+
+
+def test_one_plans_busiest_gpu_is_the_general_codes_to_the_bit():
+    """:func:`~shardmeter.model.busiest._busiest_floats` (each rank's memory, what ranks of one
+    shape share computed once, one record built) is :func:`~shardmeter.model.busiest._busiest_ops`
+    (:func:`~shardmeter.model.busiest.rank_memory` of each rank, the busiest picked): every
+    field, for the bundled runs' plans with their stages known or not, at random and edge
+    layers and in-flight counts."""
+    import shardmeter.model.evaluate as ev
+    from shardmeter.model import busiest
+
+    calls = [c for c in _captured(ev, "busiest_gpu", _scenarios()) if type(c[0][2].tp) is float]
+    assert len(calls) > 30
+    rng = random.Random(41)
+    checked = 0
+    for (inp, parts, deg, stl, sch, islands, *rest), _ in calls:
+        known = rest[0] if rest else ()
+        assert islands == 1
+        for trial in range(12):
+            s2, k2, d2 = sch, known, deg
+            if trial % 3:
+                s2 = attrs.evolve(
+                    sch,
+                    **{
+                        k: rng.choice(VALS) if rng.random() < 0.3 else getattr(sch, k) * rng.uniform(0.5, 2.0)
+                        for k in ("held_first", "held_middle", "held_last", "loss_held")
+                    },
+                )
+            if trial % 4 == 3:
+                k2 = ()
+            elif trial % 4 == 1:  # the known stages' state at edge numbers
+                k2 = tuple(
+                    (*k[:3], attrs.evolve(k[3], state=attrs.evolve(k[3].state, **{
+                        f: rng.choice(VALS) for f in ("weights", "optimizer", "param_shards", "extra")
+                    })))
+                    for k in known
+                )  # fmt: skip
+            if trial % 6 == 5:
+                d2 = attrs.evolve(deg, tp=rng.choice((0.0, 1.0, 2.0, 8.0)))
+                k2 = ()
+            # the recompute mode, offloaded layers and loss (a working set, a kept share, a transient)
+            i2 = attrs.evolve(
+                inp,
+                training=attrs.evolve(
+                    inp.training,
+                    recompute=float(rng.choice((0, 1, 2, 3))) if trial % 2 else inp.training.recompute,
+                    offload_layers=rng.choice((0.0, 0.0, 1.0, 3.0, -1.0, math.nan)),
+                    fused_loss=rng.random() < 0.3,
+                    compiled_loss=rng.random() < 0.3,
+                ),
+            )
+            try:
+                a = busiest._busiest_floats(i2, parts, d2, stl, s2, k2)
+            except ZeroDivisionError:
+                with pytest.raises(ZeroDivisionError):
+                    busiest._busiest_ops(i2, parts, d2, stl, s2, 1, k2)
+                continue
+            assert a is not None
+            b = busiest._busiest_ops(i2, parts, d2, stl, s2, 1, k2)
+            assert type(a) is type(b) and _alike(a, b), (trial, a, b)
+            checked += 1
+    assert checked > 200
+    # and busiest_gpu takes the twin for one plan (the same record as the general code's)
+    (inp, parts, deg, stl, sch, islands, known), _ = calls[0]
+    got = busiest.busiest_gpu(inp, parts, deg, stl, sch, islands, known)
+    assert _alike(got, busiest._busiest_ops(inp, parts, deg, stl, sch, islands, known))
+    # a batch, or numbers that are not plain floats, take the general code
+    assert busiest._busiest_floats(inp, parts, deg, stl, attrs.evolve(sch, loss_held=1), known) is None
+
+
+def test_busiest_parts_are_memory_parts():
+    """:func:`~shardmeter.model.busiest.busiest_parts`, written out, is the busiest GPU's
+    :func:`~shardmeter.model.memory.memory_parts` (the sync strategy's state with the optimizer,
+    the strategy's extra buffers with the transient) and adds up to its total."""
+    from shardmeter.model.busiest import BusiestGpu, busiest_parts
+    from shardmeter.model.memory import MEMORY_PARTS, memory_parts, total_memory
+    from shardmeter.parts import StateBytes
+
+    rng = random.Random(5)
+    for _ in range(300):
+        w, g, o, x, act, tr, oth, ext = (
+            rng.choice(VALS) if rng.random() < 0.2 else rng.uniform(0, 1e10) for _ in range(8)
+        )
+        st = StateBytes(weights=w, gradients=g, optimizer=o, extra=x)
+        b = BusiestGpu(
+            state=st,
+            activations_bytes=act,
+            extra_state_bytes=ext,
+            memory_bytes=total_memory(w, g, o + ext, x, act, tr, oth),
+            transient_bytes=tr,
+            other_bytes=oth,
+            outside_allocator_bytes=0.5 * oth,
+        )
+        got = busiest_parts(b)
+        want = memory_parts(w, g, o + ext, x, act, tr, oth)
+        assert _alike(tuple(got.parts().values()), tuple(want[k] for k in MEMORY_PARTS))
+        assert _same(got.outside_allocator_bytes, 0.5 * oth)
