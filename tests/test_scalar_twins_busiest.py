@@ -168,3 +168,61 @@ def test_busiest_parts_are_memory_parts():
         want = memory_parts(w, g, o + ext, x, act, tr, oth)
         assert _alike(tuple(got.parts().values()), tuple(want[k] for k in MEMORY_PARTS))
         assert _same(got.outside_allocator_bytes, 0.5 * oth)
+
+
+def test_one_islands_combined_outputs_are_the_general_codes_to_the_bit():
+    """:func:`~shardmeter.model.islands._combine_one` (one plan on one island: nothing broadcast
+    or folded, no sync terms) is :func:`~shardmeter.model.islands._combine_ops`: every output
+    field, with and without detail and per island only, feasible or not, at random and edge
+    numbers (a zero step, zero GPUs: the same ZeroDivisionError)."""
+    import shardmeter.model.evaluate as ev
+    from shardmeter.model import islands
+
+    calls = [c for c in _captured(ev, "combine_islands", _scenarios(20)) if c[0][2] == ()]
+    assert len(calls) > 10
+    rng = random.Random(43)
+
+    def x(v):
+        return rng.choice(VALS) if rng.random() < 0.2 else v * rng.uniform(0.5, 2.0)
+
+    checked = 0
+    for (parts, inp, shape, st0, *_), _ in calls:
+        for trial in range(40):
+            st = attrs.evolve(
+                st0,
+                reasons=rng.choice((0, 0, 0, 32, 16 | 128)),
+                terms=attrs.evolve(st0.terms, **{k: x(v) for k, v in field_values(st0.terms).items()}),
+                hidden=attrs.evolve(st0.hidden, **{k: x(v) for k, v in field_values(st0.hidden).items()}),
+                **{
+                    k: x(getattr(st0, k))
+                    for k in (
+                        "model_flops_per_token",
+                        "peak_flops",
+                        "gpus",
+                        "island_batch",
+                        "memory_bytes",
+                        "params",
+                    )
+                },
+            )
+            detail, only = trial % 2 == 0, trial % 4 == 1
+            try:
+                a = islands._combine_one(parts, inp, st, detail, only)
+            except ZeroDivisionError:
+                with pytest.raises(ZeroDivisionError):
+                    islands._combine_ops(parts, inp, shape, st, detail, only)
+                continue
+            assert a is not None
+            b = islands._combine_ops(parts, inp, shape, st, detail, only)
+            assert type(a) is type(b) and _alike(a, b), trial
+            assert [f is None for f in field_values(a).values()] == [
+                f is None for f in field_values(b).values()
+            ]
+            checked += 1
+    assert checked > 300
+    # and combine_islands takes the twin for one island; not where a figure is not a plain number
+    parts, inp, shape, st0, *_ = calls[0][0]
+    assert _alike(
+        islands.combine_islands(parts, inp, shape, st0), islands._combine_ops(parts, inp, shape, st0)
+    )
+    assert islands._combine_one(parts, inp, attrs.evolve(st0, params=1), True, False) is None
