@@ -226,3 +226,59 @@ def test_one_islands_combined_outputs_are_the_general_codes_to_the_bit():
         islands.combine_islands(parts, inp, shape, st0), islands._combine_ops(parts, inp, shape, st0)
     )
     assert islands._combine_one(parts, inp, attrs.evolve(st0, params=1), True, False) is None
+
+
+def test_one_plans_degrees_batch_split_and_sharding_reasons_are_the_arrays_to_the_bit():
+    """:func:`~shardmeter.model.degrees.degrees`, :func:`~shardmeter.model.feasibility.batch_split`
+    and :func:`~shardmeter.model.feasibility.sharding_reasons` of plain numbers (each where the
+    value it picks, the maxima written out, by_code's one call) give the batch's values, at
+    random and edge numbers (0, a negative, inf, nan: the same ZeroDivisionError where numbers
+    raise and arrays give inf or nan)."""
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import degrees, feasibility
+
+    est = Estimator()
+    inp, table = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)
+    lay0 = inp.layout
+    vals = (0.0, -1.0, 0.5, 1.0, 2.0, 3.0, 8.0, 16.0, math.inf, math.nan)
+    rng = random.Random(61)
+    for _ in range(3000):
+        lay = attrs.evolve(
+            lay0,
+            **{k: rng.choice(vals) for k in ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "expert_tp")},
+            sequence_parallel=rng.random() < 0.5,
+        )
+        one = degrees.degrees(lay)
+        fields = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "expert_tp", "sequence_parallel")
+        with np.errstate(all="ignore"):
+            arr = degrees.degrees(attrs.evolve(lay, **{k: np.asarray([[getattr(lay, k)]]) for k in fields}))
+        for k, v in field_values(one).items():
+            w = np.asarray(getattr(arr, k)).ravel()[0]
+            if k == "sp":
+                assert type(v) is bool and v == bool(w)
+            else:
+                assert type(v) is float and _same(v, float(w)), (lay, k, v, w)
+        gb, dp, mb, ib = (rng.choice((*vals, 1536.0, 64.0)) for _ in range(4))
+        try:
+            got = feasibility.batch_split(gb, dp, mb, ib)
+        except ZeroDivisionError:
+            continue
+        with np.errstate(all="ignore"):
+            ref = feasibility.batch_split(*(np.asarray([[x]]) for x in (gb, dp, mb, ib)))
+        assert all(type(g) is float for g in got)
+        assert all(_same(g, float(np.asarray(r).ravel()[0])) for g, r in zip(got, ref, strict=True)), (
+            gb,
+            dp,
+            mb,
+            ib,
+        )
+    # sharding_reasons: each bundled sharding part's verdict, as by_code and the where give it
+    for code in range(len(table.entries["sharding"])):
+        for _ in range(60):
+            tp, dp, cp = (rng.choice((1.0, 2.0, 3.0, 8.0, 16.0, 64.0)) for _ in range(3))
+            got = feasibility.sharding_reasons(table, float(code), tp, dp, cp, inp.topology)
+            ref = feasibility.sharding_reasons(table, np.int64(code), tp, dp, cp, inp.topology)
+            assert type(got) is int and got == int(ref), (code, tp, dp, cp)
