@@ -282,3 +282,64 @@ def test_one_plans_degrees_batch_split_and_sharding_reasons_are_the_arrays_to_th
             got = feasibility.sharding_reasons(table, float(code), tp, dp, cp, inp.topology)
             ref = feasibility.sharding_reasons(table, np.int64(code), tp, dp, cp, inp.topology)
             assert type(got) is int and got == int(ref), (code, tp, dp, cp)
+
+
+def test_one_plans_allocator_figures_are_the_arrays_to_the_bit():
+    """:func:`~shardmeter.model.allocator.stage_required_bytes` (one plan not sharded per
+    parameter: allocated plus one page of slack), :func:`~shardmeter.model.allocator.churn_bytes`
+    and :func:`~shardmeter.model.allocator.stage_reserved_bytes` of plain numbers (the maxima
+    written out) give the batch's values, for the bundled runs' busiest GPUs at random and edge
+    numbers (sharded per parameter or not, expandable segments or not, nan and inf)."""
+    import numpy as np
+
+    import shardmeter.model.evaluate as ev
+    from shardmeter.model import allocator
+
+    calls = [c for c in _captured(ev, "stage_required_bytes", _scenarios(30)) if type(c[0][4]) is float]
+    assert len(calls) > 10
+    rng = random.Random(47)
+    shard_f = (
+        "layers_per_stage",
+        "params_per_gpu",
+        "params_per_layer",
+        "param_gather_bytes",
+        "weight_bytes",
+        "grad_bytes",
+    )
+    state_f = ("weights", "gradients", "optimizer", "param_shards", "extra")
+
+    def x(v):
+        return rng.choice(VALS) if rng.random() < 0.15 else v * rng.uniform(0.5, 2.0)
+
+    def arr(v):
+        return np.asarray([v])
+
+    def one(a):
+        return float(np.asarray(a).ravel()[0])
+
+    for (ms, tr, shard0, state0, alloc0), _ in calls:
+        for trial in range(60):
+            shard = attrs.evolve(shard0, **{k: x(getattr(shard0, k)) for k in shard_f})
+            state = attrs.evolve(
+                state0,
+                **{k: x(getattr(state0, k)) for k in state_f},
+            )
+            if trial % 3 == 0:
+                state = attrs.evolve(state, param_shards=rng.choice((1.0, 0.5, 2.0, 8.0, math.inf, math.nan)))
+            t2 = attrs.evolve(tr, expandable_segments=rng.choice((False, True, 0.0, 1.0)))
+            alloc = x(alloc0)
+            shard_a = attrs.evolve(shard, **{k: arr(getattr(shard, k)) for k in shard_f})
+            state_a = attrs.evolve(state, **{k: arr(getattr(state, k)) for k in state_f})
+            t2_a = attrs.evolve(t2, expandable_segments=arr(t2.expandable_segments))
+            with np.errstate(all="ignore"):
+                got = allocator.stage_required_bytes(ms, t2, shard, state, alloc)
+                ref = allocator.stage_required_bytes(ms, t2_a, shard_a, state_a, arr(alloc))
+                assert type(got) is float and _same(got, one(ref)), (trial, got, ref)
+                act, loss = x(1e9), x(1e8)
+                churn = allocator.churn_bytes(shard, state, act, loss)
+                ref = allocator.churn_bytes(shard_a, state_a, arr(act), arr(loss))
+                assert type(churn) is float and _same(churn, one(ref)), (trial, churn, ref)
+                cap = rng.choice((80e9, 1e9, math.inf, math.nan, 0.0))
+                res = allocator.stage_reserved_bytes(got, churn, cap)
+                ref = allocator.stage_reserved_bytes(arr(got), arr(churn), arr(cap))
+                assert type(res) is float and _same(res, one(ref)), (trial, res, ref)
