@@ -343,3 +343,63 @@ def test_one_plans_allocator_figures_are_the_arrays_to_the_bit():
                 res = allocator.stage_reserved_bytes(got, churn, cap)
                 ref = allocator.stage_reserved_bytes(arr(got), arr(churn), arr(cap))
                 assert type(res) is float and _same(res, one(ref)), (trial, res, ref)
+
+
+def test_one_plans_local_shapes_are_the_arrays_to_the_bit():
+    """:func:`~shardmeter.model.shapes.local_shapes` of plain floats (each where the value it
+    picks, ceil and the maxima written out) gives the batch's shapes, every bundled model's, at
+    random and edge degrees and layers (0: the same ZeroDivisionError where arrays give inf)."""
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import shapes
+
+    est = Estimator()
+    models = []
+    for path in _scenarios(40):
+        try:
+            inp, _ = build_inputs(est.resolve(est.load(path)), scalar=True)
+        except Exception:  # noqa: BLE001 (not one plan)
+            continue
+        if type(inp.layout.tp) is float:
+            models.append((inp.model, inp.training))
+    assert len(models) > 10
+    vals = (0.0, 1.0, 2.0, 3.0, 8.0, 0.5, math.inf, math.nan)
+    rng = random.Random(53)
+    for _ in range(4000):
+        ms, tr = rng.choice(models)
+        ms = attrs.evolve(
+            ms,
+            kv_heads=rng.choice((ms.kv_heads, 0.0, 8.0, math.nan)),
+            dense_layers=rng.choice((ms.dense_layers, 0.0, 3.0, 100.0)),
+            experts=rng.choice((ms.experts, 1.0, 8.0)),
+        )
+        tp, pp, cp, v = (
+            rng.choice(vals) if rng.random() < 0.3 else float(rng.choice((1, 2, 4, 8))) for _ in range(4)
+        )
+        layers = rng.choice((None, 0.0, 1.0, 7.0, 12.0, math.nan))
+        try:
+            got = shapes.local_shapes(ms, tr, tp, pp, cp, v, layers=layers)
+        except ZeroDivisionError:
+            with pytest.raises(ZeroDivisionError):
+                shapes._local_shapes_ops(ms, tr, tp, pp, cp, v, layers)
+            continue
+        assert _alike(got, shapes._local_shapes_ops(ms, tr, tp, pp, cp, v, layers))
+        with np.errstate(all="ignore"):
+            ref = shapes.local_shapes(
+                ms,
+                tr,
+                *(np.asarray([x]) for x in (tp, pp, cp, v)),
+                layers=None if layers is None else np.asarray([layers]),
+            )
+        for k, a in field_values(got).items():
+            b = np.asarray(getattr(ref, k)).ravel()[0]
+            if k == "moe":
+                assert a is bool(b)
+            else:
+                assert type(a) is float and _same(a, float(b)), (k, a, b, tp, pp, cp, v, layers)
+    # and a ZeroDivisionError where the general code's numbers raise one
+    ms, tr = models[0]
+    with pytest.raises(ZeroDivisionError):
+        shapes.local_shapes(ms, tr, 0.0, 1.0, 1.0, 1.0)
