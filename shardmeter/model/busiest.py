@@ -160,9 +160,17 @@ def _busiest_floats(
     seen: list[list[Any]] = []
     best: tuple[Any, ...] | None = None
     for layers_r, emb_r, head_r, held_r in ranks:
-        stage = _same_stage(known, layers_r, emb_r, head_r)
-        if stage is not None:
-            sh_r, shard_r, st_r = stage.shapes, stage.shard, stage.state
+        for k_layers, k_emb, k_head, stage in known:  # _same_stage, written out
+            if (
+                type(k_layers) is float
+                and k_layers == layers_r
+                and type(k_emb) is bool
+                and k_emb is emb_r
+                and type(k_head) is bool
+                and k_head is head_r
+            ):
+                sh_r, shard_r, st_r = stage.shapes, stage.shard, stage.state
+                break
         else:
             sh_r = _same_shapes(known, layers_r)
             if sh_r is None:
