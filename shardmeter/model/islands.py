@@ -459,20 +459,25 @@ def _details_floats(
     total_gpus = island["gpus"]
     w_gpu = total_gpus / total_gpus
     seq = inp.model.seq_len
-    tps = ops.divide(inp.training.global_batch * seq, step)  # step 0: an infeasible plan
+    tokens = inp.training.global_batch * seq
+    # step 0: an infeasible plan (ops.divide's numpy answer); a nonzero step divides here
+    tps = tokens / step if step and type(tokens) is float else ops.divide(tokens, step)
     tps_gpu = tps / total_gpus
     model_tf = tps_gpu * st.model_flops_per_token / 1e12
     hw_tf = tps_gpu * st.hardware_flops_per_token / 1e12
     gpu_peak_mean = st.peak_flops * st.gpus / total_gpus
-    cu_isl = ops.divide(island_step, step)
+    cu_isl = island_step / step if step and type(island_step) is float else ops.divide(island_step, step)
     cu = cu_isl * st.gpus / total_gpus
     terms = _values(st.terms)
     own = Breakdown(**terms, island_sync_s=sync, idle_s=idle)
+    isl_tokens = st.island_batch * seq
     island.update(
         breakdown=own,
         utilization=cu_isl,
         idle_s=idle,
-        tokens_per_s=ops.divide(st.island_batch * seq, step),
+        tokens_per_s=isl_tokens / step
+        if step and type(isl_tokens) is float
+        else ops.divide(isl_tokens, step),
         batch_sequences=st.island_batch,
         micro_batches=st.micro_batches,
         **_island_layout(st.detail, ()),
