@@ -12,10 +12,11 @@ from shardmeter.model.feasibility import REASONS, Reason, part_templates, reason
 from shardmeter.model.outputs import Breakdown, Outputs
 from shardmeter.report.confidence import confidence_of
 from shardmeter.report.layout import layout_of
-from shardmeter.report.pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
+from shardmeter.report.per_resolved import ReportFigures
+from shardmeter.report.pricing import cost_breakdown, egress_usd, gpu_time_usd
 from shardmeter.report.reliability import apply_reliability
 from shardmeter.report.text import format_report
-from shardmeter.report.words import assumption_notes, describe_bottleneck, regime_of
+from shardmeter.report.words import describe_bottleneck, hidden_notes, regime_of
 from shardmeter.resolve.resolver import Resolved
 
 __all__ = ["Report", "build_report", "json_safe", "regime_of", "describe_bottleneck"]
@@ -206,12 +207,17 @@ class Report:
         return report_html(self)
 
 
-def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
+def build_report(res: Resolved, out: Outputs, row: int = 0, figures: ReportFigures | None = None) -> Report:
     """Row ``row`` of :func:`~shardmeter.model.evaluate.evaluate`'s output (with ``detail``), for
-    the resolved scenario ``res``, as a :class:`Report` (from those two alone)."""
+    the resolved scenario ``res``, as a :class:`Report` (from those two alone). ``figures``:
+    ``res``'s :class:`~shardmeter.report.per_resolved.ReportFigures`, where the caller keeps
+    them (an Estimator, for a scenario estimated again); else worked out here."""
+    if figures is None or figures.res is not res:
+        figures = ReportFigures(res)
     sc, islands = res.scenario, res.islands
+    n_isl = len(islands)
     feasible = bool(_at(out.feasible, row))
-    reasons = _reasons(res, out, row)
+    reasons = _reasons(res, out, row, figures.any_micro_batch)
     step = _fat(_detailed(out.step_time_s), row)
     if feasible and not (math.isfinite(step) and step > 0):
         # a part's figures overflowed the model (inf or nan): no number of this plan means anything
@@ -222,28 +228,26 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
         )
     notes = list(sc.notes)
     assumed: list[str] = []
-    gpus = int(sum(isl.gpus_used for isl in islands))
-    for isl in islands:
-        if feasible and isl.gpus_used < isl.gpus:
-            notes.append(f"island '{isl.name}' uses {isl.gpus_used} of its {isl.gpus} GPUs")
+    if feasible:
+        notes.extend(figures.used_notes)
     common: dict[str, Any] = {
         "memory_per_gpu_gb": _num(_gb(_detailed(out.memory_bytes), row)),
         "memory_reserved_gb": _num(_gb(_detailed(out.memory_reserved_bytes), row)),
-        "memory_capacity_gb": min(isl.gpu.memory_gb for isl in islands),
-        "gpus": gpus,
+        "memory_capacity_gb": figures.memory_capacity_gb,
+        "gpus": figures.gpus,
         "params": _fat(out.params, row),
         "model_flops_per_token": _fat(_detailed(out.model_flops_per_token), row),
         "notes": notes,
         "assumptions": assumed,
-        "layout": layout_of(res, out, row),
-        "memory_breakdown_gb": _memory_breakdown(out, row, len(islands)),
-        "memory_outside_allocator_gb": _outside_allocator(out, row, len(islands)),
+        "layout": _layout(res, out, row, figures),
+        "memory_breakdown_gb": _memory_breakdown(out, row, n_isl),
+        "memory_outside_allocator_gb": _outside_allocator(out, row, n_isl),
     }
     if not feasible:
         return _infeasible_report(res, out, row, reasons, common)
-    bd, ov = _breakdowns(out, row, len(islands))
+    bd, ov = _breakdowns(out, row, n_isl)
     tps = _fat(out.tokens_per_s, row)
-    isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
+    isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes, figures)
     report = Report(
         feasible=True,
         reasons=[],
@@ -263,11 +267,12 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
         overlapped_s=ov,
         islands=isl_reports,
         levels=_levels(out, row, bd, ov),
-        cost_breakdown_usd=_cost_split(res, isl_reports, wall),
+        cost_breakdown_usd=_cost_split(res, isl_reports, wall, figures),
         **common,
     )
-    assumed.extend(assumption_notes(res, report))
-    report.confidence = confidence_of(res, report)
+    assumed.extend(figures.sync_notes)
+    assumed.extend(hidden_notes(report))
+    report.confidence = confidence_of(res, report, figures.band(report.params))
     apply_reliability(res, report)
     if res.convergence is not None or sc.training.critical_batch != "none":  # raw figures unchanged
         from shardmeter.report.quality import apply_quality
@@ -276,11 +281,21 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
     return report
 
 
-def _cost_split(res: Resolved, isl_reports: list[dict[str, Any]], wall: float | None) -> dict[str, Any]:
+def _layout(res: Resolved, out: Outputs, row: int, figures: ReportFigures) -> dict[str, Any]:
+    """:func:`~shardmeter.report.layout.layout_of` with the kept island layouts (its own test
+    first: outputs without a layout never work one out)."""
+    if out.island.layers_per_stage is None:
+        return {}
+    return layout_of(res, out, row, figures.layouts)
+
+
+def _cost_split(
+    res: Resolved, isl_reports: list[dict[str, Any]], wall: float | None, figures: ReportFigures
+) -> dict[str, Any]:
     """:func:`~shardmeter.report.pricing.cost_breakdown` of the run (empty without a token budget)."""
     if wall is None or not isl_reports or isl_reports[0]["egress_gb"] is None:
         return {}
-    return cost_breakdown(res, wall, isl_reports[0]["egress_gb"])
+    return cost_breakdown(res, wall, isl_reports[0]["egress_gb"], figures.prices)
 
 
 def _busiest_island(out: Outputs, row: int, n_isl: int) -> int:
@@ -323,14 +338,16 @@ def batch_split_key(sc: Any, j: int, *, any_island: bool | None = None) -> str:
     return REASONS[Reason.BATCH_SPLIT][0]
 
 
-def _reasons(res: Resolved, out: Outputs, row: int) -> list[str]:
+def _reasons(res: Resolved, out: Outputs, row: int, any_island: bool | None = None) -> list[str]:
     """Each island's reason bits as ``key: message`` lines (the key names the island's own
-    parallelism when it has one)."""
+    parallelism when it has one). ``any_island``: whether any island sets its own
+    ``micro_batch``, where the caller knows."""
     sc, islands = res.scenario, res.islands
     n_isl = len(islands)
     reasons: list[str] = []
     o = out.island
-    any_island = any(isl.micro_batch is not None for isl in sc.islands)
+    if any_island is None:
+        any_island = any(isl.micro_batch is not None for isl in sc.islands)
     for j, isl in enumerate(islands):
         bits = int(_at(out.reasons, row, j))
         if not bits:
@@ -430,7 +447,9 @@ def _levels(out: Outputs, row: int, bd: dict[str, float], ov: dict[str, float]) 
     }
 
 
-def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: float, notes: list[str]):
+def _island_entries(
+    res: Resolved, out: Outputs, row: int, step: float, tps: float, notes: list[str], figures: ReportFigures
+):
     """Per-island report entries, the total cost and the wall-clock time.
 
     * ``tokens_per_s``: the island's share of the global batch (proportional to its
@@ -453,43 +472,39 @@ def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: flo
       when the price is unknown (``CostSource.gpu_hour_usd`` is nan); the total
       is then null too.
     """
-    sc, islands, net = res.scenario, res.islands, res.network
-    tokens = sc.training.tokens
+    tokens = res.scenario.training.tokens
     wall = tokens / tps if tokens else None
-    steps = tokens / (sc.training.global_batch * sc.model.seq_len) if tokens else None
+    steps = figures.steps
     egress_step = _fat(out.egress_bytes_per_step, row)
     o = out.island
+    obd = _detailed(o.breakdown)
     entries = []
     total_cost = 0.0 if wall is not None else None
-    for j, isl in enumerate(islands):
+    for j, p in enumerate(figures.prices):
         g = int(_at(o.gpus, row, j))
-        billed = isl.nodes * isl.gpus_per_node
         isl_tps = _fat(o.tokens_per_s, row, j)
-        price = gpu_hour_usd(isl)
+        price = p.rate
         egress_gb = egress_step * steps / 1e9 if steps is not None else None
         cost = gpu_cost = egress_cost = None
         if wall is not None and egress_gb is not None:
-            priced = island_cost_usd(isl, net, wall, egress_gb)
-            if priced is not None:
-                gpu_cost, egress_cost = priced
+            if p.known:  # island_cost_usd of the island's kept prices
+                gpu_cost = gpu_time_usd(p.gpus_billed, price, wall)
+                egress_cost = egress_usd(egress_gb * 1e9, p.egress_usd_per_gb)
                 cost = gpu_cost + egress_cost
             else:
-                notes.append(
-                    f"island '{isl.name}': no GPU-hour price for '{isl.gpu.name}' in cost source "
-                    f"'{isl.cost.name if isl.cost else 'none'}'; cost_usd is null"
-                )
+                notes.append(figures.unpriced_notes[j])
         if total_cost is not None:
             total_cost = None if cost is None else total_cost + cost
         idle = max(0.0, _fat(o.idle_s, row, j))
-        own_bd = _own_breakdown(_detailed(o.breakdown), row, j)
+        own_bd = _own_breakdown(obd, row, j)
         own_bd["idle"] = idle
-        own_bd["island_sync"] = max(0.0, _fat(_detailed(o.breakdown).island_sync_s, row, j))
+        own_bd["island_sync"] = max(0.0, _fat(obd.island_sync_s, row, j))
         entries.append(
             {
-                "name": isl.name,
-                "gpu": isl.gpu.name,
+                "name": p.name,
+                "gpu": figures.gpu_names[j],
                 "gpus": g,
-                "gpus_billed": billed,
+                "gpus_billed": p.gpus_billed,
                 "tokens_per_s": isl_tps,
                 "tokens_per_s_per_gpu": isl_tps / g if g else None,
                 "step_time_s": _fat(o.step_s, row, j),
@@ -501,8 +516,8 @@ def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: flo
                 "batch_per_step": _fat(o.batch_sequences, row, j),
                 "tokens": tokens * isl_tps / tps if tokens else None,
                 "wall_clock_s": wall,
-                "cost_source": isl.cost.name if isl.cost is not None else None,
-                "usd_per_gpu_hour": price if math.isfinite(price) else None,
+                "cost_source": p.price_source,
+                "usd_per_gpu_hour": price if p.known else None,
                 "gpu_cost_usd": gpu_cost,
                 "egress_gb": egress_gb,
                 "egress_cost_usd": egress_cost,
