@@ -14,7 +14,7 @@ import pytest
 
 import shardmeter
 from shardmeter.model.evaluate import evaluate
-from shardmeter.report import pricing, words
+from shardmeter.report import build, layout, pricing, words
 from shardmeter.report.build import build_report
 from shardmeter.report.per_resolved import ReportFigures
 
@@ -141,3 +141,55 @@ def test_a_report_taken_from_kept_figures_is_its_own():
     first.confidence["runs"].append("changed")
     first.confidence["reasons"].append("changed")
     assert est.estimate(sc).to_dict() == want
+
+
+def test_levels_sum_the_terms_in_order():
+    rng = random.Random(3)
+    keys = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "island_sync", "compute")
+    est = shardmeter.Estimator()  # (any outputs: _levels reads three floats of them)
+    res = est.resolve(est.load(GPT3))
+    outputs = evaluate(*est.inputs(res))
+    for _ in range(3000):
+        bd = {k: _num(rng) for k in keys if rng.random() < 0.7}
+        ov = {k: _num(rng) for k in keys if rng.random() < 0.5}
+        got = build._levels(outputs, 0, bd, ov)["intra_island"]
+        comm_in = sum(bd.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
+        want = comm_in + sum(ov.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm"))
+        assert _same(got["exposed_s"], comm_in) and _same(got["time_s"], want), (bd, ov)
+
+
+def test_the_terms_getters_are_the_records_own():
+    est = shardmeter.Estimator()
+    for path in (GPT3, THREE):
+        res = est.resolve(est.load(path))
+        out = evaluate(*est.inputs(res))
+        for rec in (out.breakdown, out.overlapped, out.island.breakdown):
+            assert list(build._terms(rec)) == list(rec.terms().items())
+        parts = out.island.memory_parts
+        assert list(build._PART_NAMES) == list(parts.parts())
+
+
+def test_one_islands_layout_is_the_general_codes():
+    """The one-island layout (its own dict at the top) is what the general code gives."""
+    est = shardmeter.Estimator()
+    paths = [p for p in sorted((ROOT / "examples").rglob("*.toml")) if "plugins" not in p.parts]
+    seen = 0
+    for path in paths:
+        try:
+            res = est.resolve(est.load(path))
+            out = evaluate(*est.inputs(res))
+        except Exception:  # noqa: BLE001 (the examples that are not one per-island scenario)
+            continue
+        if len(res.islands) != 1 or out.island.layers_per_stage is None:
+            continue
+        per = [layout._island_layout(f, out, 0, j) for j, f in enumerate(ReportFigures(res).layouts)]
+        want = dict(per[0]) | {
+            "dp_total": sum(p["dp"] for p in per),
+            "global_batch": res.scenario.training.global_batch,
+            "params": layout._fat(out.params, 0),
+        }
+        got = layout.layout_of(res, out, 0)
+        assert list(got) == list(want) and got == want
+        assert all(type(got[k]) is type(want[k]) for k in want)
+        seen += 1
+    assert seen >= 3

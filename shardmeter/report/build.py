@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import attrs
 
 from shardmeter.model.feasibility import REASONS, Reason, part_templates, reason_messages
-from shardmeter.model.outputs import Breakdown, Outputs
+from shardmeter.model.outputs import Breakdown, MemoryParts, Outputs, Overlapped
 from shardmeter.report.confidence import confidence_of
 from shardmeter.report.layout import layout_of
 from shardmeter.report.per_resolved import ReportFigures
@@ -36,6 +38,26 @@ STEP_FIELDS = (
     "hfu",
     "compute_utilization",
 )
+
+
+#: The terms' names and one getter of their values, in field order, of the records the model
+#: gives (:meth:`Breakdown.terms`, :meth:`Overlapped.terms`, :meth:`MemoryParts.parts` without
+#: building their dicts; another class of record is asked for them).
+_TERMS = {
+    cls: (
+        tuple(f.name.removesuffix("_s") for f in attrs.fields(cls)),
+        attrgetter(*(f.name for f in attrs.fields(cls))),
+    )
+    for cls in (Breakdown, Overlapped)
+}
+_PART_NAMES = tuple(f.name.removesuffix("_bytes") for f in attrs.fields(MemoryParts))[:-1]
+_PART_VALUES = attrgetter(*(f.name for f in attrs.fields(MemoryParts)[:-1]))
+
+
+def _terms(rec: Any) -> Iterable[tuple[str, Any]]:
+    """``rec.terms().items()``: ``(name, seconds)`` in field order."""
+    got = _TERMS.get(type(rec))
+    return zip(got[0], got[1](rec)) if got is not None else rec.terms().items()  # noqa: B905 (one field list)
 
 
 def _at(x: Any, row: int, j: int | None = None) -> Any:
@@ -313,7 +335,9 @@ def _memory_breakdown(out: Outputs, row: int, n_isl: int) -> dict[str, float]:
         return {}
     busiest = _busiest_island(out, row, n_isl)
     # the scalar path's floats: no call each (_gb's division of them)
-    return {k: (v if type(v) is float else _fat(v, row, busiest)) / 1e9 for k, v in parts.parts().items()}
+    exact = type(parts) is MemoryParts
+    items = zip(_PART_NAMES, _PART_VALUES(parts)) if exact else parts.parts().items()  # noqa: B905
+    return {k: (v if type(v) is float else _fat(v, row, busiest)) / 1e9 for k, v in items}
 
 
 def _outside_allocator(out: Outputs, row: int, n_isl: int) -> float | None:
@@ -416,14 +440,14 @@ def _breakdowns(out: Outputs, row: int, n_isl: int) -> tuple[dict[str, float], d
     the hidden time per term."""
     keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)
     bd: dict[str, float] = {}
-    for k, v in _detailed(out.breakdown).terms().items():  # BREAKDOWN_TERMS, in order
+    for k, v in _terms(_detailed(out.breakdown)):  # BREAKDOWN_TERMS, in order
         x = v if type(v) is float else _fat(v, row)  # the scalar path's floats: no call each
         if x > 0:  # max(0.0, x) kept where > 0 (a negative, zero or nan term: 0.0 where kept)
             bd[k] = x
         elif k in keep:
             bd[k] = 0.0
     ov: dict[str, float] = {}
-    for k, v in _detailed(out.overlapped).terms().items():
+    for k, v in _terms(_detailed(out.overlapped)):
         x = v if type(v) is float else _fat(v, row)
         if x > 0 or (k == "island_sync" and n_isl > 1):
             ov[k] = x
@@ -432,10 +456,19 @@ def _breakdowns(out: Outputs, row: int, n_isl: int) -> tuple[dict[str, float], d
 
 def _levels(out: Outputs, row: int, bd: dict[str, float], ov: dict[str, float]) -> dict[str, Any]:
     """Communication time per step by topology level (see :attr:`Report.levels`)."""
-    comm_in = sum(bd.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
+    # sum() over the terms (floats), written out in its order: 0.0 plus each in turn
+    b, o = bd.get, ov.get
+    comm_in = (
+        0.0
+        + b("tp_comm", 0.0)
+        + b("cp_comm", 0.0)
+        + b("ep_comm", 0.0)
+        + b("pp_comm", 0.0)
+        + b("dp_comm", 0.0)
+    )
     return {
         "intra_island": {
-            "time_s": comm_in + sum(ov.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm")),
+            "time_s": comm_in + (0.0 + o("tp_comm", 0.0) + o("cp_comm", 0.0) + o("dp_comm", 0.0)),
             "exposed_s": comm_in,
         },
         "wan": {
@@ -530,7 +563,7 @@ def _island_entries(
 def _own_breakdown(bd: Breakdown, row: int, j: int) -> dict[str, float]:
     """Island ``j``'s own terms (> 0; compute always), without the island sync and idle time."""
     own: dict[str, float] = {}
-    for k, v in bd.terms().items():
+    for k, v in _terms(bd):
         if k != "island_sync" and k != "idle":
             x = v if type(v) is float else _fat(v, row, j)
             if x > 0 or k == "compute":

@@ -119,18 +119,19 @@ def layout_of(
         return {}
     if fixed is None:
         fixed = [island_layout(res, isl, j) for j, isl in enumerate(res.islands)]
+    if len(fixed) == 1:  # one island agrees with itself on every key: its own dict, at the top
+        top = _island_layout(fixed[0], out, row, 0)
+        top["dp_total"] = 0 + top["dp"]  # sum() of one: its int start plus it
+        top["global_batch"] = res.scenario.training.global_batch
+        top["params"] = _fat(out.params, row)
+        return top
     per = [_island_layout(f, out, row, j) for j, f in enumerate(fixed)]
-    # one island agrees with itself on every key (no generator per key to say so)
-    top = (
-        dict(per[0])
-        if len(per) == 1
-        else {k: v for k, v in per[0].items() if all(k in p and p[k] == v for p in per[1:])}
-    )
+    top = {k: v for k, v in per[0].items() if all(k in p and p[k] == v for p in per[1:])}
     top |= {
         "dp_total": sum(p["dp"] for p in per),
         "global_batch": res.scenario.training.global_batch,
         "params": _fat(out.params, row),
     }
-    if len(per) > 1 and any(p != per[0] for p in per[1:]):
+    if any(p != per[0] for p in per[1:]):
         top["islands"] = [{"name": isl.name, **p} for isl, p in zip(res.islands, per, strict=True)]
     return top
