@@ -165,7 +165,9 @@ def cost_breakdown(
                 "price_date": p.price_date,
             }
         )
-    return {**(_totals_of_one(rows[0]) if len(rows) == 1 else _totals(rows)), "islands": rows}
+    totals = _totals_of_one(rows[0]) if len(rows) == 1 else _totals(rows)
+    totals["islands"] = rows
+    return totals
 
 
 def _totals(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -41,21 +41,29 @@ def regime_of(breakdown: dict[str, float]) -> str:
     whichever group of breakdown terms is largest (communication sums every
     exposed ``*_comm`` term, the island sync and the exposed activation offload: a transfer)."""
     get = breakdown.get
-    groups = {
-        "compute-bound": get("compute", 0.0) + get("optimizer", 0.0),
-        # sum() of the terms, written out in its order: its int start 0 plus each in turn
-        "communication-bound": 0
+    compute = get("compute", 0.0) + get("optimizer", 0.0)
+    # sum() of the terms, written out in its order: its int start 0 plus each in turn
+    comm = (
+        0
         + get("tp_comm", 0.0)
         + get("cp_comm", 0.0)
         + get("ep_comm", 0.0)
         + get("pp_comm", 0.0)
         + get("dp_comm", 0.0)
         + get("island_sync", 0.0)
-        + get("offload", 0.0),
-        "memory-bound": get("memory_ops", 0.0),
-        "bubble-bound": get("pp_bubble", 0.0) + get("idle", 0.0),
-    }
-    return max(groups, key=groups.__getitem__)
+        + get("offload", 0.0)
+    )
+    memory = get("memory_ops", 0.0)
+    bubble = get("pp_bubble", 0.0) + get("idle", 0.0)
+    # max() of the four groups in this order, written out: a later group only when it is larger
+    regime, top = "compute-bound", compute
+    if comm > top:
+        regime, top = "communication-bound", comm
+    if memory > top:
+        regime, top = "memory-bound", memory
+    if bubble > top:
+        regime = "bubble-bound"
+    return regime
 
 
 def describe_bottleneck(report: Any) -> str:
