@@ -239,7 +239,9 @@ def build_report(res: Resolved, out: Outputs, row: int = 0, figures: ReportFigur
     sc, islands = res.scenario, res.islands
     n_isl = len(islands)
     feasible = bool(_at(out.feasible, row))
-    reasons = _reasons(res, out, row, figures.any_micro_batch)
+    # the scalar path's reason bits are one int for every island: none set, no line to write
+    bits = out.reasons
+    reasons = [] if type(bits) is int and bits == 0 else _reasons(res, out, row, figures.any_micro_batch)
     step = _fat(_detailed(out.step_time_s), row)
     if feasible and not (math.isfinite(step) and step > 0):
         # a part's figures overflowed the model (inf or nan): no number of this plan means anything
@@ -528,10 +530,13 @@ def _island_entries(
                 notes.append(figures.unpriced_notes[j])
         if total_cost is not None:
             total_cost = None if cost is None else total_cost + cost
-        idle = max(0.0, _fat(o.idle_s, row, j))
+        # max(0.0, x) of a float written out: x where x > 0.0, else 0.0 (a nan or -0.0 too)
+        idle = _fat(o.idle_s, row, j)
+        idle = idle if idle > 0.0 else 0.0
         own_bd = _own_breakdown(obd, row, j)
         own_bd["idle"] = idle
-        own_bd["island_sync"] = max(0.0, _fat(obd.island_sync_s, row, j))
+        sync = _fat(obd.island_sync_s, row, j)
+        own_bd["island_sync"] = sync if sync > 0.0 else 0.0
         entries.append(
             {
                 "name": p.name,
