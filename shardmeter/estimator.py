@@ -23,8 +23,7 @@ from shardmeter.model.balance import balance
 from shardmeter.model.evaluate import evaluate
 from shardmeter.records import CostSource, Interconnect
 from shardmeter.registry.manager import Registry, get_registry
-from shardmeter.report.build import Report, build_report
-from shardmeter.report.per_resolved import ReportFigures
+from shardmeter.report.build import Report, ReportFigures, build_report
 from shardmeter.resolve.resolver import LEVELS, Resolved, ResolvedIsland, resolve_scenario
 
 __all__ = ["Estimator", "ResolvedIsland", "Resolved", "estimate"]
@@ -45,7 +44,7 @@ class Estimator:
         self._cost = cost_source
         #: The last scenario estimated, with what it resolved to and its scalar-path inputs
         #: (frozen records: estimating the same loaded Scenario again reuses them), and the
-        #: report's figures of that Resolved (:class:`~shardmeter.report.per_resolved.ReportFigures`).
+        #: report's figures of that Resolved (:class:`~shardmeter.report.build.ReportFigures`).
         self._prepared: tuple[Scenario, Resolved, ModelInputs, PartTable, ReportFigures] | None = None
 
     # -- recomposition -----------------------------------------------------------------------

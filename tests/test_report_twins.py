@@ -1,6 +1,6 @@
 """The report's written-out twins compute exactly what the general code computes (the same
 operations in the same order: equal to the last bit, nan where it gives nan), and the figures
-kept per resolved scenario (:mod:`shardmeter.report.per_resolved`) never reach another one: a
+kept per resolved scenario (:class:`shardmeter.report.build.ReportFigures`) never reach another one: a
 second or modified scenario gets the report a fresh Estimator gives it."""
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import pytest
 import shardmeter
 from shardmeter.model.evaluate import evaluate
 from shardmeter.report import build, layout, pricing, words
-from shardmeter.report.build import build_report
-from shardmeter.report.per_resolved import ReportFigures
+from shardmeter.report.build import ReportFigures, build_report
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GPT3 = ROOT / "examples" / "gpt3-175b-a100.toml"

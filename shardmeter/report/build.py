@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable
@@ -12,16 +13,15 @@ import attrs
 
 from shardmeter.model.feasibility import REASONS, Reason, part_templates, reason_messages
 from shardmeter.model.outputs import Breakdown, MemoryParts, Outputs, Overlapped
-from shardmeter.report.confidence import confidence_of
-from shardmeter.report.layout import layout_of
-from shardmeter.report.per_resolved import ReportFigures
-from shardmeter.report.pricing import cost_breakdown, egress_usd, gpu_time_usd
+from shardmeter.report.confidence import confidence_of, features_of, static_band
+from shardmeter.report.layout import IslandLayout, island_layout, layout_of
+from shardmeter.report.pricing import IslandPrice, cost_breakdown, egress_usd, gpu_time_usd, island_prices
 from shardmeter.report.reliability import apply_reliability
 from shardmeter.report.text import format_report
-from shardmeter.report.words import describe_bottleneck, hidden_notes, regime_of
+from shardmeter.report.words import describe_bottleneck, hidden_notes, regime_of, sync_notes
 from shardmeter.resolve.resolver import Resolved
 
-__all__ = ["Report", "build_report", "json_safe", "regime_of", "describe_bottleneck"]
+__all__ = ["Report", "ReportFigures", "build_report", "json_safe", "regime_of", "describe_bottleneck"]
 
 T = TypeVar("T")
 
@@ -229,10 +229,101 @@ class Report:
         return report_html(self)
 
 
+class ReportFigures:
+    """What a report reads of the resolved scenario alone: the figures of :func:`build_report`
+    that depend on nothing but the :class:`Resolved` ``res`` (its islands' prices and layouts,
+    the GPUs, the notes on them, the sync strategy's notes, the confidence band's features),
+    each worked out where a report first reads it (``functools.cached_property``: afterwards a
+    plain attribute) and then kept with it.
+
+    Load once, estimate many: an :class:`~shardmeter.Estimator` keeps one beside the Resolved it
+    prepared for a loaded Scenario, so estimating that same Scenario object again reuses them;
+    another Scenario (a modified one is another object: scenarios are frozen) is resolved again
+    and gets figures of its own. ``build_report`` given none, or those of another Resolved,
+    works them out afresh. A Resolved is frozen and the figures hold a reference to it
+    (``res``), so they never describe another scenario; the report copies every dict and list
+    it takes from them."""
+
+    def __init__(self, res: Resolved):
+        self.res = res
+        #: the last ``(params, static band)`` of :meth:`band`
+        self._band: tuple[float, dict[str, Any]] | None = None
+
+    @functools.cached_property
+    def gpus(self) -> int:
+        """The GPUs the plan uses, over all islands."""
+        return int(sum(isl.gpus_used for isl in self.res.islands))
+
+    @functools.cached_property
+    def memory_capacity_gb(self) -> float:
+        """The smallest GPU's memory."""
+        return min(isl.gpu.memory_gb for isl in self.res.islands)
+
+    @functools.cached_property
+    def used_notes(self) -> tuple[str, ...]:
+        """A feasible report's note on each island that leaves some of its GPUs idle."""
+        return tuple(
+            f"island '{isl.name}' uses {isl.gpus_used} of its {isl.gpus} GPUs"
+            for isl in self.res.islands
+            if isl.gpus_used < isl.gpus
+        )
+
+    @functools.cached_property
+    def any_micro_batch(self) -> bool:
+        """Whether any island sets its own ``micro_batch``."""
+        return any(isl.micro_batch is not None for isl in self.res.scenario.islands)
+
+    @functools.cached_property
+    def prices(self) -> tuple[IslandPrice, ...]:
+        """Each island's :func:`~shardmeter.report.pricing.island_prices`."""
+        return island_prices(self.res)
+
+    @functools.cached_property
+    def gpu_names(self) -> tuple[str, ...]:
+        """Each island's GPU."""
+        return tuple(isl.gpu.name for isl in self.res.islands)
+
+    @functools.cached_property
+    def unpriced_notes(self) -> tuple[str, ...]:
+        """Each island's note when it has no GPU-hour price."""
+        return tuple(
+            f"island '{isl.name}': no GPU-hour price for '{isl.gpu.name}' in cost source "
+            f"'{isl.cost.name if isl.cost else 'none'}'; cost_usd is null"
+            for isl in self.res.islands
+        )
+
+    @functools.cached_property
+    def steps(self) -> float | None:
+        """The run's steps, ``training.tokens / (global_batch x seq_len)`` (None without tokens)."""
+        sc = self.res.scenario
+        tokens = sc.training.tokens
+        return tokens / (sc.training.global_batch * sc.model.seq_len) if tokens else None
+
+    @functools.cached_property
+    def layouts(self) -> tuple[IslandLayout, ...]:
+        """Each island's :func:`~shardmeter.report.layout.island_layout`."""
+        return tuple(island_layout(self.res, isl, j) for j, isl in enumerate(self.res.islands))
+
+    @functools.cached_property
+    def sync_notes(self) -> tuple[str, ...]:
+        """:func:`~shardmeter.report.words.sync_notes`."""
+        return tuple(sync_notes(self.res))
+
+    def band(self, params: float) -> dict[str, Any]:
+        """:func:`~shardmeter.report.confidence.static_band` of the features of :attr:`gpus` GPUs
+        on ``params`` parameters (the last one kept: the same model gives the same count)."""
+        last = self._band
+        if last is not None and last[0] == params:
+            return last[1]
+        st = static_band(features_of(self.res, self.gpus, params))
+        self._band = (params, st)
+        return st
+
+
 def build_report(res: Resolved, out: Outputs, row: int = 0, figures: ReportFigures | None = None) -> Report:
     """Row ``row`` of :func:`~shardmeter.model.evaluate.evaluate`'s output (with ``detail``), for
     the resolved scenario ``res``, as a :class:`Report` (from those two alone). ``figures``:
-    ``res``'s :class:`~shardmeter.report.per_resolved.ReportFigures`, where the caller keeps
+    ``res``'s :class:`ReportFigures`, where the caller keeps
     them (an Estimator, for a scenario estimated again); else worked out here."""
     if figures is None or figures.res is not res:
         figures = ReportFigures(res)
