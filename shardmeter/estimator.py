@@ -23,7 +23,7 @@ from shardmeter.model.balance import balance
 from shardmeter.model.evaluate import evaluate
 from shardmeter.records import CostSource, Interconnect
 from shardmeter.registry.manager import Registry, get_registry
-from shardmeter.report.build import Report, build_report
+from shardmeter.report.build import Report, ReportFigures, build_report
 from shardmeter.resolve.resolver import LEVELS, Resolved, ResolvedIsland, resolve_scenario
 
 __all__ = ["Estimator", "ResolvedIsland", "Resolved", "estimate"]
@@ -43,8 +43,9 @@ class Estimator:
         self._levels = dict(levels or {})
         self._cost = cost_source
         #: The last scenario estimated, with what it resolved to and its scalar-path inputs
-        #: (frozen records: estimating the same loaded Scenario again reuses them).
-        self._prepared: tuple[Scenario, Resolved, ModelInputs, PartTable] | None = None
+        #: (frozen records: estimating the same loaded Scenario again reuses them), and the
+        #: report's figures of that Resolved (:class:`~shardmeter.report.build.ReportFigures`).
+        self._prepared: tuple[Scenario, Resolved, ModelInputs, PartTable, ReportFigures] | None = None
 
     # -- recomposition -----------------------------------------------------------------------
     def with_part(self, kind: str, record: Any) -> Estimator:
@@ -99,17 +100,20 @@ class Estimator:
         """Predict a scenario (a :class:`Scenario`, a path or a dict) -> :class:`Report`.
 
         Load once, estimate many: the same loaded :class:`Scenario` (the same object, frozen)
-        estimated again is not resolved again nor its inputs rebuilt; the model and the
-        report run every time."""
-        sc = self.load(source, overrides)
+        estimated again is not resolved again nor its inputs rebuilt, and its report's figures
+        that depend on the Resolved alone are kept; the model and the report run every time."""
+        # a loaded Scenario without overrides is load's own answer (it returns it as is)
+        sc = source if type(overrides) is tuple and not overrides and isinstance(source, Scenario) else None
+        if sc is None:
+            sc = self.load(source, overrides)
         prepared = self._prepared
         if prepared is None or prepared[0] is not sc:
             res = self.resolve(sc)
             _no_stage_groups(res.scenario)
-            prepared = (sc, res, *_balanced(res, *build_inputs(res, scalar=True)))
+            prepared = (sc, res, *_balanced(res, *build_inputs(res, scalar=True)), ReportFigures(res))
             self._prepared = prepared
-        _, res, inp, table = prepared
-        return build_report(res, evaluate(inp, table), row=0)
+        _, res, inp, table, figures = prepared
+        return build_report(res, evaluate(inp, table), row=0, figures=figures)
 
 
 def _no_stage_groups(sc: Scenario) -> None:

@@ -748,3 +748,424 @@ def test_one_plans_layer_params_and_flops_are_the_arrays_to_the_bit():
                 arr = fn(*(np.asarray([a]) for a in args))
             for a, b in zip(*((one, arr) if isinstance(one, tuple) else ((one,), (arr,))), strict=True):
                 assert type(a) is float and _same(a, float(np.asarray(b)[0])), (args, a, b)
+
+
+def _classic_schedules():
+    """The bundled classic schedules (GPipe, 1F1B, interleaved) with their options, and a
+    bubble fraction that is not 1."""
+    import attrs
+
+    from shardmeter.strategies.builtin import shardmeter_pipeline_schedules
+    from shardmeter.strategies.schedules import ClassicSchedule, InterleavedOptions
+
+    out = []
+    for p in shardmeter_pipeline_schedules():
+        if type(p) is ClassicSchedule:
+            opts = (InterleavedOptions(), InterleavedOptions(microbatch_rule="pytorch"))
+            out.extend((p, o) for o in (opts if p.bubble_over_virtual else (None,)))
+            out.append((attrs.evolve(p, bubble_fraction=0.5), opts[0] if p.bubble_over_virtual else None))
+    assert len(out) >= 6
+    return out
+
+
+def test_one_plans_classic_schedule_terms_are_the_arrays_to_the_bit():
+    """ClassicSchedule's terms, in_flight_at, loss_in_flight and infeasible of plain floats (the
+    minimum and where written out, the needs as plain bools) are the batch's values at random
+    and edge stages, micro-batches, chunks and ranks, or raise where the floats divide by 0."""
+    import numpy as np
+
+    from shardmeter.parts import PipeInputs
+
+    rng = random.Random(5)
+    pick = (0.0, 1.0, 2.0, 3.0, 4.0, 8.0, 16.0, 7.0, -1.0, 0.5, math.inf, math.nan)
+    cases = 0
+    for part, opts in _classic_schedules():
+        for _ in range(600):
+            pp, m, v = (
+                rng.choice(pick) if rng.random() < 0.3 else float(rng.randint(1, 12)) for _ in range(3)
+            )
+            vals = dict(pp=pp, micro_batches=m, virtual_stages=v, stage_s=rng.choice((0.0, 0.25, 1.5)))
+            vals.update(forward_s=0.1, weight_grad_s=0.05)
+            one = PipeInputs(**vals)
+            arr = PipeInputs(**{k: np.asarray([x]) for k, x in vals.items()})
+            with np.errstate(all="ignore"):
+                try:
+                    t = part.terms(one, opts)
+                except ZeroDivisionError:
+                    t = None
+                ta = part.terms(arr, opts)
+                if t is not None:
+                    for name in ("bubble_s", "in_flight", "p2p_transfers"):
+                        a, b = getattr(t, name), getattr(ta, name)
+                        assert type(a) is float and _same(a, float(np.asarray(b)[0])), (part.name, vals, name)
+                bad, bad_a = part.infeasible(one, opts), part.infeasible(arr, opts)
+                assert bool(bad) == bool(np.asarray(bad_a)[0]), (part.name, opts, vals)
+                if type(pp) is float and pp and math.isfinite(pp) and math.isfinite(m):
+                    assert type(bad) is bool, (part.name, opts, vals)
+                for rank in (0.0 * pp, min(1.0, pp - 1.0) if pp == pp else pp, pp - 1.0, 2.0):
+                    try:
+                        h = part.in_flight_at(one, opts, rank)
+                    except ZeroDivisionError:
+                        continue
+                    ha = part.in_flight_at(arr, opts, np.asarray([rank]))
+                    assert type(h) is float and _same(h, float(np.asarray(ha)[0])), (part.name, vals, rank)
+                    cases += 1
+                lo, lo_a = part.loss_in_flight(one, opts), part.loss_in_flight(arr, opts)
+                assert type(lo) is float and _same(lo, float(np.asarray(lo_a)[0])), (part.name, vals)
+    assert cases > 10000
+
+
+def test_one_plans_span_link_is_the_arrays_to_the_bit():
+    """span_link of plain floats (:func:`~shardmeter.model.tiers._span_floats`: the members per
+    tier written out, the first tier that holds the group) is the batch's link, at random and
+    edge group sizes, strides and tiers (inf and nan among them)."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import tiers
+
+    est = Estimator()
+    inp, _ = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)
+    base = inp.topology
+    rng = random.Random(9)
+    edges = (0.0, 0.5, 1.0, 2.0, 8.0, 64.0, 1024.0, -1.0, math.inf, math.nan)
+    for _ in range(3000):
+        n_t = rng.choice((1, 2, 3))
+        gpus = tuple(sorted(rng.choice((1.0, 2.0, 4.0, 8.0, 72.0, 256.0, 1024.0)) for _ in range(n_t - 1)))
+        gpus = (*gpus, rng.choice((math.inf, 4096.0, math.nan)))
+        bw = tuple(rng.choice((25e9, 50e9, 300e9, 450e9)) + t for t in range(n_t))
+        lat = tuple(rng.choice((1e-6, 5e-6, 2e-5)) + t * 1e-9 for t in range(n_t))
+        size, stride = (
+            rng.choice(edges) if rng.random() < 0.3 else float(rng.randint(1, 64)) for _ in range(2)
+        )
+        one = tiers.span_link(
+            size, stride, attrs.evolve(base, tier_gpus=gpus, tier_bytes_s=bw, tier_latency_s=lat)
+        )
+        arr_topo = attrs.evolve(
+            base,
+            tier_gpus=np.asarray([gpus]),
+            tier_bytes_s=np.asarray([bw]),
+            tier_latency_s=np.asarray([lat]),
+        )
+        with np.errstate(all="ignore"):
+            arr = tiers.span_link(np.asarray([size]), np.asarray([stride]), arr_topo)
+        for a, b in zip(one, arr, strict=True):
+            assert type(a) is float and _same(a, float(np.asarray(b)[0])), (size, stride, gpus, one, arr)
+
+
+def test_unpaired_traffic_is_priced_as_the_general_code_to_the_bit():
+    """price_traffic of events no window pairs (:func:`~shardmeter.model.comm._price_unpaired`:
+    each pass's sum a local, the last bucket's maximum written out) gives the general code's
+    record, every field, on random events, windows and edge numbers, plain floats and arrays;
+    a paired event in a pass window goes to the general code."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import comm
+    from shardmeter.parts import CommEvent
+
+    est = Estimator()
+    topo = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)[0].topology
+    rng = random.Random(13)
+    vals = (0.0, 1.0, 3.0, 1e6, 2.5e9, math.inf, math.nan)
+
+    def x(lo: float, hi: float) -> float:
+        return rng.choice(vals) if rng.random() < 0.15 else rng.uniform(lo, hi)
+
+    def event(arrays: bool) -> CommEvent:
+        per = rng.choice(("micro_batch", "step"))
+        num = (lambda v: np.asarray([v])) if arrays else (lambda v: v)
+        return CommEvent(
+            collective=rng.choice(("all_gather", "reduce_scatter", "all_reduce", "all_to_all")),
+            bytes=num(x(1e3, 1e10)),
+            group_size=num(float(rng.choice((1, 2, 8, 16, 64, 128)))),
+            group_stride=num(float(rng.choice((1, 8, 64)))),
+            count=num(x(0.0, 96.0)),
+            flat=rng.random() < 0.2,
+            per=per,
+            window=rng.choice(("micro_batch", "forward", "recompute", "backward"))
+            if per == "micro_batch"
+            else "micro_batch",
+            exposed_fraction=num(x(0.0, 1.0)),
+            bucket_bytes=rng.choice((None, x(1e6, 1e9))),
+            bucket_ranks=num(float(rng.choice((1, 16, 128)))),
+            paired=((0.5, 0.4), (0.5, 0.6)) if rng.random() < 0.2 else (),
+        )
+
+    general = 0
+    for i in range(3000):
+        arrays = i % 10 == 0
+        events = [event(arrays) for _ in range(rng.choice((0, 1, 2, 3, 4)))]
+        if events and rng.random() < 0.4:  # events sharing the last one's bucket objects (ZeRO-1/2's two)
+            last = events[-1]
+            shared = dict(bucket_bytes=last.bucket_bytes, bucket_ranks=last.bucket_ranks, per="step")
+            events += [attrs.evolve(event(arrays), **shared) for _ in range(rng.choice((1, 2)))]
+        windows = None if rng.random() < 0.3 else (x(0.0, 2.0), x(0.0, 2.0), x(0.0, 2.0))
+        with np.errstate(all="ignore"):
+            want = comm._price_general(events, topo, windows)
+            got = comm._price_unpaired(events, topo, windows)
+            if got is None:
+                assert windows and any(e.paired and e.window != "micro_batch" for e in events)
+                general += 1
+                continue
+            for f in attrs.fields(comm.PricedTraffic):
+                a, b = getattr(got, f.name), getattr(want, f.name)
+                if arrays:
+                    assert np.array_equal(a, b, equal_nan=True) and np.shape(a) == np.shape(b), (f.name, a, b)
+                else:
+                    assert type(a) is float and _same(a, b), (events, windows, f.name, a, b)
+    assert 100 < general < 1500
+
+
+def test_one_plans_even_stage_layers_are_the_arrays_to_the_bit():
+    """even_stage_layers of plain floats (:func:`~shardmeter.model.stages._even_floats`: floor,
+    maximum and minimum written out) is what its ops give plain floats, and the batch's value,
+    at random and edge layers, stages, chunks and ranks, or raises where the floats divide by 0."""
+    from shardmeter.model import stages
+
+    rng = random.Random(17)
+    edges = (0.0, -0.0, 1.0, 2.0, 3.0, 0.5, -1.0, 96.0, 1e18, math.inf, -math.inf, math.nan)
+    cases = 0
+    for _ in range(5000):
+        args = tuple(
+            rng.choice(edges) if rng.random() < 0.25 else float(rng.randint(0, 130)) for _ in range(4)
+        )
+        one, arr = _one_and_array(stages.even_stage_layers, *args)
+        try:
+            twin = stages._even_floats(*args)
+        except ZeroDivisionError:
+            assert one is None, args
+            continue
+        # the ops of plain floats to the bit (math.floor drops a zero's sign, numpy's keeps it)
+        assert one is not None and type(twin) is float and _same(twin, one), (args, twin, one)
+        assert twin == arr or (math.isnan(twin) and math.isnan(arr)), (args, twin, arr)
+        cases += 1
+    assert cases > 4000
+
+
+def test_one_plans_zero_state_is_the_arrays_to_the_bit():
+    """ZeroSharding.state of plain floats (:meth:`~shardmeter.strategies.zero.ZeroSharding._state_floats`
+    where parameters are not sharded over the whole group: the shard groups inline, maximum and
+    minimum written out) is the batch's record, every field, every bundled strategy, at random
+    and edge parameters, bytes and degrees."""
+    import attrs
+
+    from shardmeter.parts import ShardInputs
+    from shardmeter.strategies import zero
+    from shardmeter.strategies.builtin import shardmeter_sharding_strategies
+
+    parts = [p for p in shardmeter_sharding_strategies() if isinstance(p, zero.ZeroSharding)]
+    parts.append(attrs.evolve(parts[0], reduce_bucket_elements=5e8))
+    assert sum(not p.shard_parameters and p.shard_group == "dp" for p in parts) >= 3
+    vals = (0.0, -0.0, -1.0, 0.5, 1.0, 2.0, 3.0, 8.0, 1e9, math.inf, -math.inf, math.nan)
+    rng = random.Random(31)
+
+    def x(lo, hi):
+        return rng.choice(vals) if rng.random() < 0.2 else rng.uniform(lo, hi)
+
+    cases = 0
+    for _ in range(1500):
+        has_etp = rng.random() < 0.5
+        fields = dict(
+            params_per_gpu=x(0.0, 1e10), params_per_layer=x(0.0, 1e9), layers_per_stage=x(1.0, 96.0),
+            weight_bytes=rng.choice((1.0, 2.0, 4.0)), grad_bytes=rng.choice((2.0, 4.0)),
+            optimizer_bytes_per_param=x(0.0, 16.0), expert_params_per_gpu=x(-1.0, 1e10), tp=x(1.0, 8.0),
+            dp=x(1.0, 64.0), cp=x(1.0, 4.0), ep=x(1.0, 16.0), expert_tp=x(1.0, 8.0) if has_etp else None,
+            pp=x(1.0, 8.0), trainable_fraction=x(0.0, 1.0), param_gather_bytes=2.0, domain_gpus=8.0,
+        )  # fmt: skip
+        one_in = ShardInputs(**fields)
+        arr_in = ShardInputs(**{k: _as_array(v) for k, v in fields.items()})
+        for part in parts:
+            one, arr = _records_one_and_array(lambda s, p=part: p.state(s, None), one_in, arr_in)
+            if one is None:
+                continue
+            for name, a, b in zip(attrs.fields_dict(type(one)), attrs.astuple(one), arr, strict=True):
+                assert type(a) is float and _same(a, b), (part.name, fields, name, a, b)
+            cases += 1
+    assert cases > 5000
+
+
+def _as_array(v):
+    """A plain float as a 1-element array (None and the rest as they are)."""
+    import numpy as np
+
+    return np.asarray([v]) if type(v) is float else v
+
+
+def _records_one_and_array(fn, one_in, arr_in):
+    """``fn`` of a record of plain floats and of the same record of 1-element arrays: the float
+    record and the array record's fields' elements, in field order (``(None, None)`` where the
+    floats divide by zero, which sends one plan to the array path)."""
+    import attrs
+    import numpy as np
+
+    try:
+        one = fn(one_in)
+    except ZeroDivisionError:
+        return None, None
+    with np.errstate(all="ignore"):
+        arr = fn(arr_in)
+    return one, [float(np.asarray(getattr(arr, f.name)).ravel()[0]) for f in attrs.fields(type(arr))]
+
+
+def test_one_plans_stage_terms_are_the_arrays_to_the_bit():
+    """stage_terms of one plan (the head taken out, the work's scale and the hidden traffic's
+    maximum written out for plain floats) is the batch's stage, at random and edge compute,
+    communication and offload seconds, the head held or not, under ZeRO-1, DeepSpeed ZeRO-3 and
+    FSDP."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model.degrees import degrees
+    from shardmeter.model.stage import peaks, stage_compute, stage_terms
+
+    pub = "shardmeter/validation_data/published/"
+    vals = (0.0, -0.0, 1e-31, 1e-30, 0.25, 1.0, 3.0, math.inf, math.nan, -0.5)
+    rng = random.Random(37)
+    est = Estimator()
+    cases = 0
+    for path in (
+        "examples/gpt3-175b-a100.toml",
+        pub + "narayanan2021/narayanan2021-t2-zero3-gpt174.6b-n1536.toml",
+        pub + "torchao-float8/torchao-float8-llama3-8b-h100-fp8-rowwise-n8.toml",
+    ):
+        res = est.resolve(est.load(path))
+        built = [build_inputs(res, scalar=s) for s in (True, False)]
+        for _ in range(100):
+            secs = [rng.choice(vals) if rng.random() < 0.3 else rng.uniform(0.0, 2.0) for _ in range(11)]
+            head, emb = rng.random() < 0.5, rng.random() < 0.5
+            got = []
+            for inp, table in built:
+                shape = None if isinstance(inp.layout.tp, float) else np.shape(inp.layout.tp)
+                deg, pk = degrees(inp.layout), peaks(inp.hardware)
+                core = stage_compute(inp, deg, pk, deg.pp * 0.0 + 12.0)
+                x = [v if shape is None else np.full(shape, v) for v in secs]
+                names = ("forward", "backward", "recompute", "head", "compute", "memory_ops")
+                ct = attrs.evolve(core.compute, **dict(zip(names, x, strict=False)))
+                lc = attrs.evolve(core.comm, tp_exposed=x[6], cp_exposed=x[7], ep_exposed=x[8])
+                core = attrs.evolve(
+                    core, compute=ct, comm=lc, offload_forward_s=x[9], offload_backward_s=x[10]
+                )
+                h = head if shape is None else np.full(shape, head)
+                with np.errstate(all="ignore"):
+                    got.append(
+                        stage_terms(
+                            inp, table, deg, pk, core.shapes.layers_per_stage, emb=emb, head=h, compute=core
+                        )
+                    )
+            one, batch = got
+            for name in (
+                "fsdp_exposed_s", "dp_exposed_s", "fsdp_slowdown_s", "dp_slowdown_s", "ar_window_s",
+                "offload_exposed_s", "micro_batch_s",
+            ):  # fmt: skip
+                a, b = getattr(one, name), float(np.ravel(getattr(batch, name))[0])
+                assert type(a) is float and _same(a, b), (path, secs, head, name, a, b)
+            for name in ("compute", "head"):
+                a, b = getattr(one.compute, name), float(np.ravel(getattr(batch.compute, name))[0])
+                assert _same(a, b), (path, secs, head, name, a, b)
+            cases += 1
+    assert cases == 300
+
+
+def test_the_plain_compute_check_reads_each_calls_shapes_and_degrees():
+    """_plain_compute checks the model, training and hardware records once for the last three
+    it saw, and every call's shapes, degrees and peaks: the same records with a batch's shapes
+    or an array degree, or other records, are answered for themselves."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import compute
+    from shardmeter.model.shapes import local_shapes
+
+    est = Estimator()
+    inp, _ = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)
+    ms, tr, hw = inp.model, inp.training, inp.hardware
+    sh = local_shapes(ms, tr, 8.0, 8.0, 1.0, 1.0)
+    args = (8.0, 1.0, True, hw.peak_flops, hw.peak16_flops)
+    assert compute._plain_compute(ms, tr, hw, sh, *args)
+    assert not compute._plain_compute(ms, tr, hw, _as_batch(sh), *args)
+    assert not compute._plain_compute(ms, tr, hw, sh, np.asarray([8.0]), *args[1:])
+    assert not compute._plain_compute(ms, tr, hw, sh, 8.0, 1.0, 1.0, *args[3:])  # sp not a bool
+    assert compute._plain_compute(ms, tr, hw, sh, *args)
+    op = attrs.evolve(tr, recompute=3.0)  # op recompute: the general code
+    assert not compute._plain_compute(ms, op, hw, sh, *args)
+    assert not compute._plain_compute(ms, tr, _as_batch(hw), sh, *args)
+    assert compute._plain_compute(ms, tr, hw, sh, *args)
+
+
+def test_one_plans_peaks_middle_rank_and_trained_share_are_the_arrays_to_the_bit():
+    """peaks, the pipeline's middle rank and the trained share of plain floats (the sides
+    ops.where picks, ops.minimum/maximum written out) are the batch's values at edge numbers."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import pipeline, sharding
+    from shardmeter.model.lora import trainable_fraction
+    from shardmeter.model.stage import peaks
+
+    est = Estimator()
+    hw = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)[0].hardware
+    vals = (0.0, -0.0, -1.0, 0.5, 1.0, 1.5, 2.0, 8.0, 312e12, math.inf, -math.inf, math.nan)
+    cases = 0
+    for a in vals:
+        one, arr = _one_and_array(pipeline._rank_one, a)
+        assert type(one) is float and _same(one, arr), (a, one, arr)
+        for b in vals:
+            one, arr = _one_and_array(sharding._trainable_floats, a, b)
+            assert _same(one, _one_and_array(trainable_fraction, a, b)[1]), (a, b, one)
+            pk = peaks(attrs.evolve(hw, peak_flops=a, peak16_flops=b))
+            with np.errstate(all="ignore"):
+                pa = peaks(attrs.evolve(hw, peak_flops=np.asarray([a]), peak16_flops=np.asarray([b])))
+            for x, y in ((pk.flops, pa.flops), (pk.flops16, pa.flops16)):
+                assert type(x) is float and _same(x, float(np.asarray(y)[0])), (a, b, x, y)
+            cases += 1
+    assert cases == len(vals) ** 2
+
+
+def test_a_repeated_collective_is_the_last_ones_only_where_it_is_the_same():
+    """collective_time of plain floats answers a call the same as the last (an all-gather after
+    a reduce-scatter of as many bytes over one group) with the last's seconds, and any other
+    with its own: every call of a random sequence with many repeats, signed zeros and other
+    tiers among them, is _ring_or_tree_floats' own answer to the bit."""
+    import attrs
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import tiers
+
+    est = Estimator()
+    base = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)[0].topology
+    other = attrs.evolve(base, tier_gpus=(4.0, 32.0, math.inf), tier_bytes_s=(450e9, 50e9, 25e9))
+    other = attrs.evolve(other, tier_latency_s=(1e-6, 5e-6, 2e-5))
+    rng = random.Random(41)
+    hits = 0
+    topo, kind, args, flat = base, "all_gather", (1e6, 8.0, 1.0), False
+    for i in range(4000):
+        if i % 4 == 1:  # the last call again, over the other tiers
+            topo = other if topo is base else base
+        elif i % 4 == 3:  # the last call again, an all-gather for a reduce-scatter and back
+            kind = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}.get(kind, kind)
+        else:
+            topo = rng.choice((base, base, other))
+            kind = rng.choice(("all_gather", "reduce_scatter", "all_reduce"))
+            nbytes = rng.choice((0.0, -0.0, 5.6e9, 1e6))
+            args = (nbytes, rng.choice((8.0, 16.0, 1.0, 0.5)), rng.choice((1.0, 8.0)))
+            flat = rng.random() < 0.2
+        was = tiers._LAST_RING
+        got = tiers.collective_time(kind, *args, topo, flat=flat)
+        hits += tiers._LAST_RING is was and args[0] != 0.0
+        want = tiers._ring_or_tree_floats(
+            tiers._KIND[kind], *args, topo.tier_gpus, topo.tier_bytes_s, topo.tier_latency_s, flat
+        )
+        assert _same(got, want), (kind, args, flat, got, want)
+    assert hits > 200

@@ -63,6 +63,8 @@ allocator on such schedules, without a formula to carry over)."""
 
 from __future__ import annotations
 
+import math
+
 from shardmeter.exchange import ShardInputs, StateBytes
 from shardmeter.inputs.bundles import ModelShape, Training
 from shardmeter.numeric import ops
@@ -188,6 +190,17 @@ def stage_required_bytes(
     whose rounding is nothing beside them. FSDP also holds its all-gather buffer in a pool of
     its own (:func:`copy_in_pool_bytes`) and adds :data:`FSDP_SIDE_STREAMS` streams to the
     default one. ``tr.expandable_segments``: the stack's ``PYTORCH_CUDA_ALLOC_CONF``."""
+    ps, exp = state.param_shards, tr.expandable_segments
+    if (
+        type(ps) is float
+        and type(allocated_bytes) is float
+        and type(exp) in ops.FLOAT_OR_BOOL
+        and not ps > 1.0
+    ):
+        # one plan whose state is not sharded per parameter (max(ps, 1) > 1 is ps > 1, nan
+        # neither): nothing held beyond the blocks (max(0, 0)), one stream's page slack; the
+        # figures the general code computes and leaves unused cannot raise (shards 1 or nan)
+        return allocated_bytes + 0.0 + ((1.0 + 0.0) * K_LARGE_BUFFER if exp else 0.0)
     shards = ops.maximum(ops.as_float(state.param_shards), 1.0)
     per_param = shards > 1.0
     mats = 4.0 + ops.where(ops.as_bool(ms.swiglu), 3.0, 2.0)
@@ -224,6 +237,17 @@ def churn_bytes(
     unsharded gradient accumulators (``state.weights`` and ``state.gradients`` above the
     parameters' shard ``params_per_gpu / param_shards`` in ``weight_bytes`` / ``grad_bytes``).
     The optimizer states and the sharded weights and gradients are allocated once."""
+    ps = state.param_shards
+    figures = (ps, shard.params_per_gpu, shard.weight_bytes, shard.grad_bytes, state.weights, state.gradients)
+    if set(map(type, figures)) <= ops.ONLY_FLOAT:  # one plan: the maxima written out (nan as numpy's)
+        nan = math.nan
+        shards = ps if ps >= 1.0 else (1.0 if ps < 1.0 else nan)
+        own = shard.params_per_gpu / shards
+        x = state.weights - own * shard.weight_bytes
+        y = state.gradients - own * shard.grad_bytes
+        gathered = x if x >= 0.0 else (0.0 if x < 0.0 else nan)
+        unsharded = y if y >= 0.0 else (0.0 if y < 0.0 else nan)
+        return activations_bytes + transient_bytes + gathered + unsharded
     shards = ops.maximum(ops.as_float(state.param_shards), 1.0)
     own = shard.params_per_gpu / shards
     gathered = ops.maximum(state.weights - own * shard.weight_bytes, 0.0)
@@ -244,6 +268,11 @@ def stage_reserved_bytes(required_bytes: Array, churn: Array, capacity_bytes: Ar
     (:func:`fragmentation_bytes`), capped at the GPU's ``capacity_bytes`` (a failing
     ``cudaMalloc`` frees the cache and retries) and never below what is required."""
     grown = required_bytes + fragmentation_bytes(churn)
+    if type(grown) is float and type(required_bytes) is float and type(capacity_bytes) is float:
+        # one plan: the minimum and maximum written out (nan where neither side wins, as numpy)
+        nan = math.nan
+        cap = grown if grown <= capacity_bytes else (capacity_bytes if capacity_bytes < grown else nan)
+        return required_bytes if required_bytes >= cap else (cap if cap > required_bytes else nan)
     return ops.maximum(required_bytes, ops.minimum(grown, capacity_bytes))
 
 

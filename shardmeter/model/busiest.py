@@ -14,10 +14,11 @@ from shardmeter.model.compute import local_shapes
 from shardmeter.model.degrees import Degrees
 from shardmeter.model.dispatch import by_code
 from shardmeter.model.memory import (
-    MEMORY_PARTS,
     activation_memory,
     layer_activations,
-    memory_parts,
+    logits_bytes_per_element,
+    loss_transient_bytes,
+    offload_kept,
     total_memory,
 )
 from shardmeter.model.outputs import MemoryParts
@@ -73,6 +74,24 @@ def busiest_gpu(
     strategy keeps state only between several). ``known``: stages the step has timed already
     (:func:`~.stage.stage_terms`); a rank of one plan with the same layers, embedding and head
     takes its shapes, sharding inputs and state from there instead of computing them again."""
+    if islands <= 1:
+        one_plan = _busiest_floats(inp, parts, deg, stl, sch, known)
+        if one_plan is not None:
+            return one_plan
+    return _busiest_ops(inp, parts, deg, stl, sch, islands, known)
+
+
+def _busiest_ops(
+    inp: ModelInputs,
+    parts: PartTable,
+    deg: Degrees,
+    stl: StageLayers,
+    sch: ScheduleTerms,
+    islands: int,
+    known: Sequence[Known] = (),
+) -> BusiestGpu:
+    """:func:`busiest_gpu` of a batch, or of any numbers: :func:`rank_memory` of each rank, the
+    busiest picked."""
     pp = deg.pp
     one = pp == 1
     outer = _outer_state_bytes(parts, inp) if islands > 1 else 0.0
@@ -106,6 +125,99 @@ def busiest_gpu(
         busiest = cand if busiest is None else pick(cand.memory_bytes > busiest.memory_bytes, cand, busiest)
     assert busiest is not None
     return busiest
+
+
+def _busiest_floats(
+    inp: ModelInputs,
+    parts: PartTable,
+    deg: Degrees,
+    stl: StageLayers,
+    sch: ScheduleTerms,
+    known: Sequence[Known],
+) -> BusiestGpu | None:
+    """:func:`busiest_gpu` of one plan on one island (its ranks' layers, degrees and in-flight
+    counts plain floats), or None where it is not: :func:`rank_memory`'s operations in the same
+    order for each rank, what the ranks of one shape share (the layers' stored activations as
+    offload keeps them, the working set, one micro-batch's logits and the loss's transient:
+    :func:`~.memory.activation_memory`) computed once per shape, the ranks compared by their
+    totals and one :class:`BusiestGpu` built, the busiest's (the comparison :func:`pick` makes of
+    a plain bool). tests/test_scalar_twins_busiest.py holds it to the general code to the bit."""
+    pp, tp, sp = deg.pp, deg.tp, deg.sp
+    loss_held = sch.loss_held
+    figures = (pp, tp, stl.first, stl.middle, stl.last, sch.held_first, sch.held_middle, sch.held_last)
+    if type(sp) is not bool or type(loss_held) is not float or not set(map(type, figures)) <= ops.ONLY_FLOAT:
+        return None
+    ms, tr, topo, codes = inp.model, inp.training, inp.topology, inp.layout.sharding
+    one = pp == 1
+    ranks = (
+        (stl.first, True, one, sch.held_first),
+        (stl.middle, one, pp <= 2, sch.held_middle),
+        (stl.last, one, True, sch.held_last),
+    )
+    outside = outside_allocator_bytes(tp, deg.cp, deg.dp, pp, deg.ep)
+    other = outside + cublas_workspace_bytes(inp.hardware.compute_capability)  # overhead_bytes
+    # activation_memory's parts of each shape: (shapes, stored kept, working, logits, loss or None)
+    seen: list[list[Any]] = []
+    best: tuple[Any, ...] | None = None
+    for layers_r, emb_r, head_r, held_r in ranks:
+        for k_layers, k_emb, k_head, stage in known:  # _same_stage, written out
+            if (
+                type(k_layers) is float
+                and k_layers == layers_r
+                and type(k_emb) is bool
+                and k_emb is emb_r
+                and type(k_head) is bool
+                and k_head is head_r
+            ):
+                sh_r, shard_r, st_r = stage.shapes, stage.shard, stage.state
+                break
+        else:
+            sh_r = _same_shapes(known, layers_r)
+            if sh_r is None:
+                sh_r = local_shapes(ms, tr, tp, pp, deg.cp, deg.v, layers=layers_r)
+            shard_r = shard_inputs(ms, tr, sh_r, topo, deg, emb_here=emb_r, head=head_r)
+            st_r = sharding_state(parts, shard_r, codes)
+        for acts in seen:
+            if acts[0] is sh_r:
+                break
+        else:
+            stored, working = layer_activations(ms, tr, sh_r, tp, sp)
+            logits = sh_r.tokens * ms.vocab / tp * logits_bytes_per_element(tr)
+            acts = [sh_r, stored * offload_kept(tr, sh_r), working, logits, None]
+            seen.append(acts)
+        _, stored, working, logits, loss = acts
+        if head_r:
+            if loss is None:
+                loss = acts[4] = loss_transient_bytes(ms, tr, sh_r, tp)
+            logits_r = loss_held
+        else:
+            loss, logits_r = 0.0, 0.0
+        act_r = stored * held_r + working + logits * logits_r
+        t = loss - working
+        loss_r = t if t >= 0.0 else ops.maximum(t, 0.0)
+        extra_r = shard_r.params_per_gpu * 0.0 / st_r.param_shards  # a sync strategy's: none
+        mem_r = (
+            st_r.weights + st_r.gradients + (st_r.optimizer + extra_r) + st_r.extra + act_r + loss_r + other
+        )
+        if best is not None:
+            bigger = mem_r > best[0]
+            if type(bigger) is not bool:
+                return None
+            if not bigger:
+                continue
+        best = (mem_r, st_r, act_r, extra_r, shard_r, loss_r)
+    assert best is not None
+    mem, st, act, extra, shard, loss = best
+    return BusiestGpu(
+        state=st,
+        activations_bytes=act,
+        extra_state_bytes=extra,
+        memory_bytes=mem,
+        shard=shard,
+        transient_bytes=loss,
+        other_bytes=other + 0.0 * mem,
+        outside_allocator_bytes=outside + 0.0 * mem,
+    )
 
 
 def _same_shapes(known: Sequence[Known], layers: Array) -> Any:
@@ -208,22 +320,16 @@ def busiest_parts(b: BusiestGpu) -> MemoryParts:
     """The busiest GPU's memory by part (:func:`~.memory.memory_parts`, the sync strategy's
     extra state with the optimizer's), bytes."""
     st = b.state
-    mem = memory_parts(
-        st.weights,
-        st.gradients,
-        st.optimizer + b.extra_state_bytes,
-        st.extra,
-        b.activations_bytes,
-        b.transient_bytes,
-        b.other_bytes,
-    )
+    # memory_parts' parts, written out (no dict to build and read back)
     return MemoryParts(
-        **{f: mem[k] for k, f in _PART_FIELDS}, outside_allocator_bytes=b.outside_allocator_bytes
+        weights_bytes=st.weights,
+        gradients_bytes=st.gradients,
+        optimizer_bytes=st.optimizer + b.extra_state_bytes,
+        activations_bytes=b.activations_bytes,
+        transient_bytes=b.transient_bytes + st.extra,
+        other_bytes=b.other_bytes,
+        outside_allocator_bytes=b.outside_allocator_bytes,
     )
-
-
-#: ``(part, its MemoryParts field)`` of each of :data:`~.memory.MEMORY_PARTS`.
-_PART_FIELDS = tuple((k, f"{k}_bytes") for k in MEMORY_PARTS)
 
 
 def _outer_state_bytes(parts: PartTable, inp: ModelInputs) -> Array:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -427,7 +428,18 @@ def price_traffic(
 ) -> PricedTraffic:
     """Seconds of each event on the topology, summed by when it runs. ``windows``: the forward,
     recompute and backward passes' work, which a ``paired`` event's segments are set against
-    (None: paired events are priced like the others of their pass)."""
+    (None: paired events are priced like the others of their pass). Events none of which a
+    window pairs take :func:`_price_unpaired`."""
+    unpaired = _price_unpaired(events, topo, windows)
+    if unpaired is not None:
+        return unpaired
+    return _price_general(events, topo, windows)
+
+
+def _price_general(
+    events: Sequence[CommEvent], topo: Topology, windows: tuple[Array, Array, Array] | None = None
+) -> PricedTraffic:
+    """:func:`price_traffic` of any events, paired ones segment by segment."""
     mb = fixed = step = bucket = 0.0
     passes: dict[str, Array] = {"forward": 0.0, "recompute": 0.0, "backward": 0.0}
     # per pass, each segment's transfers summed over the pass's paired events, and its work share
@@ -482,6 +494,62 @@ def price_traffic(
         forward_paired_s=fwd_p,
         recompute_paired_s=rec_p,
         backward_paired_s=bwd_p,
+    )
+
+
+def _price_unpaired(
+    events: Sequence[CommEvent], topo: Topology, windows: tuple[Array, Array, Array] | None
+) -> PricedTraffic | None:
+    """:func:`price_traffic` of events none of which the windows pair (None where one is: the
+    general code prices its segments): the same operations in the same order, each pass's sum
+    a local instead of a dict's entry, the last bucket's ``ops.maximum`` written out for plain
+    floats (nan where neither side is the larger), a bucket of the same bytes and ranks objects
+    as the last event's priced once (ZeRO-1/2's two events share theirs) and no paired figures
+    (0.0, the record's defaults, as the general code gives without segments). tests/test_scalar_twins.py holds it
+    to the general code to the bit."""
+    mb = fixed = step = bucket = fwd = rec = bwd = 0.0
+    slow_bw, outer_lat = slowest_link(topo)
+    last: tuple[Any, Any, Any] | None = None  # the last bucket's (bytes, ranks, seconds)
+    for ev in events:
+        window = ev.window
+        if ev.paired and windows and window != "micro_batch":
+            return None
+        t = ev.count * collective_time(
+            ev.collective, ev.bytes, ev.group_size, ev.group_stride, topo, flat=ev.flat
+        )
+        if ev.per == "micro_batch":
+            mb = mb + t
+            fixed = fixed + t * ev.exposed_fraction
+            if window == "forward":
+                fwd = fwd + t
+            elif window == "recompute":
+                rec = rec + t
+            elif window == "backward":
+                bwd = bwd + t
+            continue
+        step = step + t
+        if ev.bucket_bytes is not None:
+            b, ranks = ev.bucket_bytes, ev.bucket_ranks
+            if last is not None and last[0] is b and last[1] is ranks:  # the same objects: its seconds
+                r = last[2]
+            else:
+                r = ring_collective_time(b, ranks, slow_bw, outer_lat, 2.0)
+                last = (b, ranks, r)
+            if type(bucket) is float and type(r) is float:
+                bucket = bucket if bucket >= r else (r if r > bucket else math.nan)
+            else:
+                bucket = ops.maximum(bucket, r)
+    figures = (mb, fixed, step, bucket, fwd, rec, bwd)
+    if not set(map(type, figures)) <= ops.ONLY_FLOAT:  # one plan's are floats already (checked in C)
+        mb, fixed, step, bucket, fwd, rec, bwd = map(ops.as_float, figures)
+    return PricedTraffic(
+        micro_batch_s=mb,
+        micro_batch_fixed_s=fixed,
+        step_s=step,
+        bucket_s=bucket,
+        forward_s=fwd,
+        recompute_s=rec,
+        backward_s=bwd,
     )
 
 

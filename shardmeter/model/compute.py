@@ -9,6 +9,7 @@ head on the last stage.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import attrs
 
@@ -148,26 +149,47 @@ def _plain_compute(
 ) -> bool:
     """Whether :func:`micro_batch_compute` reads plain numbers only (one plan; the flags
     ``ops.where`` takes as they are bools) of a model and mode :func:`_micro_batch_floats`
-    writes out: not op recompute, no multi-head latent attention (those take the general code)."""
+    writes out: not op recompute, no multi-head latent attention (those take the general code).
+    What the model, training and hardware records say is checked once for the last three
+    records (:func:`_plain_records`; held, so compared by identity: frozen)."""
+    global _LAST_PLAIN
+    last = _LAST_PLAIN
+    if last is not None and last[0] is ms and last[1] is tr and last[2] is hw:
+        records = last[3]
+    else:
+        records = _plain_records(ms, tr, hw)
+        _LAST_PLAIN = (ms, tr, hw, records)
+    if not records:
+        return False
+    sizes = (
+        *(sh.tokens, sh.seq_local, sh.q_local, sh.kv_local, sh.ffn_local, sh.mlp_up),
+        *(sh.layers_per_stage, sh.dense_layers_local, sh.virtual_stages, tp, ep, peak, peak16),
+    )
+    return type(sp) is bool and type(sh.moe) is bool and set(map(type, sizes)) <= ops.ONLY_FLOAT
+
+
+def _plain_records(ms: ModelShape, tr: Training, hw: Hardware) -> bool:
+    """:func:`_plain_compute`'s checks of the model, training and hardware records: plain
+    floats and bools only, not op recompute, no multi-head latent attention."""
     sizes = (
         *(ms.hidden, ms.heads, ms.q_dim, ms.kv_dim, ms.v_dim, ms.o_dim, ms.ffn_hidden, ms.vocab),
         *(ms.seq_len, ms.experts, ms.experts_per_token, ms.capacity_factor, ms.shared_experts),
         *(ms.kv_rank, tr.micro_batch, tr.recompute, tr.recompute_layers, tr.lora_rank),
         *(hw.hbm_bytes_s, hw.hbm_efficiency, hw.gemm_efficiency, hw.sm_count, hw.attention_efficiency),
-        *(sh.tokens, sh.seq_local, sh.q_local, sh.kv_local, sh.ffn_local, sh.mlp_up),
-        *(sh.layers_per_stage, sh.dense_layers_local, sh.virtual_stages, tp, ep, peak, peak16),
     )
     flags = (tr.fp8, tr.materialized, tr.compile, ms.dropout, tr.rc_core_attn, tr.rc_mlp, tr.rc_moe)
     return (
-        type(sp) is bool
-        and type(sh.moe) is bool
-        and type(ms.swiglu) is bool
+        type(ms.swiglu) is bool
         and type(ms.causal) is bool
         and set(map(type, sizes)) <= ops.ONLY_FLOAT
         and set(map(type, (*flags, tr.rc_shared_experts))) <= ops.FLOAT_OR_BOOL
         and tr.recompute != REC_OP
         and not ms.kv_rank > 0
     )
+
+
+#: The last records :func:`_plain_compute` checked, ``(ms, tr, hw, whether they pass)``.
+_LAST_PLAIN: tuple[Any, Any, Any, bool] | None = None
 
 
 def _micro_batch_floats(
@@ -203,13 +225,7 @@ def _micro_batch_floats(
     e_loc = e_loc if moe else 1.0
     m_exp = cap * T * ms.experts_per_token * ep / ms.experts
     m_exp = m_exp if moe else T
-    gs = GemmShapes(
-        v_local=v_local,
-        o_local=o_local,
-        experts_local=e_loc,
-        tokens_per_expert=m_exp,
-        dense_ffn_local=ms.ffn_hidden / tp,
-    )
+    dense_ffn = ms.ffn_hidden / tp  # GemmShapes' dense_ffn_local (the record only for fp8's casts)
     # layer_gemms (no MLA: _plain_compute)
     qkv_n = sh.q_local + 2.0 * sh.kv_local + (v_local - sh.kv_local)
     qkv = _gemm_time_floats(T, qkv_n, h, peak, eff, hbm, sms, bpe, 1.0, 1.0)
@@ -227,7 +243,7 @@ def _micro_batch_floats(
     shared = mlp_s(ms.shared_experts * sh.ffn_local) if moe and ms.shared_experts > 0 else 0.0
     g_fwd = qkv + proj + (mlp_up + mlp_down) + router + shared
     Ls, Ld = sh.layers_per_stage, sh.dense_layers_local
-    dense_delta = qkv + proj + mlp_s(gs.dense_ffn_local) - g_fwd if Ld > 0 else 0.0
+    dense_delta = qkv + proj + mlp_s(dense_ffn) - g_fwd if Ld > 0 else 0.0
     # attention_time
     s = ms.seq_len
     flops = 4.0 * T * s * sh.q_local + 2.0 * T * s * (o_local - sh.q_local)
@@ -280,13 +296,31 @@ def _micro_batch_floats(
     v_t = ms.vocab / tp
     head_f = _gemm_time_floats(T, v_t, h, peak16, eff, hbm, sms, 2.0, 1.0, 1.0) + T * v_t * 12.0 / hbm
     head = (1.0 + bwd) * head_f
-    mo = memory_ops_time(ms, tr, sh, gs, tp, sp, hbm, fp8)
-    memory_ops = (
-        mo.elementwise_forward_s
-        + mo.elementwise_backward_s
-        + rerun * mo.elementwise_forward_s
-        + Ls * (mo.cast_forward_s * (1.0 + rerun) + mo.cast_backward_s)
+    # memory_ops_time: elementwise_stage_s with each ops.where the side it picks (its
+    # quotient still taken), the fp8 casts only with fp8
+    inv_tp = 1.0 / tp  # taken either way, as ops.where(sp, 1.0 / tp, 1.0)
+    n_h = T * h * (inv_tp if sp else 1.0)
+    n_q, n_kv = T * sh.q_local, T * sh.kv_local
+    k_act = ms.experts_per_token + ms.shared_experts if moe else 1.0
+    el_f, el_b = layer_elementwise(
+        n_h, n_q, n_kv, T * sh.ffn_local * k_act, ms.swiglu, ms.dropout, tr.compile, hbm
     )
+    d_f = d_b = 0.0  # a dense layer's kernels less a MoE layer's
+    if Ld > 0:
+        dl_f, dl_b = layer_elementwise(n_h, n_q, n_kv, T * dense_ffn, ms.swiglu, ms.dropout, tr.compile, hbm)
+        d_f, d_b = dl_f - el_f, dl_b - el_b
+    el_f, el_b = Ls * el_f + Ld * d_f, Ls * el_b + Ld * d_b
+    cast_f = cast_b = 0.0
+    if fp8:
+        gs = GemmShapes(
+            v_local=v_local,
+            o_local=o_local,
+            experts_local=e_loc,
+            tokens_per_expert=m_exp,
+            dense_ffn_local=dense_ffn,
+        )
+        cast_f, cast_b = cast_layer_s(ms, tr, sh, gs, hbm)
+    memory_ops = el_f + el_b + rerun * el_f + Ls * (cast_f * (1.0 + rerun) + cast_b)
     return ComputeTerms(
         forward=forward,
         backward=backward,

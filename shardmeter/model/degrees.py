@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import operator
+
 import attrs
 
 from shardmeter.inputs.bundles import Layout
@@ -35,6 +38,11 @@ class Degrees:
 
 def degrees(lay: Layout) -> Degrees:
     """:class:`Degrees` of a :class:`~shardmeter.inputs.bundles.Layout`."""
+    pp, tp, dp, cp, ep, etp, v, sp = _DEGREE_FIELDS(lay)
+    if set(map(type, (pp, tp, dp, cp, ep, etp, v))) <= ops.ONLY_FLOAT and type(sp) is bool:
+        # one plan: each where the value it picks, the maximum written out (nan as numpy's)
+        v = (v if v >= 1.0 else (1.0 if v < 1.0 else math.nan)) if pp > 1 else 1.0
+        return Degrees(tp=tp, etp=etp if etp > 0 else tp, pp=pp, dp=dp, cp=cp, ep=ep, v=v, sp=sp)
     f = ops.as_float
     pp, tp = f(lay.pp), f(lay.tp)
     return Degrees(
@@ -47,3 +55,9 @@ def degrees(lay: Layout) -> Degrees:
         v=ops.where(pp > 1, ops.maximum(f(lay.virtual_stages), 1.0), 1.0),
         sp=ops.as_bool(lay.sequence_parallel),
     )
+
+
+#: The layout's fields :func:`degrees` reads (one C call).
+_DEGREE_FIELDS = operator.attrgetter(
+    "pp", "tp", "dp", "cp", "ep", "expert_tp", "virtual_stages", "sequence_parallel"
+)

@@ -16,6 +16,8 @@ The composition (per island, per pipeline stage; Narayanan et al. 2021):
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -146,22 +148,32 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     shape = () if ops.is_scalar(deg.tp) else batch_shape(inp)
 
     # ---- batch split and structural feasibility ------------------------------------------------
-    b_isl, m, m_int = batch_split(_f(tr.global_batch), deg.dp, _f(tr.micro_batch), _f(tr.island_batch))
+    batch = (tr.global_batch, tr.micro_batch, tr.island_batch, hw.peak_flops)
+    if not set(map(type, batch)) <= ops.ONLY_FLOAT:  # as_float of a float is itself
+        batch = tuple(map(_f, batch))
+    gb, mb, ib, peak = batch
+    b_isl, m, m_int = batch_split(gb, deg.dp, mb, ib)
     stl = _stage_layers(ms, lay, deg)
-    reasons = structural_reasons(inp, parts, deg, m, _f(hw.peak_flops), stl)
+    reasons = structural_reasons(inp, parts, deg, m, peak, stl)
     pk = peaks(hw)
 
     # ---- the stages: compute, the core's communication and the sharding strategy's --------------
     # The pace is the slower of the largest of the first and middle stages (the embedding on the
     # first) and the last (its layers, the output layer and the loss); see model/stages.py.
     one = deg.pp == 1
-    body_layers = ops.maximum(stl.first, stl.middle)
+    first_l, mid_l = stl.first, stl.middle
+    if type(first_l) is float and type(mid_l) is float:  # ops.maximum written out
+        body_layers = first_l if first_l >= mid_l else (mid_l if mid_l > first_l else math.nan)
+    else:
+        body_layers = ops.maximum(first_l, mid_l)
     body_compute = stage_compute(inp, deg, pk, body_layers)
     # the last stage has as many layers as the largest other (one plan, or every row of a batch
     # at the same shape): the same shapes, compute and communication (each stage then takes out
     # the head it does not hold)
     same = _same_layers(body_layers, stl.last)
-    body_emb, tail_head = (stl.first >= stl.middle) | one, ops.where(deg.pp > 0, True, False)
+    body_emb, tail_head = (stl.first >= stl.middle) | one, deg.pp > 0
+    if type(tail_head) is not bool:
+        tail_head = ops.where(tail_head, True, False)
     body = stage_terms(inp, parts, deg, pk, body_layers, emb=body_emb, head=one, compute=body_compute)
     tail = stage_terms(
         inp, parts, deg, pk, stl.last, emb=one, head=tail_head, compute=body_compute if same else None
@@ -202,7 +214,7 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
         model_flops_per_token=flops.model_flops_per_token,
         hardware_flops_per_token=flops.hardware_flops_per_token,
         gpus=deg.gpus,
-        detail=_island_detail(pace, busiest, stl) if detail else None,
+        detail=_island_detail(pace, busiest, stl, body_layers) if detail else None,
     )
     return combine_islands(parts, inp, shape, steps, detail, islands_only)
 
@@ -297,31 +309,45 @@ def _hidden_terms(m_int: Array, pace: StageTerms, dp_exposed: Array) -> HiddenTe
     )
 
 
-def _island_detail(pace: StageTerms, busiest: BusiestGpu, stl: StageLayers) -> IslandDetail:
+def _island_detail(
+    pace: StageTerms, busiest: BusiestGpu, stl: StageLayers, body_layers: Array | None = None
+) -> IslandDetail:
     """Per island, for the report: the busiest GPU's memory by part, the pacing stage's
     parameters before and after the sharding strategy divides them, and the layers of the
-    largest pipeline stage."""
+    largest pipeline stage (``body_layers``: the larger of the first and middle stages', where
+    the caller has it)."""
     p_gpu = pace.shard.params_per_gpu
+    if body_layers is None:
+        body_layers = ops.maximum(stl.first, stl.middle)
     return IslandDetail(
         memory_parts=busiest_parts(busiest),
         params_per_gpu=p_gpu,
         params_per_gpu_sharded=p_gpu / pace.state.param_shards,
-        layers_per_stage=ops.maximum(ops.maximum(stl.first, stl.middle), stl.last),
+        layers_per_stage=ops.maximum(body_layers, stl.last),
     )
 
 
 def _stage_layers(ms: Any, lay: Any, deg: Degrees) -> StageLayers:
     """:func:`~.stages.stage_layers` of the layout: its first / last stage counts and whether
     the embedding and the loss count in the split."""
-    return stage_layers(
-        ms.layers,
-        deg.pp,
-        deg.v,
-        _f(lay.first_stage_layers),
-        _f(lay.last_stage_layers),
-        _f(lay.embedding_in_split),
-        _f(lay.loss_in_split),
-    )
+    return stage_layers(ms.layers, deg.pp, deg.v, *_split_inputs(lay))
+
+
+def _split_inputs(lay: Any) -> tuple[Array, Array, Array, Array]:
+    """The layout's first / last stage layers and whether the embedding and the loss count in the
+    split, as floats (plain numbers and bools by ``float``, which is ``ops.as_float``'s for them)."""
+    split = _SPLIT_FIELDS(lay)
+    if set(map(type, split)) <= ops.FLOAT_OR_BOOL:
+        first, last, emb, loss = split
+        return float(first), float(last), float(emb), float(loss)
+    first, last, emb, loss = map(_f, split)
+    return first, last, emb, loss
+
+
+#: The layout's fields :func:`_split_inputs` reads (one C call).
+_SPLIT_FIELDS = operator.attrgetter(
+    "first_stage_layers", "last_stage_layers", "embedding_in_split", "loss_in_split"
+)
 
 
 def structural_reasons(
@@ -332,24 +358,20 @@ def structural_reasons(
     and a precision the GPU has no peak for (``peak``, FLOP/s); ``stl``: the layout's
     :func:`_stage_layers`, where the caller has it."""
     ms, lay, topo = inp.model, inp.layout, inp.topology
-    first_l, last_l = _f(lay.first_stage_layers), _f(lay.last_stage_layers)
-    gpus = _f(topo.nodes) * _f(topo.gpus_per_node)
+    first_l, last_l, emb, loss = _split_inputs(lay)
+    nodes, per_node, experts = topo.nodes, topo.gpus_per_node, ms.experts
+    if not (type(nodes) is float and type(per_node) is float and type(experts) is float):
+        nodes, per_node, experts = _f(nodes), _f(per_node), _f(experts)
+    gpus = nodes * per_node
+    no_peak = peak <= 0
     return (
-        layout_reasons(
-            ms.heads, ms.seq_len, _f(ms.experts), deg.tp, deg.pp, deg.cp, deg.dp, deg.ep, gpus, deg.etp
+        layout_reasons(ms.heads, ms.seq_len, experts, deg.tp, deg.pp, deg.cp, deg.dp, deg.ep, gpus, deg.etp)
+        | batch_reasons(m, deg.pp, deg.v, ms.layers, first_l, last_l, emb, loss, split=stl)
+        | (
+            (BIT_PRECISION if no_peak else 0)
+            if type(no_peak) is bool
+            else ops.where(no_peak, BIT_PRECISION, 0)
         )
-        | batch_reasons(
-            m,
-            deg.pp,
-            deg.v,
-            ms.layers,
-            first_l,
-            last_l,
-            _f(lay.embedding_in_split),
-            _f(lay.loss_in_split),
-            split=stl,
-        )
-        | ops.where(peak <= 0, BIT_PRECISION, 0)
     ) | sharding_reasons(parts, lay.sharding, deg.tp, deg.dp, deg.cp, topo)
 
 

@@ -6,6 +6,7 @@ strategy's own verdict among them (:func:`sharding_reasons`)."""
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any
 
 import numpy as np
@@ -190,6 +191,15 @@ def batch_split(
     """``(sequences per step on each island, micro-batches, whole micro-batches)``: each island's
     share of the global batch is proportional to its data-parallel replicas, unless
     ``island_batch`` (> 0) gives it (``[sync] batch_split = "balanced"``, the planner)."""
+    if set(map(type, (global_batch, dp, micro_batch, island_batch))) <= ops.ONLY_FLOAT:
+        # one plan on one island: the where the value it picks (its other side computed all the
+        # same: it may divide by zero), floor and maximum written out (ops.floor's, nan as numpy's)
+        share = global_batch * dp / dp
+        b_isl = island_batch if island_batch > 0 else share
+        m = b_isl / (dp * micro_batch)
+        x = m + 1e-9
+        x = float(math.floor(x)) if x - x == 0.0 else x
+        return b_isl, m, x if x >= 1.0 else (1.0 if x < 1.0 else math.nan)
     if ops.is_scalar(dp):  # one island
         dp_total = dp
     else:
@@ -276,6 +286,12 @@ def sharding_reasons(parts: PartTable, codes: Array, tp: Array, dp: Array, cp: A
     ``PartTable``) refuses the layout (:meth:`~shardmeter.ShardingPart.infeasible` on
     :func:`structural_shard_inputs`): the call ``evaluate`` and the planner's pre-check share."""
     shard = structural_shard_inputs(tp, dp, cp, topo)
+    if isinstance(codes, int | float):  # one plan: by_code's one call, the where's pick
+        part, opts = parts.get("sharding", int(codes))
+        bad = ops.as_float(part.infeasible(shard, opts))
+        if type(bad) is float:
+            return BIT_SHARDING if bad > 0 else 0
+        return _bits(ops.where(bad > 0, BIT_SHARDING, 0))
 
     def run(code: int) -> dict[str, Any]:
         part, opts = parts.get("sharding", code)

@@ -42,14 +42,19 @@ def model_flops(ms: ModelShape, tr: Training, share: Array = 1.0) -> ModelFlops:
     multiplies it does not save (:func:`~.formulas.op_recompute_flops_per_token`) and, where
     its save list leaves the attention kernel out (``training.op_saves_attention`` = 0), the
     attention core too."""
-    rec = _f(tr.recompute)
-    E, ktop = _f(ms.experts), _f(ms.experts_per_token)
+    rec, E, ktop = tr.recompute, ms.experts, ms.experts_per_token
+    if not (type(rec) is float and type(E) is float and type(ktop) is float):
+        rec, E, ktop = _f(rec), _f(E), _f(ktop)
     args = (ms.hidden, ms.q_dim, ms.kv_dim, ms.ffn_hidden, ms.swiglu)
+    # the MoE and attention shape keywords (attention_shape's among them), one dict
     shape = {
         "moe_ffn": ms.moe_ffn_hidden,
         "shared_experts": ms.shared_experts,
         "dense_layers": ms.dense_layers,
-        **attention_shape(ms),
+        "v_dim": ms.v_dim,
+        "o_dim": ms.o_dim,
+        "q_rank": ms.q_rank,
+        "kv_rank": ms.kv_rank,
     }
     # the layers' forward FLOPs once: model_flops_per_token is 3 x (them + the output layer)
     dense_all, att_all = layers_forward_flops(ms.layers, *args, ms.seq_len, ktop, E, **shape)
@@ -82,10 +87,13 @@ def model_flops(ms: ModelShape, tr: Training, share: Array = 1.0) -> ModelFlops:
                 ),
             ),
         )
+    tied = ms.tied
     return ModelFlops(
         model_flops_per_token=mf_tok,
         hardware_flops_per_token=hw_tok,
-        params=model_params(ms.layers, *args, ms.vocab, ops.as_bool(ms.tied), E, **shape),
+        params=model_params(
+            ms.layers, *args, ms.vocab, tied if type(tied) is bool else ops.as_bool(tied), E, **shape
+        ),
     )
 
 

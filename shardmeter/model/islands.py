@@ -12,6 +12,7 @@ island sync; it sums to the step. Compute utilisation is as the DiLoCo papers de
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -184,6 +185,66 @@ def combine_islands(
     ``islands_only`` (with ``detail`` false): only the per-island outputs, skipping the sync
     strategy's cross-island terms (``step_time_s`` and ``egress_bytes_per_step`` ``None``); the
     same values as without it."""
+    if not shape:
+        one = _combine_one(parts, inp, st, detail, islands_only)
+        if one is not None:
+            return one
+    return _combine_ops(parts, inp, shape, st, detail, islands_only)
+
+
+#: :func:`cross_island` of one island on the scalar path: no sync terms (frozen, shared).
+_NO_WAN = CrossIsland(exposed_s=0.0, wan_s=0.0, round_s=0.0, egress_bytes=0.0)
+
+
+def _combine_one(
+    parts: PartTable, inp: ModelInputs, st: IslandSteps, detail: bool, islands_only: bool
+) -> Outputs | None:
+    """:func:`combine_islands` of one plan on one island (its step a plain float, its reasons an
+    int, its parameters a float), or None where it is not: :func:`_combine_ops`' scalar branch
+    written out (nothing to broadcast or fold over islands, each ``ops.where`` the value it
+    picks, the sync strategy's terms zero). tests/test_scalar_twins_busiest.py holds it to
+    :func:`_combine_ops` to the bit."""
+    island_step = st.terms.total()
+    reasons, params = st.reasons, st.params
+    if type(island_step) is not float or type(reasons) is not int or type(params) is not float:
+        return None
+    feasible_isl = reasons == 0
+    slow = island_step if feasible_isl else 0.0
+    island: dict[str, Array] = {
+        "feasible": feasible_isl,
+        "step_s": island_step,
+        "gpus": st.gpus,
+        "memory_bytes": st.memory_bytes,
+        "memory_reserved_bytes": st.memory_reserved_bytes,
+        "memory_capacity_bytes": inp.hardware.memory_bytes,
+        "ar_window_s": st.ar_window,
+        "grad_bytes": st.grad_bytes,
+    }
+    if islands_only and not detail:
+        return Outputs(feasible=feasible_isl, reasons=reasons, params=params, island=IslandOutputs(**island))
+    wan = _NO_WAN
+    step = slow + 0.0  # + the sync's exposed seconds, none
+    more = _details(inp, st, island, (), slow, step, wan) if detail else {}
+    return Outputs(
+        feasible=feasible_isl,
+        reasons=reasons,
+        params=params,
+        island=IslandOutputs(**island),
+        step_time_s=step,
+        egress_bytes_per_step=0.0,
+        **more,
+    )
+
+
+def _combine_ops(
+    parts: PartTable,
+    inp: ModelInputs,
+    shape: tuple[int, ...],
+    st: IslandSteps,
+    detail: bool = True,
+    islands_only: bool = False,
+) -> Outputs:
+    """:func:`combine_islands` of a batch, or of any numbers."""
     island_step = st.terms.total()
     n_isl = shape[-1] if shape else 1
     # the scalar path (shape ()): every figure a plain number, nothing to broadcast
@@ -398,32 +459,48 @@ def _details_floats(
     total_gpus = island["gpus"]
     w_gpu = total_gpus / total_gpus
     seq = inp.model.seq_len
-    tps = ops.divide(inp.training.global_batch * seq, step)  # step 0: an infeasible plan
+    tokens = inp.training.global_batch * seq
+    # step 0: an infeasible plan (ops.divide's numpy answer); a nonzero step divides here
+    tps = tokens / step if step and type(tokens) is float else ops.divide(tokens, step)
     tps_gpu = tps / total_gpus
     model_tf = tps_gpu * st.model_flops_per_token / 1e12
     hw_tf = tps_gpu * st.hardware_flops_per_token / 1e12
     gpu_peak_mean = st.peak_flops * st.gpus / total_gpus
-    cu_isl = ops.divide(island_step, step)
+    cu_isl = island_step / step if step and type(island_step) is float else ops.divide(island_step, step)
     cu = cu_isl * st.gpus / total_gpus
     terms = _values(st.terms)
+    own = Breakdown(**terms, island_sync_s=sync, idle_s=idle)
+    isl_tokens = st.island_batch * seq
     island.update(
-        breakdown=Breakdown(**terms, island_sync_s=sync, idle_s=idle),
+        breakdown=own,
         utilization=cu_isl,
         idle_s=idle,
-        tokens_per_s=ops.divide(st.island_batch * seq, step),
+        tokens_per_s=isl_tokens / step
+        if step and type(isl_tokens) is float
+        else ops.divide(isl_tokens, step),
         batch_sequences=st.island_batch,
         micro_batches=st.micro_batches,
         **_island_layout(st.detail, ()),
     )
-    hidden = _values(st.hidden)
+    hid = st.hidden
+    t = wan.wan_s - sync
+    hidden_sync = t if t >= 0.0 else ops.maximum(t, 0.0)
+    if w_gpu == 1.0:
+        # the GPU weight of one island (x * 1.0 is x, to the bit): the island's own breakdown
+        # is the average GPU's, and the hidden terms are the island's
+        mean = own
+        overlapped = Overlapped(
+            tp_comm_s=hid.tp_comm_s,
+            cp_comm_s=hid.cp_comm_s,
+            dp_comm_s=hid.dp_comm_s,
+            island_sync_s=hidden_sync,
+        )
+    else:
+        mean = Breakdown(**{k: v * w_gpu for k, v in terms.items()}, island_sync_s=sync, idle_s=idle * w_gpu)
+        overlapped = Overlapped(**{k: v * w_gpu for k, v in _values(hid).items()}, island_sync_s=hidden_sync)
     return {
-        "breakdown": Breakdown(
-            **{k: v * w_gpu for k, v in terms.items()}, island_sync_s=sync, idle_s=idle * w_gpu
-        ),
-        "overlapped": Overlapped(
-            **{k: v * w_gpu for k, v in hidden.items()},
-            island_sync_s=ops.maximum(wan.wan_s - sync, 0.0),
-        ),
+        "breakdown": mean,
+        "overlapped": overlapped,
         "tokens_per_s": tps,
         "tokens_per_s_per_gpu": tps_gpu,
         "model_tflops_per_gpu": model_tf,
@@ -456,14 +533,23 @@ def _island_layout(d: IslandDetail, full: tuple[int, ...]) -> dict[str, Array]:
     # that are floats already are the record as it is, not rebuilt
     b: Callable[[Array], Array] = broadcast if full else ops.as_float
     parts = d.memory_parts
-    if full or not set(map(type, field_values(parts).values())) <= ops.ONLY_FLOAT:
+    if full or not set(map(type, _PART_VALUES(parts))) <= ops.ONLY_FLOAT:
         parts = map_fields(b, parts)
+    layout = (d.params_per_gpu, d.params_per_gpu_sharded, d.layers_per_stage)
+    if not full and set(map(type, layout)) <= ops.ONLY_FLOAT:  # as_float of a float is itself
+        p_gpu, p_sharded, layers = layout
+    else:
+        p_gpu, p_sharded, layers = map(b, layout)
     return {
         "memory_parts": parts,
-        "params_per_gpu": b(d.params_per_gpu),
-        "params_per_gpu_sharded": b(d.params_per_gpu_sharded),
-        "layers_per_stage": b(d.layers_per_stage),
+        "params_per_gpu": p_gpu,
+        "params_per_gpu_sharded": p_sharded,
+        "layers_per_stage": layers,
     }
+
+
+#: Every field's value of a :class:`~.outputs.MemoryParts`, in field order (one C call).
+_PART_VALUES = operator.attrgetter(*(f.name for f in attrs.fields(MemoryParts)))
 
 
 def island_finish(

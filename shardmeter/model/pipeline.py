@@ -3,6 +3,8 @@ holds, its transfers) and the point-to-point time per step (Narayanan et al. 202
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from shardmeter.inputs.bundles import ModelInputs, PartTable
@@ -53,14 +55,18 @@ def schedule_terms(parts: PartTable, pipe: PipeInputs, codes: Array) -> Schedule
         part, opts = parts.get("schedule", code)
         t = part.terms(pipe, opts)
         # what the planner's pre-check asks (infeasible()) and what terms() says, either way
-        bad = ops.as_float(t.infeasible) + ops.as_float(part.infeasible(pipe, opts))
+        bad_t, bad_n = t.infeasible, part.infeasible(pipe, opts)
+        if type(bad_t) is bool and type(bad_n) is bool:  # one plan: as ops.as_float of a bool
+            bad = float(bad_t) + float(bad_n)
+        else:
+            bad = ops.as_float(bad_t) + ops.as_float(bad_n)
         pp = pipe.pp
         # None: Megatron's scatter-gather, each TP rank sends 1/t of the activation
         msg = pipe.activation_bytes / pipe.tp if t.p2p_bytes is None else t.p2p_bytes
         return ScheduleTerms(
             bubble_s=t.bubble_s,
             held_first=part.in_flight_at(pipe, opts, 0.0 * pp),
-            held_middle=part.in_flight_at(pipe, opts, ops.minimum(1.0, pp - 1.0)),
+            held_middle=part.in_flight_at(pipe, opts, _rank_one(pp)),
             held_last=part.in_flight_at(pipe, opts, pp - 1.0),
             loss_held=part.loss_in_flight(pipe, opts),
             p2p_transfers=t.p2p_transfers,
@@ -69,6 +75,15 @@ def schedule_terms(parts: PartTable, pipe: PipeInputs, codes: Array) -> Schedule
         )
 
     return by_code(codes, run)
+
+
+def _rank_one(pp: Array) -> Array:
+    """Rank 1, the middle stage (rank 0 with one stage): ``ops.minimum(1.0, pp - 1.0)``,
+    written out for a plain float (nan where neither side is the smaller)."""
+    x = pp - 1.0
+    if type(x) is float:
+        return 1.0 if x >= 1.0 else (x if x < 1.0 else math.nan)
+    return ops.minimum(1.0, x)
 
 
 def pipeline_terms(
@@ -91,4 +106,7 @@ def pipeline_terms(
     )
     sch = schedule_terms(parts, pipe, inp.layout.schedule)
     bw_pp, lat_pp = span_link(deg.pp, deg.tp * deg.cp * deg.dp, inp.topology)
-    return PipelineTerms(schedule=sch, p2p_s=_f(sch.p2p_transfers) * (_f(sch.p2p_bytes) / bw_pp + lat_pp))
+    n, msg = sch.p2p_transfers, sch.p2p_bytes
+    if not (type(n) is float and type(msg) is float):
+        n, msg = _f(n), _f(msg)
+    return PipelineTerms(schedule=sch, p2p_s=n * (msg / bw_pp + lat_pp))

@@ -162,7 +162,10 @@ def shard_inputs(
     p_base = v["layers_params"] + v["dense_delta"] + emb_gpu
     a_gpu = v["a_gpu"]
     p_gpu = p_base + a_gpu
-    trained = trainable_fraction(p_gpu, a_gpu)
+    if type(a_gpu) is float and type(p_gpu) is float:
+        trained = _trainable_floats(p_gpu, a_gpu)
+    else:
+        trained = trainable_fraction(p_gpu, a_gpu)
 
     def fp8_mean(b16: Array) -> Array:
         """Bytes per element with the layers' weights in fp8 and the embeddings' at ``b16``."""
@@ -197,7 +200,7 @@ def shard_inputs(
         tp=tp,
         dp=deg.dp,
         cp=deg.cp,
-        domain_gpus=_f(topo.domain_gpus),
+        domain_gpus=topo.domain_gpus if type(topo.domain_gpus) is float else _f(topo.domain_gpus),
         tier_gpus=topo.tier_gpus,
         tier_bytes_s=topo.tier_bytes_s,
         tier_latency_s=topo.tier_latency_s,
@@ -205,6 +208,15 @@ def shard_inputs(
     if one and type(emb_gpu) is float:
         _LAST_SHARD = (v, emb_gpu, shard)
     return shard
+
+
+def _trainable_floats(params: float, adapters: float) -> float:
+    """:func:`~.lora.trainable_fraction` of plain floats: the side ``ops.where`` picks (the
+    other's quotient never raises: its divisor is at least 1, or nan), ``ops.maximum`` written
+    out. tests/test_scalar_twins.py holds it to the arrays to the bit."""
+    if adapters > 0:
+        return adapters / (params if params >= 1.0 else (1.0 if params < 1.0 else math.nan))
+    return 1.0
 
 
 def _same_float(a: Any, b: float) -> bool:

@@ -9,6 +9,8 @@ times both (see :mod:`.stages`).
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from shardmeter.inputs.bundles import Hardware, ModelInputs, ModelShape, PartTable, Training
@@ -47,7 +49,11 @@ class Peaks:
 
 def peaks(hw: Hardware) -> Peaks:
     """:class:`Peaks` of the hardware bundle."""
-    peak, peak16 = _f(hw.peak_flops), _f(hw.peak16_flops)
+    peak, peak16 = hw.peak_flops, hw.peak16_flops
+    if type(peak) is float and type(peak16) is float:  # one plan: the sides ops.where picks
+        peak = peak if peak > 0 else 1.0
+        return Peaks(flops=peak, flops16=peak16 if peak16 > 0 else peak)
+    peak, peak16 = _f(peak), _f(peak16)
     peak = ops.where(peak > 0, peak, 1.0)
     return Peaks(flops=peak, flops16=ops.where(peak16 > 0, peak16, peak))
 
@@ -142,7 +148,10 @@ def stage_terms(
     off_f, off_b = core.offload_forward_s, core.offload_backward_s
     offload_mb = off_f + off_b
     if not (type(head) is bool and head):  # a plain True (one plan holding the head) takes out 0
-        no_head = ops.where(ops.as_bool(head), 0.0, ct.head)  # the logits and loss run on the last stage
+        if type(head) is bool and type(ct.head) is float:  # a plain False: the head's own seconds
+            no_head = ct.head
+        else:
+            no_head = ops.where(ops.as_bool(head), 0.0, ct.head)  # the logits and loss run on the last stage
         ct = evolved(ct, compute=ct.compute - no_head, head=ct.head - no_head)
     mb_comm = lc.tp_exposed + lc.cp_exposed + lc.ep_exposed
     work = ct.compute + ct.memory_ops + mb_comm
@@ -155,24 +164,38 @@ def stage_terms(
     # NCCL streams run on, so a stall hides sharding traffic as compute does. Left out, faster
     # compute exposed the traffic and the copies each against the same shrinking compute, and a
     # step with 100x the FLOP/s came out slower.
-    scale = work / ops.maximum(ct.compute, 1e-30)
+    c = ct.compute
+    if type(c) is float:  # one plan: ops.maximum written out (nan where neither side is the larger)
+        scale = work / (c if c >= 1e-30 else (1e-30 if c < 1e-30 else math.nan))
+    else:
+        scale = work / ops.maximum(c, 1e-30)
     passes = (ct.forward * scale + off_f, ct.recompute * scale, (ct.backward + ct.head) * scale + off_b)
     mb_window = work + offload_mb
     shard = shard_inputs(ms, tr, sh, topo, deg, emb_here=emb, head=head)
     sd = sharding_terms(parts, shard, topo, lay.sharding, windows=passes)
     priced = sd.traffic  # price_traffic's figures are floats already (ops.as_float)
+    dp_overlap = lay.dp_comm_overlap
     fsdp_mb, dp_exposed, ar_window = exposed_traffic(
         priced,
         mb_window,
         ct.backward + ct.recompute + mb_comm + off_b,
-        ops.as_bool(lay.dp_comm_overlap),
+        dp_overlap if type(dp_overlap) is bool else ops.as_bool(dp_overlap),
         pass_windows=passes,
     )
     # the data-parallel group spans nodes where the ranks it strides over outgrow one node
-    sms = inp.hardware.sm_count
-    ch = nccl_channels(inp.hardware.compute_capability, deg.tp * deg.cp * deg.dp > _f(topo.gpus_per_node))
-    fsdp_slow = overlap_slowdown_s(ops.maximum(priced.micro_batch_s - fsdp_mb, 0.0), sms, ch)
-    dp_slow = overlap_slowdown_s(ops.maximum(priced.step_s - dp_exposed, 0.0), sms, ch)
+    sms, node = inp.hardware.sm_count, topo.gpus_per_node
+    ch = nccl_channels(
+        inp.hardware.compute_capability,
+        deg.tp * deg.cp * deg.dp > (node if type(node) is float else _f(node)),
+    )
+    fsdp_hidden, dp_hidden = priced.micro_batch_s - fsdp_mb, priced.step_s - dp_exposed
+    if type(fsdp_hidden) is float and type(dp_hidden) is float:  # one plan: maximum(x, 0.0) written out
+        fsdp_hidden = fsdp_hidden if fsdp_hidden >= 0.0 else (0.0 if fsdp_hidden < 0.0 else math.nan)
+        dp_hidden = dp_hidden if dp_hidden >= 0.0 else (0.0 if dp_hidden < 0.0 else math.nan)
+    else:
+        fsdp_hidden, dp_hidden = ops.maximum(fsdp_hidden, 0.0), ops.maximum(dp_hidden, 0.0)
+    fsdp_slow = overlap_slowdown_s(fsdp_hidden, sms, ch)
+    dp_slow = overlap_slowdown_s(dp_hidden, sms, ch)
     return StageTerms(
         shapes=sh,
         compute=ct,

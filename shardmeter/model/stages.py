@@ -43,6 +43,21 @@ def even_stage_layers(layers: Array, pp: Array, v: Array, rank: Array) -> Array:
     return v * q + extra
 
 
+def _even_floats(layers: float, pp: float, v: float, rank: float) -> float:
+    """:func:`even_stage_layers` of plain floats: the same operations in the same order,
+    ``ops.floor`` (inf and nan kept), ``maximum`` and ``minimum`` (nan where neither side is
+    the larger) written out. tests/test_scalar_twins.py holds it to the arrays to the bit."""
+    nan = math.nan
+    x = layers / (pp * v)
+    q = float(math.floor(x)) if x - x == 0.0 else x
+    r = layers - q * pp * v
+    y = (rank - r) / pp
+    y = -(float(math.floor(y)) if y - y == 0.0 else y)
+    y = 0.0 if y <= 0.0 else (y if y > 0.0 else nan)
+    extra = v if v <= y else (y if y < v else nan)
+    return v * q + extra
+
+
 def stage_layers(
     layers: Array, pp: Array, v: Array, first: Array, last: Array, emb: Array = 0.0, loss: Array = 0.0
 ) -> StageLayers:
@@ -107,9 +122,11 @@ def _one_stage_layers(
         last_n = last if set_l & multi else (mid_u if multi else first_n)
         mid_n = mid_u if pp > 2 else (last_n if multi else first_n)
     else:
-        first_n = even_stage_layers(units, pp, v, 0.0) - e
-        last_n = even_stage_layers(units, pp, v, ops.maximum(pp - 1.0, 0.0)) - lo
-        mid_n = even_stage_layers(units, pp, v, 1.0) if pp > 2 else (last_n if multi else first_n)
+        x = pp - 1.0
+        last_rank = x if x >= 0.0 else (0.0 if x < 0.0 else math.nan)
+        first_n = _even_floats(units, pp, v, 0.0) - e
+        last_n = _even_floats(units, pp, v, last_rank) - lo
+        mid_n = _even_floats(units, pp, v, 1.0) if pp > 2 else (last_n if multi else first_n)
     return StageLayers(first=first_n, middle=mid_n, last=last_n, bad=bad)
 
 

@@ -37,6 +37,7 @@ takes the slowest.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from shardmeter.inputs.bundles import Topology
 from shardmeter.model.formulas import ring_collective_time
@@ -78,11 +79,43 @@ def collective_time(
     if _KIND.get(kind) is None:
         raise ValueError(f"unknown collective {kind!r} (expected one of {', '.join(COLLECTIVES)})")
     kind = _KIND[kind]
-    size = ops.as_float(size)
+    if type(size) is not float:
+        size = ops.as_float(size)
     bw, lat = topo.tier_bytes_s, topo.tier_latency_s
     if kind != "a2a" and type(flat) is bool and _finite_floats(nbytes, size, stride, topo):
-        return _ring_or_tree_floats(kind, nbytes, size, stride, topo.tier_gpus, bw, lat, flat)
+        return _ring_or_tree_memo(kind == "ar", kind, nbytes, size, stride, topo.tier_gpus, bw, lat, flat)
     return _collective_ops(kind, nbytes, size, stride, topo, flat)
+
+
+def _ring_or_tree_memo(
+    ar: bool,
+    kind: str,
+    nbytes: float,
+    size: float,
+    stride: float,
+    gpus: tuple[float, ...],
+    bw: tuple[float, ...],
+    lat: tuple[float, ...],
+    flat: bool,
+) -> float:
+    """:func:`_ring_or_tree_floats`, the last call's answer where this call is the same: an
+    all-reduce or not (an all-gather and a reduce-scatter price alike), the same nonzero finite
+    bytes, size and stride (equal, so the same bits) and flatness over the same tier tuples
+    (held, compared by identity: immutable). ZeRO-1/2's reduce-scatter of the gradients and
+    all-gather of the parameters, one after the other, move as many bytes over one group."""
+    global _LAST_RING
+    last = _LAST_RING
+    key = (ar, nbytes, size, stride, flat)
+    if last is not None and last[0] == key and last[1] is gpus and last[2] is bw and last[3] is lat:
+        return last[4]
+    t = _ring_or_tree_floats(kind, nbytes, size, stride, gpus, bw, lat, flat)
+    if nbytes and size and stride:  # no zero (0.0 == -0.0): equal keys are the same bits
+        _LAST_RING = (key, gpus, bw, lat, t)
+    return t
+
+
+#: The last :func:`_ring_or_tree_memo`: ``((ar, nbytes, size, stride, flat), gpus, bw, lat, seconds)``.
+_LAST_RING: tuple[Any, ...] | None = None
 
 
 def _collective_ops(
@@ -145,20 +178,36 @@ def _finite_floats(nbytes: Array, size: Array, stride: Array, topo: Topology) ->
     """Whether one plan's collective is plain finite numbers throughout: its bytes, size and
     stride floats and its tiers tuples of floats, a tier's GPUs finite or inf (the island's
     tier; :func:`_ring_or_tree_floats` takes it)."""
+    global _LAST_TIERS
     gpus, bw, lat = topo.tier_gpus, topo.tier_bytes_s, topo.tier_latency_s
     if not (type(nbytes) is float and type(size) is float and type(stride) is float):
         return False
+    last = _LAST_TIERS
+    if last is not None and last[0] is gpus and last[1] is bw and last[2] is lat:
+        tiers_ok = last[3]
+    else:
+        tiers_ok = _finite_tiers(gpus, bw, lat)
+        _LAST_TIERS = (gpus, bw, lat, tiers_ok)
+    return tiers_ok and _isfinite(nbytes) and _isfinite(size) and _isfinite(stride)
+
+
+def _finite_tiers(gpus: Any, bw: Any, lat: Any) -> bool:
+    """Whether an island's tiers are tuples of plain floats, no tier's GPUs nan (the outermost
+    may be inf: the island) and every bandwidth and latency finite."""
     if not (type(gpus) is tuple and type(bw) is tuple and type(lat) is tuple):
         return False
     # over the tuples in C (map), not a generator's frame per element: every element exactly
     # a float (the set of their types), no tier's GPUs nan, every other number finite
     # (``isfinite`` of a float is ``x - x == 0.0``)
     if not set(map(type, gpus + bw + lat)) <= ops.ONLY_FLOAT or any(map(_isnan, gpus)):
-        return False  # the outermost tier's GPUs may be inf (the island)
-    return _isfinite(nbytes) and _isfinite(size) and _isfinite(stride) and all(map(_isfinite, bw + lat))
+        return False
+    return all(map(_isfinite, bw + lat))
 
 
 _isnan, _isfinite = math.isnan, math.isfinite
+#: The last tiers :func:`_finite_floats` checked, ``(gpus, bw, lat, ok)``: the tuples (held,
+#: so compared by identity; immutable, so their answer stands) and whether they pass.
+_LAST_TIERS: tuple[Any, Any, Any, bool] | None = None
 
 
 def _ring_or_tree_floats(
@@ -223,7 +272,12 @@ def _ring_or_tree_floats(
 
 def span_link(size: Array, stride: Array, topo: Topology) -> tuple[Array, Array]:
     """``(bytes/s, latency s)`` of the innermost tier that holds the whole group: where its
-    point-to-point transfers (ring attention, pipeline sends) travel."""
+    point-to-point transfers (ring attention, pipeline sends) travel. One plan's plain floats
+    take :func:`_span_floats`."""
+    if type(size) is float and type(stride) is float:
+        gpus, bw_t, lat_t = topo.tier_gpus, topo.tier_bytes_s, topo.tier_latency_s
+        if type(gpus) is tuple and type(bw_t) is tuple and type(lat_t) is tuple:
+            return _span_floats(size, stride, gpus, bw_t, lat_t)
     ks = members_per_tier(size, stride, topo)
     size = ops.as_float(size)
     T = len(ks)
@@ -234,6 +288,27 @@ def span_link(size: Array, stride: Array, topo: Topology) -> tuple[Array, Array]
         bw = ops.where(inside, ops.tier(topo.tier_bytes_s, t), bw)
         lat = ops.where(inside, ops.tier(topo.tier_latency_s, t), lat)
     return bw, lat
+
+
+def _span_floats(
+    size: float, stride: float, gpus: tuple[Any, ...], bw: tuple[Any, ...], lat: tuple[Any, ...]
+) -> tuple[Any, Any]:
+    """:func:`span_link` of one plan (plain floats, the tiers tuples): the innermost tier whose
+    members (:func:`members_per_tier`, ``ops`` of floats written out: ``floor`` keeps inf and
+    nan, ``maximum``/``minimum`` give nan where neither side is the larger) hold the group, else
+    the outermost, the tier the chain of ``ops.where`` leaves (no operation of the tiers past
+    it raises). tests/test_scalar_twins.py holds it to the arrays to the bit."""
+    nan = math.nan
+    st = stride if stride >= 1.0 else (1.0 if stride < 1.0 else nan)
+    last = len(gpus) - 1
+    for t in range(last):
+        x = gpus[t] / st
+        x = float(math.floor(x)) if x - x == 0.0 else x
+        x = x if x >= 1.0 else (1.0 if x < 1.0 else nan)
+        k = x if x <= size else (size if size < x else nan)
+        if k >= size:
+            return bw[t], lat[t]
+    return bw[last], lat[last]
 
 
 def slowest_link(topo: Topology) -> tuple[Array, Array]:

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+from collections.abc import Iterable
+from operator import attrgetter
 from typing import Any, TypeVar
 
 import attrs
 
 from shardmeter.model.feasibility import REASONS, Reason, part_templates, reason_messages
-from shardmeter.model.outputs import Breakdown, Outputs
-from shardmeter.report.confidence import confidence_of
-from shardmeter.report.layout import layout_of
-from shardmeter.report.pricing import cost_breakdown, gpu_hour_usd, island_cost_usd
+from shardmeter.model.outputs import Breakdown, MemoryParts, Outputs, Overlapped
+from shardmeter.report.confidence import confidence_of, features_of, static_band
+from shardmeter.report.layout import IslandLayout, island_layout, layout_of
+from shardmeter.report.pricing import IslandPrice, cost_breakdown, egress_usd, gpu_time_usd, island_prices
 from shardmeter.report.reliability import apply_reliability
 from shardmeter.report.text import format_report
-from shardmeter.report.words import assumption_notes, describe_bottleneck, regime_of
+from shardmeter.report.words import describe_bottleneck, hidden_notes, regime_of, sync_notes
 from shardmeter.resolve.resolver import Resolved
 
-__all__ = ["Report", "build_report", "json_safe", "regime_of", "describe_bottleneck"]
+__all__ = ["Report", "ReportFigures", "build_report", "json_safe", "regime_of", "describe_bottleneck"]
 
 T = TypeVar("T")
 
@@ -35,6 +38,26 @@ STEP_FIELDS = (
     "hfu",
     "compute_utilization",
 )
+
+
+#: The terms' names and one getter of their values, in field order, of the records the model
+#: gives (:meth:`Breakdown.terms`, :meth:`Overlapped.terms`, :meth:`MemoryParts.parts` without
+#: building their dicts; another class of record is asked for them).
+_TERMS = {
+    cls: (
+        tuple(f.name.removesuffix("_s") for f in attrs.fields(cls)),
+        attrgetter(*(f.name for f in attrs.fields(cls))),
+    )
+    for cls in (Breakdown, Overlapped)
+}
+_PART_NAMES = tuple(f.name.removesuffix("_bytes") for f in attrs.fields(MemoryParts))[:-1]
+_PART_VALUES = attrgetter(*(f.name for f in attrs.fields(MemoryParts)[:-1]))
+
+
+def _terms(rec: Any) -> Iterable[tuple[str, Any]]:
+    """``rec.terms().items()``: ``(name, seconds)`` in field order."""
+    got = _TERMS.get(type(rec))
+    return zip(got[0], got[1](rec)) if got is not None else rec.terms().items()  # noqa: B905 (one field list)
 
 
 def _at(x: Any, row: int, j: int | None = None) -> Any:
@@ -206,12 +229,110 @@ class Report:
         return report_html(self)
 
 
-def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
+class ReportFigures:
+    """What a report reads of the resolved scenario alone: the figures of :func:`build_report`
+    that depend on nothing but the :class:`Resolved` ``res`` (its islands' prices and layouts,
+    the GPUs, the notes on them, the sync strategy's notes, the confidence band's features),
+    each worked out where a report first reads it (``functools.cached_property``: afterwards a
+    plain attribute) and then kept with it.
+
+    Load once, estimate many: an :class:`~shardmeter.Estimator` keeps one beside the Resolved it
+    prepared for a loaded Scenario, so estimating that same Scenario object again reuses them;
+    another Scenario (a modified one is another object: scenarios are frozen) is resolved again
+    and gets figures of its own. ``build_report`` given none, or those of another Resolved,
+    works them out afresh. A Resolved is frozen and the figures hold a reference to it
+    (``res``), so they never describe another scenario; the report copies every dict and list
+    it takes from them."""
+
+    def __init__(self, res: Resolved):
+        self.res = res
+        #: the last ``(params, static band)`` of :meth:`band`
+        self._band: tuple[float, dict[str, Any]] | None = None
+
+    @functools.cached_property
+    def gpus(self) -> int:
+        """The GPUs the plan uses, over all islands."""
+        return int(sum(isl.gpus_used for isl in self.res.islands))
+
+    @functools.cached_property
+    def memory_capacity_gb(self) -> float:
+        """The smallest GPU's memory."""
+        return min(isl.gpu.memory_gb for isl in self.res.islands)
+
+    @functools.cached_property
+    def used_notes(self) -> tuple[str, ...]:
+        """A feasible report's note on each island that leaves some of its GPUs idle."""
+        return tuple(
+            f"island '{isl.name}' uses {isl.gpus_used} of its {isl.gpus} GPUs"
+            for isl in self.res.islands
+            if isl.gpus_used < isl.gpus
+        )
+
+    @functools.cached_property
+    def any_micro_batch(self) -> bool:
+        """Whether any island sets its own ``micro_batch``."""
+        return any(isl.micro_batch is not None for isl in self.res.scenario.islands)
+
+    @functools.cached_property
+    def prices(self) -> tuple[IslandPrice, ...]:
+        """Each island's :func:`~shardmeter.report.pricing.island_prices`."""
+        return island_prices(self.res)
+
+    @functools.cached_property
+    def gpu_names(self) -> tuple[str, ...]:
+        """Each island's GPU."""
+        return tuple(isl.gpu.name for isl in self.res.islands)
+
+    @functools.cached_property
+    def unpriced_notes(self) -> tuple[str, ...]:
+        """Each island's note when it has no GPU-hour price."""
+        return tuple(
+            f"island '{isl.name}': no GPU-hour price for '{isl.gpu.name}' in cost source "
+            f"'{isl.cost.name if isl.cost else 'none'}'; cost_usd is null"
+            for isl in self.res.islands
+        )
+
+    @functools.cached_property
+    def steps(self) -> float | None:
+        """The run's steps, ``training.tokens / (global_batch x seq_len)`` (None without tokens)."""
+        sc = self.res.scenario
+        tokens = sc.training.tokens
+        return tokens / (sc.training.global_batch * sc.model.seq_len) if tokens else None
+
+    @functools.cached_property
+    def layouts(self) -> tuple[IslandLayout, ...]:
+        """Each island's :func:`~shardmeter.report.layout.island_layout`."""
+        return tuple(island_layout(self.res, isl, j) for j, isl in enumerate(self.res.islands))
+
+    @functools.cached_property
+    def sync_notes(self) -> tuple[str, ...]:
+        """:func:`~shardmeter.report.words.sync_notes`."""
+        return tuple(sync_notes(self.res))
+
+    def band(self, params: float) -> dict[str, Any]:
+        """:func:`~shardmeter.report.confidence.static_band` of the features of :attr:`gpus` GPUs
+        on ``params`` parameters (the last one kept: the same model gives the same count)."""
+        last = self._band
+        if last is not None and last[0] == params:
+            return last[1]
+        st = static_band(features_of(self.res, self.gpus, params))
+        self._band = (params, st)
+        return st
+
+
+def build_report(res: Resolved, out: Outputs, row: int = 0, figures: ReportFigures | None = None) -> Report:
     """Row ``row`` of :func:`~shardmeter.model.evaluate.evaluate`'s output (with ``detail``), for
-    the resolved scenario ``res``, as a :class:`Report` (from those two alone)."""
+    the resolved scenario ``res``, as a :class:`Report` (from those two alone). ``figures``:
+    ``res``'s :class:`ReportFigures`, where the caller keeps
+    them (an Estimator, for a scenario estimated again); else worked out here."""
+    if figures is None or figures.res is not res:
+        figures = ReportFigures(res)
     sc, islands = res.scenario, res.islands
+    n_isl = len(islands)
     feasible = bool(_at(out.feasible, row))
-    reasons = _reasons(res, out, row)
+    # the scalar path's reason bits are one int for every island: none set, no line to write
+    bits = out.reasons
+    reasons = [] if type(bits) is int and bits == 0 else _reasons(res, out, row, figures.any_micro_batch)
     step = _fat(_detailed(out.step_time_s), row)
     if feasible and not (math.isfinite(step) and step > 0):
         # a part's figures overflowed the model (inf or nan): no number of this plan means anything
@@ -222,28 +343,26 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
         )
     notes = list(sc.notes)
     assumed: list[str] = []
-    gpus = int(sum(isl.gpus_used for isl in islands))
-    for isl in islands:
-        if feasible and isl.gpus_used < isl.gpus:
-            notes.append(f"island '{isl.name}' uses {isl.gpus_used} of its {isl.gpus} GPUs")
+    if feasible:
+        notes.extend(figures.used_notes)
     common: dict[str, Any] = {
         "memory_per_gpu_gb": _num(_gb(_detailed(out.memory_bytes), row)),
         "memory_reserved_gb": _num(_gb(_detailed(out.memory_reserved_bytes), row)),
-        "memory_capacity_gb": min(isl.gpu.memory_gb for isl in islands),
-        "gpus": gpus,
+        "memory_capacity_gb": figures.memory_capacity_gb,
+        "gpus": figures.gpus,
         "params": _fat(out.params, row),
         "model_flops_per_token": _fat(_detailed(out.model_flops_per_token), row),
         "notes": notes,
         "assumptions": assumed,
-        "layout": layout_of(res, out, row),
-        "memory_breakdown_gb": _memory_breakdown(out, row, len(islands)),
-        "memory_outside_allocator_gb": _outside_allocator(out, row, len(islands)),
+        "layout": _layout(res, out, row, figures),
+        "memory_breakdown_gb": _memory_breakdown(out, row, n_isl),
+        "memory_outside_allocator_gb": _outside_allocator(out, row, n_isl),
     }
     if not feasible:
         return _infeasible_report(res, out, row, reasons, common)
-    bd, ov = _breakdowns(out, row, len(islands))
+    bd, ov = _breakdowns(out, row, n_isl)
     tps = _fat(out.tokens_per_s, row)
-    isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes)
+    isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes, figures)
     report = Report(
         feasible=True,
         reasons=[],
@@ -263,11 +382,12 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
         overlapped_s=ov,
         islands=isl_reports,
         levels=_levels(out, row, bd, ov),
-        cost_breakdown_usd=_cost_split(res, isl_reports, wall),
+        cost_breakdown_usd=_cost_split(res, isl_reports, wall, figures),
         **common,
     )
-    assumed.extend(assumption_notes(res, report))
-    report.confidence = confidence_of(res, report)
+    assumed.extend(figures.sync_notes)
+    assumed.extend(hidden_notes(report))
+    report.confidence = confidence_of(res, report, figures.band(report.params))
     apply_reliability(res, report)
     if res.convergence is not None or sc.training.critical_batch != "none":  # raw figures unchanged
         from shardmeter.report.quality import apply_quality
@@ -276,11 +396,21 @@ def build_report(res: Resolved, out: Outputs, row: int = 0) -> Report:
     return report
 
 
-def _cost_split(res: Resolved, isl_reports: list[dict[str, Any]], wall: float | None) -> dict[str, Any]:
+def _layout(res: Resolved, out: Outputs, row: int, figures: ReportFigures) -> dict[str, Any]:
+    """:func:`~shardmeter.report.layout.layout_of` with the kept island layouts (its own test
+    first: outputs without a layout never work one out)."""
+    if out.island.layers_per_stage is None:
+        return {}
+    return layout_of(res, out, row, figures.layouts)
+
+
+def _cost_split(
+    res: Resolved, isl_reports: list[dict[str, Any]], wall: float | None, figures: ReportFigures
+) -> dict[str, Any]:
     """:func:`~shardmeter.report.pricing.cost_breakdown` of the run (empty without a token budget)."""
     if wall is None or not isl_reports or isl_reports[0]["egress_gb"] is None:
         return {}
-    return cost_breakdown(res, wall, isl_reports[0]["egress_gb"])
+    return cost_breakdown(res, wall, isl_reports[0]["egress_gb"], figures.prices)
 
 
 def _busiest_island(out: Outputs, row: int, n_isl: int) -> int:
@@ -298,7 +428,9 @@ def _memory_breakdown(out: Outputs, row: int, n_isl: int) -> dict[str, float]:
         return {}
     busiest = _busiest_island(out, row, n_isl)
     # the scalar path's floats: no call each (_gb's division of them)
-    return {k: (v if type(v) is float else _fat(v, row, busiest)) / 1e9 for k, v in parts.parts().items()}
+    exact = type(parts) is MemoryParts
+    items = zip(_PART_NAMES, _PART_VALUES(parts)) if exact else parts.parts().items()  # noqa: B905
+    return {k: (v if type(v) is float else _fat(v, row, busiest)) / 1e9 for k, v in items}
 
 
 def _outside_allocator(out: Outputs, row: int, n_isl: int) -> float | None:
@@ -323,14 +455,16 @@ def batch_split_key(sc: Any, j: int, *, any_island: bool | None = None) -> str:
     return REASONS[Reason.BATCH_SPLIT][0]
 
 
-def _reasons(res: Resolved, out: Outputs, row: int) -> list[str]:
+def _reasons(res: Resolved, out: Outputs, row: int, any_island: bool | None = None) -> list[str]:
     """Each island's reason bits as ``key: message`` lines (the key names the island's own
-    parallelism when it has one)."""
+    parallelism when it has one). ``any_island``: whether any island sets its own
+    ``micro_batch``, where the caller knows."""
     sc, islands = res.scenario, res.islands
     n_isl = len(islands)
     reasons: list[str] = []
     o = out.island
-    any_island = any(isl.micro_batch is not None for isl in sc.islands)
+    if any_island is None:
+        any_island = any(isl.micro_batch is not None for isl in sc.islands)
     for j, isl in enumerate(islands):
         bits = int(_at(out.reasons, row, j))
         if not bits:
@@ -399,14 +533,14 @@ def _breakdowns(out: Outputs, row: int, n_isl: int) -> tuple[dict[str, float], d
     the hidden time per term."""
     keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)
     bd: dict[str, float] = {}
-    for k, v in _detailed(out.breakdown).terms().items():  # BREAKDOWN_TERMS, in order
+    for k, v in _terms(_detailed(out.breakdown)):  # BREAKDOWN_TERMS, in order
         x = v if type(v) is float else _fat(v, row)  # the scalar path's floats: no call each
         if x > 0:  # max(0.0, x) kept where > 0 (a negative, zero or nan term: 0.0 where kept)
             bd[k] = x
         elif k in keep:
             bd[k] = 0.0
     ov: dict[str, float] = {}
-    for k, v in _detailed(out.overlapped).terms().items():
+    for k, v in _terms(_detailed(out.overlapped)):
         x = v if type(v) is float else _fat(v, row)
         if x > 0 or (k == "island_sync" and n_isl > 1):
             ov[k] = x
@@ -415,10 +549,19 @@ def _breakdowns(out: Outputs, row: int, n_isl: int) -> tuple[dict[str, float], d
 
 def _levels(out: Outputs, row: int, bd: dict[str, float], ov: dict[str, float]) -> dict[str, Any]:
     """Communication time per step by topology level (see :attr:`Report.levels`)."""
-    comm_in = sum(bd.get(k, 0.0) for k in ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm"))
+    # sum() over the terms (floats), written out in its order: 0.0 plus each in turn
+    b, o = bd.get, ov.get
+    comm_in = (
+        0.0
+        + b("tp_comm", 0.0)
+        + b("cp_comm", 0.0)
+        + b("ep_comm", 0.0)
+        + b("pp_comm", 0.0)
+        + b("dp_comm", 0.0)
+    )
     return {
         "intra_island": {
-            "time_s": comm_in + sum(ov.get(k, 0.0) for k in ("tp_comm", "cp_comm", "dp_comm")),
+            "time_s": comm_in + (0.0 + o("tp_comm", 0.0) + o("cp_comm", 0.0) + o("dp_comm", 0.0)),
             "exposed_s": comm_in,
         },
         "wan": {
@@ -430,7 +573,9 @@ def _levels(out: Outputs, row: int, bd: dict[str, float], ov: dict[str, float]) 
     }
 
 
-def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: float, notes: list[str]):
+def _island_entries(
+    res: Resolved, out: Outputs, row: int, step: float, tps: float, notes: list[str], figures: ReportFigures
+):
     """Per-island report entries, the total cost and the wall-clock time.
 
     * ``tokens_per_s``: the island's share of the global batch (proportional to its
@@ -453,43 +598,42 @@ def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: flo
       when the price is unknown (``CostSource.gpu_hour_usd`` is nan); the total
       is then null too.
     """
-    sc, islands, net = res.scenario, res.islands, res.network
-    tokens = sc.training.tokens
+    tokens = res.scenario.training.tokens
     wall = tokens / tps if tokens else None
-    steps = tokens / (sc.training.global_batch * sc.model.seq_len) if tokens else None
+    steps = figures.steps
     egress_step = _fat(out.egress_bytes_per_step, row)
     o = out.island
+    obd = _detailed(o.breakdown)
     entries = []
     total_cost = 0.0 if wall is not None else None
-    for j, isl in enumerate(islands):
+    for j, p in enumerate(figures.prices):
         g = int(_at(o.gpus, row, j))
-        billed = isl.nodes * isl.gpus_per_node
         isl_tps = _fat(o.tokens_per_s, row, j)
-        price = gpu_hour_usd(isl)
+        price = p.rate
         egress_gb = egress_step * steps / 1e9 if steps is not None else None
         cost = gpu_cost = egress_cost = None
         if wall is not None and egress_gb is not None:
-            priced = island_cost_usd(isl, net, wall, egress_gb)
-            if priced is not None:
-                gpu_cost, egress_cost = priced
+            if p.known:  # island_cost_usd of the island's kept prices
+                gpu_cost = gpu_time_usd(p.gpus_billed, price, wall)
+                egress_cost = egress_usd(egress_gb * 1e9, p.egress_usd_per_gb)
                 cost = gpu_cost + egress_cost
             else:
-                notes.append(
-                    f"island '{isl.name}': no GPU-hour price for '{isl.gpu.name}' in cost source "
-                    f"'{isl.cost.name if isl.cost else 'none'}'; cost_usd is null"
-                )
+                notes.append(figures.unpriced_notes[j])
         if total_cost is not None:
             total_cost = None if cost is None else total_cost + cost
-        idle = max(0.0, _fat(o.idle_s, row, j))
-        own_bd = _own_breakdown(_detailed(o.breakdown), row, j)
+        # max(0.0, x) of a float written out: x where x > 0.0, else 0.0 (a nan or -0.0 too)
+        idle = _fat(o.idle_s, row, j)
+        idle = idle if idle > 0.0 else 0.0
+        own_bd = _own_breakdown(obd, row, j)
         own_bd["idle"] = idle
-        own_bd["island_sync"] = max(0.0, _fat(_detailed(o.breakdown).island_sync_s, row, j))
+        sync = _fat(obd.island_sync_s, row, j)
+        own_bd["island_sync"] = sync if sync > 0.0 else 0.0
         entries.append(
             {
-                "name": isl.name,
-                "gpu": isl.gpu.name,
+                "name": p.name,
+                "gpu": figures.gpu_names[j],
                 "gpus": g,
-                "gpus_billed": billed,
+                "gpus_billed": p.gpus_billed,
                 "tokens_per_s": isl_tps,
                 "tokens_per_s_per_gpu": isl_tps / g if g else None,
                 "step_time_s": _fat(o.step_s, row, j),
@@ -501,8 +645,8 @@ def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: flo
                 "batch_per_step": _fat(o.batch_sequences, row, j),
                 "tokens": tokens * isl_tps / tps if tokens else None,
                 "wall_clock_s": wall,
-                "cost_source": isl.cost.name if isl.cost is not None else None,
-                "usd_per_gpu_hour": price if math.isfinite(price) else None,
+                "cost_source": p.price_source,
+                "usd_per_gpu_hour": price if p.known else None,
                 "gpu_cost_usd": gpu_cost,
                 "egress_gb": egress_gb,
                 "egress_cost_usd": egress_cost,
@@ -515,7 +659,7 @@ def _island_entries(res: Resolved, out: Outputs, row: int, step: float, tps: flo
 def _own_breakdown(bd: Breakdown, row: int, j: int) -> dict[str, float]:
     """Island ``j``'s own terms (> 0; compute always), without the island sync and idle time."""
     own: dict[str, float] = {}
-    for k, v in bd.terms().items():
+    for k, v in _terms(bd):
         if k != "island_sync" and k != "idle":
             x = v if type(v) is float else _fat(v, row, j)
             if x > 0 or k == "compute":

@@ -376,15 +376,15 @@ def band_of(f: Features, exclude: str | None = None) -> float:
     return float(static_band(f, exclude)["band_pct"]) / 100
 
 
-def confidence_of(res: Any, report: Any) -> dict[str, Any]:
+def confidence_of(res: Any, report: Any, static: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``confidence`` object of a feasible ``report`` of resolved scenario ``res`` (``{}``
     when infeasible): ``band_pct``, ``band_nearest_pct``, ``bias_pct``, ``basis``, ``runs``
     (the nearest runs' ids), ``max_validated_mfu`` with ``max_validated_mfu_of`` (the runs it is
-    the highest of, in words), ``within_envelope`` and ``reasons``."""
+    the highest of, in words), ``within_envelope`` and ``reasons``. ``static``: the
+    :func:`static_band` of the report's features, where the caller has it."""
     if not report.feasible:
         return {}
-    f = features_of(res, report.gpus, report.params)
-    st = static_band(f)
+    st = static_band(features_of(res, report.gpus, report.params)) if static is None else static
     reasons = list(st["reasons"])
     ceiling, mfu = st["max_validated_mfu"], report.mfu
     if ceiling is not None and mfu is not None and mfu > ceiling:

@@ -4,13 +4,16 @@ top."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import attrs
 
 from shardmeter.model.outputs import Outputs
 from shardmeter.model.stages import stage_layers
 from shardmeter.resolve.resolver import Resolved, ResolvedIsland
 
-__all__ = ["layout_of", "even_stage_layers"]
+__all__ = ["layout_of", "even_stage_layers", "IslandLayout", "island_layout"]
 
 
 def _at(x: Any, row: int, j: int | None = None) -> Any:
@@ -38,11 +41,21 @@ def even_stage_layers(layers: int, pp: int, v: int, stage: int) -> int:
     return v * q + min(v, max(0, -((stage - r) // pp)))
 
 
-def _island_layout(res: Resolved, isl: ResolvedIsland, out: Outputs, row: int, j: int) -> dict[str, Any]:
-    """One island's resolved layout (Megatron-LM's names where it has one)."""
-    sc, par, o = res.scenario, isl.parallelism, out.island
+@attrs.frozen
+class IslandLayout:
+    """What an island's layout takes from the resolved scenario alone (:func:`island_layout`):
+    the keys before ``grad_accumulation`` (``head``), the virtual stages and the first and last
+    stages' layers where they differ (``uneven``)."""
+
+    head: dict[str, Any]
+    virtual_stages: int
+    uneven: dict[str, int]
+
+
+def island_layout(res: Resolved, isl: ResolvedIsland, j: int) -> IslandLayout:
+    """Island ``j``'s :class:`IslandLayout` (Megatron-LM's names where it has one)."""
+    sc, par = res.scenario, isl.parallelism
     v = par.virtual_stages if par.pp > 1 else 1
-    largest = round(_fat(o.layers_per_stage, row, j))
     first = even_stage_layers(sc.model.layers, par.pp, v, 0)
     last = even_stage_layers(sc.model.layers, par.pp, v, par.pp - 1)
     split = par.embedding_in_split or par.loss_in_split
@@ -56,7 +69,7 @@ def _island_layout(res: Resolved, isl: ResolvedIsland, out: Outputs, row: int, j
         uneven = {"first_stage_layers": first, "last_stage_layers": last}
     else:
         uneven = {"first_stage_layers": first, "last_stage_layers": last} if first != last else {}
-    return {
+    head = {
         "tp": par.tp,
         "pp": par.pp,
         "cp": par.cp,
@@ -68,17 +81,29 @@ def _island_layout(res: Resolved, isl: ResolvedIsland, out: Outputs, row: int, j
         "schedule": par.schedule,
         "virtual_stages": v,
         "micro_batch": sc.micro_batch(j),
+    }
+    return IslandLayout(head, v, uneven)
+
+
+def _island_layout(fixed: IslandLayout, out: Outputs, row: int, j: int) -> dict[str, Any]:
+    """One island's resolved layout: ``fixed``'s keys and the outputs' (a new dict each time)."""
+    o = out.island
+    largest = round(_fat(o.layers_per_stage, row, j))
+    return {
+        **fixed.head,
         "grad_accumulation": round(_fat(o.micro_batches, row, j)),
         "batch_per_step": _fat(o.batch_sequences, row, j),
         "layers_per_stage": largest,
-        "layers_per_virtual_stage": largest // v,
-        **uneven,
+        "layers_per_virtual_stage": largest // fixed.virtual_stages,
+        **fixed.uneven,
         "params_per_gpu": _fat(o.params_per_gpu, row, j),
         "params_per_gpu_sharded": _fat(o.params_per_gpu_sharded, row, j),
     }
 
 
-def layout_of(res: Resolved, out: Outputs, row: int) -> dict[str, Any]:
+def layout_of(
+    res: Resolved, out: Outputs, row: int, fixed: Sequence[IslandLayout] | None = None
+) -> dict[str, Any]:
     """The resolved layout: per island ``tp``, ``pp``, ``cp``, ``ep``, ``dp``, ``gpus``,
     ``sequence_parallel``, ``sharding``, ``schedule``, ``virtual_stages``, ``micro_batch``,
     ``grad_accumulation`` (micro-batches per step per pipeline), ``batch_per_step``
@@ -88,21 +113,25 @@ def layout_of(res: Resolved, out: Outputs, row: int) -> dict[str, Any]:
     (the largest stage's tensor / expert slice) and ``params_per_gpu_sharded`` (what the
     sharding strategy leaves one GPU). The keys every island agrees on are at the top, with
     ``params``, ``global_batch`` and ``dp_total`` (replicas over all islands); ``islands``
-    lists each island's (with its ``name``) where they differ."""
+    lists each island's (with its ``name``) where they differ. ``fixed``: each island's
+    :func:`island_layout`, where the caller keeps them."""
     if out.island.layers_per_stage is None:
         return {}
-    per = [_island_layout(res, isl, out, row, j) for j, isl in enumerate(res.islands)]
-    # one island agrees with itself on every key (no generator per key to say so)
-    top = (
-        dict(per[0])
-        if len(per) == 1
-        else {k: v for k, v in per[0].items() if all(k in p and p[k] == v for p in per[1:])}
-    )
+    if fixed is None:
+        fixed = [island_layout(res, isl, j) for j, isl in enumerate(res.islands)]
+    if len(fixed) == 1:  # one island agrees with itself on every key: its own dict, at the top
+        top = _island_layout(fixed[0], out, row, 0)
+        top["dp_total"] = 0 + top["dp"]  # sum() of one: its int start plus it
+        top["global_batch"] = res.scenario.training.global_batch
+        top["params"] = _fat(out.params, row)
+        return top
+    per = [_island_layout(f, out, row, j) for j, f in enumerate(fixed)]
+    top = {k: v for k, v in per[0].items() if all(k in p and p[k] == v for p in per[1:])}
     top |= {
         "dp_total": sum(p["dp"] for p in per),
         "global_batch": res.scenario.training.global_batch,
         "params": _fat(out.params, row),
     }
-    if len(per) > 1 and any(p != per[0] for p in per[1:]):
+    if any(p != per[0] for p in per[1:]):
         top["islands"] = [{"name": isl.name, **p} for isl, p in zip(res.islands, per, strict=True)]
     return top

@@ -10,6 +10,8 @@ __all__ = [
     "regime_of",
     "describe_bottleneck",
     "assumption_notes",
+    "sync_notes",
+    "hidden_notes",
     "hidden_share",
     "TERM_WORDS",
     "HIDDEN_NOTE_ABOVE",
@@ -38,13 +40,30 @@ def regime_of(breakdown: dict[str, float]) -> str:
     """``compute-bound``, ``communication-bound``, ``memory-bound`` or ``bubble-bound``:
     whichever group of breakdown terms is largest (communication sums every
     exposed ``*_comm`` term, the island sync and the exposed activation offload: a transfer)."""
-    groups = {
-        "compute-bound": breakdown.get("compute", 0.0) + breakdown.get("optimizer", 0.0),
-        "communication-bound": sum(breakdown.get(k, 0.0) for k in (*_COMM, "offload")),
-        "memory-bound": breakdown.get("memory_ops", 0.0),
-        "bubble-bound": breakdown.get("pp_bubble", 0.0) + breakdown.get("idle", 0.0),
-    }
-    return max(groups, key=lambda g: groups[g])
+    get = breakdown.get
+    compute = get("compute", 0.0) + get("optimizer", 0.0)
+    # sum() of the terms, written out in its order: its int start 0 plus each in turn
+    comm = (
+        0
+        + get("tp_comm", 0.0)
+        + get("cp_comm", 0.0)
+        + get("ep_comm", 0.0)
+        + get("pp_comm", 0.0)
+        + get("dp_comm", 0.0)
+        + get("island_sync", 0.0)
+        + get("offload", 0.0)
+    )
+    memory = get("memory_ops", 0.0)
+    bubble = get("pp_bubble", 0.0) + get("idle", 0.0)
+    # max() of the four groups in this order, written out: a later group only when it is larger
+    regime, top = "compute-bound", compute
+    if comm > top:
+        regime, top = "communication-bound", comm
+    if memory > top:
+        regime, top = "memory-bound", memory
+    if bubble > top:
+        regime = "bubble-bound"
+    return regime
 
 
 def describe_bottleneck(report: Any) -> str:
@@ -79,11 +98,15 @@ _SYNC_DEFAULTS = ("inner_steps", "compression_bits")
 
 def assumption_notes(res: Any, report: Any) -> list[str]:
     """Notes on what the scenario did not say and the model assumed (``res`` the resolved
-    scenario, ``report`` a feasible report): a local-step sync strategy's defaulted
-    ``inner_steps`` / ``compression_bits``; that its effect on the tokens needed for a given
-    quality is not priced (Douillard et al. 2023, arXiv:2311.08105, measure it against
-    synchronous training); communication hidden under more than :data:`HIDDEN_NOTE_ABOVE` of
-    the compute time."""
+    scenario, ``report`` a feasible report): :func:`sync_notes` of ``res``, then
+    :func:`hidden_notes` of ``report``."""
+    return [*sync_notes(res), *hidden_notes(report)]
+
+
+def sync_notes(res: Any) -> list[str]:
+    """A local-step sync strategy's defaulted ``inner_steps`` / ``compression_bits``; that its
+    effect on the tokens needed for a given quality is not priced (Douillard et al. 2023,
+    arXiv:2311.08105, measure it against synchronous training). Of ``res`` alone."""
     notes: list[str] = []
     opts, given = res.sync_options, res.scenario.sync.options
     if len(res.islands) > 1 and hasattr(opts, "inner_steps"):
@@ -101,10 +124,17 @@ def assumption_notes(res: Any, report: Any) -> list[str]:
             "tokens than synchronous training to reach the same loss; wall-clock and cost are for "
             "training.tokens as given"
         )
+    return notes
+
+
+def hidden_notes(report: Any) -> list[str]:
+    """Communication hidden under more than :data:`HIDDEN_NOTE_ABOVE` of the compute time (of a
+    feasible ``report``)."""
+    notes: list[str] = []
     hidden = sum(report.overlapped_s.values())
     compute = report.breakdown_s.get("compute", 0.0)
-    share = hidden_share(report.overlapped_s, report.breakdown_s)
-    if share is not None and share > HIDDEN_NOTE_ABOVE:
+    # hidden_share's figure, its sum once: that sum over the compute, None without compute
+    if compute > 0 and hidden / compute > HIDDEN_NOTE_ABOVE:
         terms = ", ".join(f"{k} {v:.3f} s" for k, v in report.overlapped_s.items() if v > 0)
         notes.append(
             f"{hidden:.3f} s of communication per step is hidden under other work ({hidden / compute:.0%} of "

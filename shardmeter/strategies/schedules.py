@@ -24,6 +24,7 @@ partitioned gradients, ``e2fdd254e`` 2021-09-29).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -95,6 +96,10 @@ class ClassicSchedule(SchedulePart):
         pp, m, v = pipe.pp, pipe.micro_batches, pipe.virtual_stages
         v_bubble = v if self.bubble_over_virtual else 1.0
         bubble = self.bubble_fraction * (pp - 1.0) / v_bubble * pipe.stage_s
+        if type(pp) is float and type(m) is float and type(v) is float:  # one plan: plain ifs
+            return PipeTerms(
+                bubble_s=bubble, in_flight=self._held_floats(pp, m, v), p2p_transfers=_p2p_floats(pp, m, v)
+            )
         if self.in_flight == "all":
             held = m
         else:
@@ -104,22 +109,73 @@ class ClassicSchedule(SchedulePart):
         # the evaluator asks infeasible() (needs()) itself, as the planner's pre-check does
         return PipeTerms(bubble_s=bubble, in_flight=held, p2p_transfers=p2p_transfers(pipe))
 
+    def _held_floats(self, pp: float, m: float, v: float) -> float:
+        """:meth:`terms`' ``in_flight`` of one plan (plain floats): the same operations in the
+        same order, ``ops.minimum`` written out (nan where neither side is the smaller) and
+        ``ops.where`` the side it picks (the other's quotient taken too, so a zero divisor
+        raises as it does there). tests/test_scalar_twins.py holds it to the arrays."""
+        if self.in_flight == "all":
+            return m
+        held = m if m <= pp else (pp if pp < m else math.nan)
+        if self.bubble_over_virtual:
+            chunked = 1.0 + (pp - 1.0) / (pp * v)
+            held = held * (chunked if v > 1 else 1.0)
+        return held
+
+    def infeasible(self, pipe: PipeInputs, opts: Any) -> Array:
+        """:func:`~shardmeter.parts.unmet_needs` of :meth:`needs`; one plan of plain floats
+        (finite micro-batches and stages, ``pp`` not 0: ``ops.mod`` of plain numbers) as plain
+        bools, the same bools; a batch, or PyTorch's rounds, through the general code."""
+        pp, m, v = pipe.pp, pipe.micro_batches, pipe.virtual_stages
+        if type(pp) is float and type(m) is float and type(v) is float:
+            needs = self.needs(opts)
+            if needs is _ONE_CHUNK:
+                return pp < 0
+            if needs is _INTERLEAVED_MULTIPLE_OF_PP and pp and m - m == 0.0 and pp - pp == 0.0:
+                return (pp < 0) | ((v > 1) & ((pp < 2) | (m % pp != 0)))
+        return super().infeasible(pipe, opts)
+
     def in_flight_at(self, pipe: PipeInputs, opts: Any, rank: Array) -> Array:
         """Rank ``rank``'s micro-batches in flight at its peak (see the module docstring)."""
         pp, m, v = pipe.pp, pipe.micro_batches, pipe.virtual_stages
         if self.in_flight == "all":
             return m + 0.0 * rank
+        if type(pp) is float and type(m) is float and type(v) is float and type(rank) is float:
+            return self._in_flight_floats(pp, m, v, rank)
         one_f_one_b = ops.minimum(pp - rank, m)
         if not self.bubble_over_virtual:
             return one_f_one_b
         chunks = ops.minimum((pp - rank - 1.0) * 2.0 + (v - 1.0) * pp + 1.0, m * v)
         return ops.where(v > 1, chunks / v, one_f_one_b)
 
+    def _in_flight_floats(self, pp: float, m: float, v: float, rank: float) -> float:
+        """:meth:`in_flight_at` of one plan (plain floats, not GPipe): the same operations in
+        the same order, ``ops.minimum`` written out and ``ops.where`` the side it picks (the
+        chunks' quotient taken either way, so ``v = 0`` raises as it does there).
+        tests/test_scalar_twins.py holds it to the arrays."""
+        x = pp - rank
+        one_f_one_b = x if x <= m else (m if m < x else math.nan)
+        if not self.bubble_over_virtual:
+            return one_f_one_b
+        x, y = (pp - rank - 1.0) * 2.0 + (v - 1.0) * pp + 1.0, m * v
+        chunks = (x if x <= y else (y if y < x else math.nan)) / v
+        return chunks if v > 1 else one_f_one_b
+
     def loss_in_flight(self, pipe: PipeInputs, opts: Any) -> Array:
         """GPipe runs every forward pass first, so the last stage holds all ``m`` micro-batches'
         saved logits; 1F1B and interleaved run each one's backward right after its forward
         through the last chunk: one."""
-        return pipe.micro_batches if self.in_flight == "all" else ops.where(pipe.pp < 0, 0.0, 1.0)
+        if self.in_flight == "all":
+            return pipe.micro_batches
+        pp = pipe.pp
+        if type(pp) is float:
+            return 0.0 if pp < 0 else 1.0
+        return ops.where(pp < 0, 0.0, 1.0)
+
+
+def _p2p_floats(pp: float, m: float, v: float) -> float:
+    """:func:`p2p_transfers` of one plan (plain floats): the side ``ops.where`` picks."""
+    return 2.0 * (v * m + pp - 1.0) if pp > 1 else 0.0
 
 
 @attrs.frozen(kw_only=True)

@@ -204,7 +204,8 @@ class ZeroSharding(ShardingPart):
         64 ranks would otherwise be priced as 2.67 replicas. Sharding over the whole group
         (``"dp"``) always divides it."""
         if self.shard_group != "node":
-            return ops.where(inp.dp < 0, True, False)  # shaped like dp
+            dp = inp.dp
+            return dp < 0 if type(dp) is float else ops.where(dp < 0, True, False)  # shaped like dp
         return ops.mod(inp.dp * inp.cp, shard_group_size(inp, True)) != 0
 
     def bucket_bytes(self, opts: Any) -> float:
@@ -277,7 +278,12 @@ class ZeroSharding(ShardingPart):
         experts by their expert-data-parallel group, :func:`expert_shard_group_size`); ZeRO-3 / FSDP also hold
         the gathered parameters (:meth:`gathered_bytes`) and DeepSpeed ZeRO-3 its reduce bucket
         (``reduce_bucket_size`` elements of the gradient dtype, allocated once with
-        ``contiguous_gradients``: zero/stage3.py, DeepSpeed@edaa722), as ``extra``."""
+        ``contiguous_gradients``: zero/stage3.py, DeepSpeed@edaa722), as ``extra``. One plan's
+        plain floats without ZeRO-3 over the whole group take :meth:`_state_floats`."""
+        if not self.shard_parameters and self.shard_group == "dp":
+            one = self._state_floats(inp)
+            if one is not None:
+                return one
         by_domain = self.shard_group == "node"
         n = shard_group_size(inp, by_domain)
         n_e = expert_shard_group_size(inp, by_domain)
@@ -301,6 +307,45 @@ class ZeroSharding(ShardingPart):
             gradients=sharded(self.shard_gradients) * inp.grad_bytes + unsharded_g,
             optimizer=sharded(self.shard_optimizer) * inp.optimizer_bytes_per_param,
             param_shards=w_shards,
+            optimizer_shards=n if self.shard_optimizer else 1.0,
+        )
+
+    def _state_floats(self, inp: ShardInputs) -> StateBytes | None:
+        """:meth:`state` of one plan (plain floats; parameters not sharded, the shard group the
+        whole data-parallel group; None otherwise): :func:`shard_group_size` and
+        :func:`expert_shard_group_size` of plain floats inline, ``ops.maximum``/``minimum``
+        written out (nan where neither side is the larger), the sharded share computed once
+        and only where a state is sharded; the same operations in the same order otherwise
+        (nothing pipelined unsharded: ``+ 0.0`` as that gives). tests/test_scalar_twins.py
+        holds it to the arrays to the bit."""
+        tp, ep = inp.tp, inp.ep
+        etp = tp if inp.expert_tp is None else inp.expert_tp
+        p, e, gb, ob = (
+            inp.params_per_gpu,
+            inp.expert_params_per_gpu,
+            inp.grad_bytes,
+            inp.optimizer_bytes_per_param,
+        )
+        dpcp = inp.dp * inp.cp
+        if not set(map(type, (dpcp, tp, ep, etp, p, inp.weight_bytes, e, gb, ob))) <= ops.ONLY_FLOAT:
+            return None
+        nan = math.nan
+        if self.shard_gradients or self.shard_optimizer:
+            n = dpcp if dpcp >= 1.0 else (1.0 if dpcp < 1.0 else nan)
+            folded = tp / (etp if etp >= 1.0 else (1.0 if etp < 1.0 else nan))
+            x = n * folded / (ep if ep >= 1.0 else (1.0 if ep < 1.0 else nan))
+            n_e = x if x >= 1.0 else (1.0 if x < 1.0 else nan)
+            y = e if e >= 0.0 else (0.0 if e < 0.0 else nan)
+            p_e = y if y <= p else (p if p < y else nan)
+            part = (p - p_e) / n + p_e / n_e
+        else:
+            n = part = p  # not read: nothing sharded
+        return StateBytes(
+            extra=self.reduce_bucket_elements * gb,
+            weights=p * inp.weight_bytes,
+            gradients=(part if self.shard_gradients else p) * gb + 0.0,
+            optimizer=(part if self.shard_optimizer else p) * ob,
+            param_shards=1.0,
             optimizer_shards=n if self.shard_optimizer else 1.0,
         )
 

@@ -1,0 +1,405 @@
+"""The scalar path's written-out twins of the busiest GPU's memory, the report's records and the
+step's composition compute, for one plan, exactly what the general code computes (the same
+operations in the same order: equal to the last bit, nan where it gives nan, and a
+ZeroDivisionError where it raises one); the pattern of tests/test_scalar_twins.py."""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import math
+import random
+
+import attrs
+import pytest
+
+from shardmeter.model.outputs import field_values
+
+VALS = (0.0, -0.0, 1.0, 2.0, 3.5, 1e-9, 1e12, math.inf, math.nan)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and math.copysign(1, a) == math.copysign(1, b))
+    return type(a) is type(b) and a == b
+
+
+def _flat(v) -> list:
+    if attrs.has(type(v)):
+        return [y for f in field_values(v).values() for y in _flat(f)]
+    if isinstance(v, tuple | list):
+        return [y for f in v for y in _flat(f)]
+    return [v]
+
+
+def _alike(a, b) -> bool:
+    fa, fb = _flat(a), _flat(b)
+    return len(fa) == len(fb) and all(_same(u, v) for u, v in zip(fa, fb, strict=True))
+
+
+def _scenarios(n: int = 60) -> list[str]:
+    """The example and a spread of the bundled published runs (pipelines of 1, 2 and more
+    stages, MoE, FSDP, offload, the recompute modes)."""
+    runs = sorted(glob.glob("shardmeter/validation_data/published/**/*.toml", recursive=True))
+    step = max(len(runs) // n, 1)
+    return ["examples/gpt3-175b-a100.toml", *runs[::step]]
+
+
+def _captured(module, name: str, scenarios: list[str]) -> list[tuple]:
+    """The positional arguments ``module.name`` gets in one plan's evaluate of each scenario."""
+    import shardmeter.model.evaluate as ev
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+
+    est = Estimator()
+    seen: list[tuple] = []
+    real = getattr(module, name)
+
+    def spy(*a, **k):
+        seen.append((a, k))
+        return real(*a, **k)
+
+    setattr(module, name, spy)
+    try:
+        for path in scenarios:
+            try:
+                inp, table = build_inputs(est.resolve(est.load(path)), scalar=True)
+            except Exception:  # noqa: BLE001 (a scenario this build cannot take as one plan)
+                continue
+            with contextlib.suppress(ZeroDivisionError):
+                ev.evaluate(inp, table, fallback=False)
+    finally:
+        setattr(module, name, real)
+    return seen
+
+
+def test_one_plans_busiest_gpu_is_the_general_codes_to_the_bit():
+    """:func:`~shardmeter.model.busiest._busiest_floats` (each rank's memory, what ranks of one
+    shape share computed once, one record built) is :func:`~shardmeter.model.busiest._busiest_ops`
+    (:func:`~shardmeter.model.busiest.rank_memory` of each rank, the busiest picked): every
+    field, for the bundled runs' plans with their stages known or not, at random and edge
+    layers and in-flight counts."""
+    import shardmeter.model.evaluate as ev
+    from shardmeter.model import busiest
+
+    calls = [c for c in _captured(ev, "busiest_gpu", _scenarios()) if type(c[0][2].tp) is float]
+    assert len(calls) > 30
+    rng = random.Random(41)
+    checked = 0
+    for (inp, parts, deg, stl, sch, islands, *rest), _ in calls:
+        known = rest[0] if rest else ()
+        assert islands == 1
+        for trial in range(12):
+            s2, k2, d2 = sch, known, deg
+            if trial % 3:
+                s2 = attrs.evolve(
+                    sch,
+                    **{
+                        k: rng.choice(VALS) if rng.random() < 0.3 else getattr(sch, k) * rng.uniform(0.5, 2.0)
+                        for k in ("held_first", "held_middle", "held_last", "loss_held")
+                    },
+                )
+            if trial % 4 == 3:
+                k2 = ()
+            elif trial % 4 == 1:  # the known stages' state at edge numbers
+                k2 = tuple(
+                    (*k[:3], attrs.evolve(k[3], state=attrs.evolve(k[3].state, **{
+                        f: rng.choice(VALS) for f in ("weights", "optimizer", "param_shards", "extra")
+                    })))
+                    for k in known
+                )  # fmt: skip
+            if trial % 6 == 5:
+                d2 = attrs.evolve(deg, tp=rng.choice((0.0, 1.0, 2.0, 8.0)))
+                k2 = ()
+            # the recompute mode, offloaded layers and loss (a working set, a kept share, a transient)
+            i2 = attrs.evolve(
+                inp,
+                training=attrs.evolve(
+                    inp.training,
+                    recompute=float(rng.choice((0, 1, 2, 3))) if trial % 2 else inp.training.recompute,
+                    offload_layers=rng.choice((0.0, 0.0, 1.0, 3.0, -1.0, math.nan)),
+                    fused_loss=rng.random() < 0.3,
+                    compiled_loss=rng.random() < 0.3,
+                ),
+            )
+            try:
+                a = busiest._busiest_floats(i2, parts, d2, stl, s2, k2)
+            except ZeroDivisionError:
+                with pytest.raises(ZeroDivisionError):
+                    busiest._busiest_ops(i2, parts, d2, stl, s2, 1, k2)
+                continue
+            assert a is not None
+            b = busiest._busiest_ops(i2, parts, d2, stl, s2, 1, k2)
+            assert type(a) is type(b) and _alike(a, b), (trial, a, b)
+            checked += 1
+    assert checked > 200
+    # and busiest_gpu takes the twin for one plan (the same record as the general code's)
+    (inp, parts, deg, stl, sch, islands, known), _ = calls[0]
+    got = busiest.busiest_gpu(inp, parts, deg, stl, sch, islands, known)
+    assert _alike(got, busiest._busiest_ops(inp, parts, deg, stl, sch, islands, known))
+    # a batch, or numbers that are not plain floats, take the general code
+    assert busiest._busiest_floats(inp, parts, deg, stl, attrs.evolve(sch, loss_held=1), known) is None
+
+
+def test_busiest_parts_are_memory_parts():
+    """:func:`~shardmeter.model.busiest.busiest_parts`, written out, is the busiest GPU's
+    :func:`~shardmeter.model.memory.memory_parts` (the sync strategy's state with the optimizer,
+    the strategy's extra buffers with the transient) and adds up to its total."""
+    from shardmeter.model.busiest import BusiestGpu, busiest_parts
+    from shardmeter.model.memory import MEMORY_PARTS, memory_parts, total_memory
+    from shardmeter.parts import StateBytes
+
+    rng = random.Random(5)
+    for _ in range(300):
+        w, g, o, x, act, tr, oth, ext = (
+            rng.choice(VALS) if rng.random() < 0.2 else rng.uniform(0, 1e10) for _ in range(8)
+        )
+        st = StateBytes(weights=w, gradients=g, optimizer=o, extra=x)
+        b = BusiestGpu(
+            state=st,
+            activations_bytes=act,
+            extra_state_bytes=ext,
+            memory_bytes=total_memory(w, g, o + ext, x, act, tr, oth),
+            transient_bytes=tr,
+            other_bytes=oth,
+            outside_allocator_bytes=0.5 * oth,
+        )
+        got = busiest_parts(b)
+        want = memory_parts(w, g, o + ext, x, act, tr, oth)
+        assert _alike(tuple(got.parts().values()), tuple(want[k] for k in MEMORY_PARTS))
+        assert _same(got.outside_allocator_bytes, 0.5 * oth)
+
+
+def test_one_islands_combined_outputs_are_the_general_codes_to_the_bit():
+    """:func:`~shardmeter.model.islands._combine_one` (one plan on one island: nothing broadcast
+    or folded, no sync terms) is :func:`~shardmeter.model.islands._combine_ops`: every output
+    field, with and without detail and per island only, feasible or not, at random and edge
+    numbers (a zero step, zero GPUs: the same ZeroDivisionError)."""
+    import shardmeter.model.evaluate as ev
+    from shardmeter.model import islands
+
+    calls = [c for c in _captured(ev, "combine_islands", _scenarios(20)) if c[0][2] == ()]
+    assert len(calls) > 10
+    rng = random.Random(43)
+
+    def x(v):
+        return rng.choice(VALS) if rng.random() < 0.2 else v * rng.uniform(0.5, 2.0)
+
+    checked = 0
+    for (parts, inp, shape, st0, *_), _ in calls:
+        for trial in range(40):
+            st = attrs.evolve(
+                st0,
+                reasons=rng.choice((0, 0, 0, 32, 16 | 128)),
+                terms=attrs.evolve(st0.terms, **{k: x(v) for k, v in field_values(st0.terms).items()}),
+                hidden=attrs.evolve(st0.hidden, **{k: x(v) for k, v in field_values(st0.hidden).items()}),
+                **{
+                    k: x(getattr(st0, k))
+                    for k in (
+                        "model_flops_per_token",
+                        "peak_flops",
+                        "gpus",
+                        "island_batch",
+                        "memory_bytes",
+                        "params",
+                    )
+                },
+            )
+            detail, only = trial % 2 == 0, trial % 4 == 1
+            try:
+                a = islands._combine_one(parts, inp, st, detail, only)
+            except ZeroDivisionError:
+                with pytest.raises(ZeroDivisionError):
+                    islands._combine_ops(parts, inp, shape, st, detail, only)
+                continue
+            assert a is not None
+            b = islands._combine_ops(parts, inp, shape, st, detail, only)
+            assert type(a) is type(b) and _alike(a, b), trial
+            assert [f is None for f in field_values(a).values()] == [
+                f is None for f in field_values(b).values()
+            ]
+            checked += 1
+    assert checked > 300
+    # and combine_islands takes the twin for one island; not where a figure is not a plain number
+    parts, inp, shape, st0, *_ = calls[0][0]
+    assert _alike(
+        islands.combine_islands(parts, inp, shape, st0), islands._combine_ops(parts, inp, shape, st0)
+    )
+    assert islands._combine_one(parts, inp, attrs.evolve(st0, params=1), True, False) is None
+
+
+def test_one_plans_degrees_batch_split_and_sharding_reasons_are_the_arrays_to_the_bit():
+    """:func:`~shardmeter.model.degrees.degrees`, :func:`~shardmeter.model.feasibility.batch_split`
+    and :func:`~shardmeter.model.feasibility.sharding_reasons` of plain numbers (each where the
+    value it picks, the maxima written out, by_code's one call) give the batch's values, at
+    random and edge numbers (0, a negative, inf, nan: the same ZeroDivisionError where numbers
+    raise and arrays give inf or nan)."""
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import degrees, feasibility
+
+    est = Estimator()
+    inp, table = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)
+    lay0 = inp.layout
+    vals = (0.0, -1.0, 0.5, 1.0, 2.0, 3.0, 8.0, 16.0, math.inf, math.nan)
+    rng = random.Random(61)
+    for _ in range(3000):
+        lay = attrs.evolve(
+            lay0,
+            **{k: rng.choice(vals) for k in ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "expert_tp")},
+            sequence_parallel=rng.random() < 0.5,
+        )
+        one = degrees.degrees(lay)
+        fields = ("tp", "pp", "dp", "cp", "ep", "virtual_stages", "expert_tp", "sequence_parallel")
+        with np.errstate(all="ignore"):
+            arr = degrees.degrees(attrs.evolve(lay, **{k: np.asarray([[getattr(lay, k)]]) for k in fields}))
+        for k, v in field_values(one).items():
+            w = np.asarray(getattr(arr, k)).ravel()[0]
+            if k == "sp":
+                assert type(v) is bool and v == bool(w)
+            else:
+                assert type(v) is float and _same(v, float(w)), (lay, k, v, w)
+        gb, dp, mb, ib = (rng.choice((*vals, 1536.0, 64.0)) for _ in range(4))
+        try:
+            got = feasibility.batch_split(gb, dp, mb, ib)
+        except ZeroDivisionError:
+            continue
+        with np.errstate(all="ignore"):
+            ref = feasibility.batch_split(*(np.asarray([[x]]) for x in (gb, dp, mb, ib)))
+        assert all(type(g) is float for g in got)
+        assert all(_same(g, float(np.asarray(r).ravel()[0])) for g, r in zip(got, ref, strict=True)), (
+            gb,
+            dp,
+            mb,
+            ib,
+        )
+    # sharding_reasons: each bundled sharding part's verdict, as by_code and the where give it
+    for code in range(len(table.entries["sharding"])):
+        for _ in range(60):
+            tp, dp, cp = (rng.choice((1.0, 2.0, 3.0, 8.0, 16.0, 64.0)) for _ in range(3))
+            got = feasibility.sharding_reasons(table, float(code), tp, dp, cp, inp.topology)
+            ref = feasibility.sharding_reasons(table, np.int64(code), tp, dp, cp, inp.topology)
+            assert type(got) is int and got == int(ref), (code, tp, dp, cp)
+
+
+def test_one_plans_allocator_figures_are_the_arrays_to_the_bit():
+    """:func:`~shardmeter.model.allocator.stage_required_bytes` (one plan not sharded per
+    parameter: allocated plus one page of slack), :func:`~shardmeter.model.allocator.churn_bytes`
+    and :func:`~shardmeter.model.allocator.stage_reserved_bytes` of plain numbers (the maxima
+    written out) give the batch's values, for the bundled runs' busiest GPUs at random and edge
+    numbers (sharded per parameter or not, expandable segments or not, nan and inf)."""
+    import numpy as np
+
+    import shardmeter.model.evaluate as ev
+    from shardmeter.model import allocator
+
+    calls = [c for c in _captured(ev, "stage_required_bytes", _scenarios(30)) if type(c[0][4]) is float]
+    assert len(calls) > 10
+    rng = random.Random(47)
+    shard_f = (
+        "layers_per_stage",
+        "params_per_gpu",
+        "params_per_layer",
+        "param_gather_bytes",
+        "weight_bytes",
+        "grad_bytes",
+    )
+    state_f = ("weights", "gradients", "optimizer", "param_shards", "extra")
+
+    def x(v):
+        return rng.choice(VALS) if rng.random() < 0.15 else v * rng.uniform(0.5, 2.0)
+
+    def arr(v):
+        return np.asarray([v])
+
+    def one(a):
+        return float(np.asarray(a).ravel()[0])
+
+    for (ms, tr, shard0, state0, alloc0), _ in calls:
+        for trial in range(60):
+            shard = attrs.evolve(shard0, **{k: x(getattr(shard0, k)) for k in shard_f})
+            state = attrs.evolve(
+                state0,
+                **{k: x(getattr(state0, k)) for k in state_f},
+            )
+            if trial % 3 == 0:
+                state = attrs.evolve(state, param_shards=rng.choice((1.0, 0.5, 2.0, 8.0, math.inf, math.nan)))
+            t2 = attrs.evolve(tr, expandable_segments=rng.choice((False, True, 0.0, 1.0)))
+            alloc = x(alloc0)
+            shard_a = attrs.evolve(shard, **{k: arr(getattr(shard, k)) for k in shard_f})
+            state_a = attrs.evolve(state, **{k: arr(getattr(state, k)) for k in state_f})
+            t2_a = attrs.evolve(t2, expandable_segments=arr(t2.expandable_segments))
+            with np.errstate(all="ignore"):
+                got = allocator.stage_required_bytes(ms, t2, shard, state, alloc)
+                ref = allocator.stage_required_bytes(ms, t2_a, shard_a, state_a, arr(alloc))
+                assert type(got) is float and _same(got, one(ref)), (trial, got, ref)
+                act, loss = x(1e9), x(1e8)
+                churn = allocator.churn_bytes(shard, state, act, loss)
+                ref = allocator.churn_bytes(shard_a, state_a, arr(act), arr(loss))
+                assert type(churn) is float and _same(churn, one(ref)), (trial, churn, ref)
+                cap = rng.choice((80e9, 1e9, math.inf, math.nan, 0.0))
+                res = allocator.stage_reserved_bytes(got, churn, cap)
+                ref = allocator.stage_reserved_bytes(arr(got), arr(churn), arr(cap))
+                assert type(res) is float and _same(res, one(ref)), (trial, res, ref)
+
+
+def test_one_plans_local_shapes_are_the_arrays_to_the_bit():
+    """:func:`~shardmeter.model.shapes.local_shapes` of plain floats (each where the value it
+    picks, ceil and the maxima written out) gives the batch's shapes, every bundled model's, at
+    random and edge degrees and layers (0: the same ZeroDivisionError where arrays give inf)."""
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model import shapes
+
+    est = Estimator()
+    models = []
+    for path in _scenarios(40):
+        try:
+            inp, _ = build_inputs(est.resolve(est.load(path)), scalar=True)
+        except Exception:  # noqa: BLE001 (not one plan)
+            continue
+        if type(inp.layout.tp) is float:
+            models.append((inp.model, inp.training))
+    assert len(models) > 10
+    vals = (0.0, 1.0, 2.0, 3.0, 8.0, 0.5, math.inf, math.nan)
+    rng = random.Random(53)
+    for _ in range(4000):
+        ms, tr = rng.choice(models)
+        ms = attrs.evolve(
+            ms,
+            kv_heads=rng.choice((ms.kv_heads, 0.0, 8.0, math.nan)),
+            dense_layers=rng.choice((ms.dense_layers, 0.0, 3.0, 100.0)),
+            experts=rng.choice((ms.experts, 1.0, 8.0)),
+        )
+        tp, pp, cp, v = (
+            rng.choice(vals) if rng.random() < 0.3 else float(rng.choice((1, 2, 4, 8))) for _ in range(4)
+        )
+        layers = rng.choice((None, 0.0, 1.0, 7.0, 12.0, math.nan))
+        try:
+            got = shapes.local_shapes(ms, tr, tp, pp, cp, v, layers=layers)
+        except ZeroDivisionError:
+            with pytest.raises(ZeroDivisionError):
+                shapes._local_shapes_ops(ms, tr, tp, pp, cp, v, layers)
+            continue
+        assert _alike(got, shapes._local_shapes_ops(ms, tr, tp, pp, cp, v, layers))
+        with np.errstate(all="ignore"):
+            ref = shapes.local_shapes(
+                ms,
+                tr,
+                *(np.asarray([x]) for x in (tp, pp, cp, v)),
+                layers=None if layers is None else np.asarray([layers]),
+            )
+        for k, a in field_values(got).items():
+            b = np.asarray(getattr(ref, k)).ravel()[0]
+            if k == "moe":
+                assert a is bool(b)
+            else:
+                assert type(a) is float and _same(a, float(b)), (k, a, b, tp, pp, cp, v, layers)
+    # and a ZeroDivisionError where the general code's numbers raise one
+    ms, tr = models[0]
+    with pytest.raises(ZeroDivisionError):
+        shapes.local_shapes(ms, tr, 0.0, 1.0, 1.0, 1.0)
