@@ -549,19 +549,14 @@ def _breakdowns(out: Outputs, row: int, n_isl: int) -> tuple[dict[str, float], d
 
 def _levels(out: Outputs, row: int, bd: dict[str, float], ov: dict[str, float]) -> dict[str, Any]:
     """Communication time per step by topology level (see :attr:`Report.levels`)."""
-    # sum() over the terms (floats), written out in its order: 0.0 plus each in turn
+    # sum() itself (Python 3.12+ sums floats with Neumaier's compensation: a chain of + is not it)
     b, o = bd.get, ov.get
-    comm_in = (
-        0.0
-        + b("tp_comm", 0.0)
-        + b("cp_comm", 0.0)
-        + b("ep_comm", 0.0)
-        + b("pp_comm", 0.0)
-        + b("dp_comm", 0.0)
+    comm_in = sum(
+        (b("tp_comm", 0.0), b("cp_comm", 0.0), b("ep_comm", 0.0), b("pp_comm", 0.0), b("dp_comm", 0.0))
     )
     return {
         "intra_island": {
-            "time_s": comm_in + (0.0 + o("tp_comm", 0.0) + o("cp_comm", 0.0) + o("dp_comm", 0.0)),
+            "time_s": comm_in + sum((o("tp_comm", 0.0), o("cp_comm", 0.0), o("dp_comm", 0.0))),
             "exposed_s": comm_in,
         },
         "wan": {

@@ -42,16 +42,17 @@ def regime_of(breakdown: dict[str, float]) -> str:
     exposed ``*_comm`` term, the island sync and the exposed activation offload: a transfer)."""
     get = breakdown.get
     compute = get("compute", 0.0) + get("optimizer", 0.0)
-    # sum() of the terms, written out in its order: its int start 0 plus each in turn
-    comm = (
-        0
-        + get("tp_comm", 0.0)
-        + get("cp_comm", 0.0)
-        + get("ep_comm", 0.0)
-        + get("pp_comm", 0.0)
-        + get("dp_comm", 0.0)
-        + get("island_sync", 0.0)
-        + get("offload", 0.0)
+    # sum() itself (Python 3.12+ sums floats with Neumaier's compensation: a chain of + is not it)
+    comm = sum(
+        (
+            get("tp_comm", 0.0),
+            get("cp_comm", 0.0),
+            get("ep_comm", 0.0),
+            get("pp_comm", 0.0),
+            get("dp_comm", 0.0),
+            get("island_sync", 0.0),
+            get("offload", 0.0),
+        )
     )
     memory = get("memory_ops", 0.0)
     bubble = get("pp_bubble", 0.0) + get("idle", 0.0)
