@@ -1169,3 +1169,26 @@ def test_a_repeated_collective_is_the_last_ones_only_where_it_is_the_same():
         )
         assert _same(got, want), (kind, args, flat, got, want)
     assert hits > 200
+
+
+def test_one_plans_exposed_traffic_from_its_figures_is_the_general_codes_to_the_bit():
+    """exposed_traffic of plain numbers reads the record's figures once and hands them to
+    :func:`~shardmeter.model.comm._exposed_figures`: the general code's three figures on random
+    and edge traffic, windows and overlap (each bit, nan where it gives nan)."""
+    import attrs
+
+    from shardmeter.model import comm
+
+    vals = (0.0, -0.0, 1e-6, 0.003, 0.5, 1.0, 7.0, 1e9, math.inf, -math.inf, math.nan, -1.0)
+    rng = random.Random(57)
+    names = [f.name for f in attrs.fields(comm.PricedTraffic)]
+    for _ in range(5000):
+
+        def x():
+            return rng.choice(vals) if rng.random() < 0.3 else rng.uniform(0.0, 2.0)
+
+        pt = comm.PricedTraffic(**{n: x() for n in names})
+        args = (pt, x(), x(), rng.random() < 0.7, (x(), x(), x()))
+        got = comm.exposed_traffic(*args[:4], pass_windows=args[4])
+        want = comm._exposed_ops(*args)
+        assert all(_same(u, v) for u, v in zip(got, want, strict=True)), (args, got, want)

@@ -581,7 +581,7 @@ def exposed_traffic(
         w_f, w_r, w_b = pass_windows
         figures = (*_priced_figures(pt), bwd_window, w_f, w_r, w_b)
         if set(map(type, figures)) <= ops.ONLY_FLOAT:  # every figure a float (checked in C)
-            return _exposed_floats(pt, mb_window, bwd_window, dp_overlap, (w_f, w_r, w_b))
+            return _exposed_figures(figures, mb_window, dp_overlap)
     return _exposed_ops(pt, mb_window, bwd_window, dp_overlap, pass_windows)
 
 
@@ -620,32 +620,43 @@ def _exposed_floats(
     pt: PricedTraffic, mb_window: float, bwd_window: float, dp_overlap: bool, pass_windows: tuple[float, ...]
 ) -> tuple[float, float, float]:
     """:func:`_exposed_ops` of one plan (floats, a plain ``dp_overlap``, the pass windows
-    given): the same operations in the same order, ``ops.maximum``/``minimum`` written out
-    (nan where neither side is the larger, as numpy) and each ``where`` the side it picks (no
-    side raises). tests/test_scalar_twins.py holds it to the general code to the bit."""
+    given): :func:`_exposed_figures` of its record's figures and windows.
+    tests/test_scalar_twins.py holds it to the general code to the bit."""
+    return _exposed_figures((*_priced_figures(pt), bwd_window, *pass_windows), mb_window, dp_overlap)
+
+
+def _exposed_figures(
+    figures: tuple[float, ...], mb_window: float, dp_overlap: bool
+) -> tuple[float, float, float]:
+    """:func:`_exposed_ops` of one plan: ``figures`` a :class:`PricedTraffic`'s in field order,
+    then the backward window and the three pass windows (each read once, as
+    :func:`exposed_traffic` has them). The same operations in the same order,
+    ``ops.maximum``/``minimum`` written out (nan where neither side is the larger, as numpy),
+    each ``where`` the side it picks (no side raises) and the passes' loop unrolled."""
     nan = math.nan
-    mb = pt.micro_batch_s
-    w_f, w_r, w_b = pass_windows
-    confined = pt.forward_s + pt.recompute_s + pt.backward_s
+    mb, fixed, step, bucket, fwd, rec, bwd, fwd_p, rec_p, bwd_p, bwd_window, w_f, w_r, w_b = figures
+    confined = fwd + rec + bwd
     free = mb - confined
-    beyond = 0.0  # + the first pass's term is that term (never -0.0: it is >= 0 or nan)
-    for t, w, paired in (
-        (pt.forward_s, w_f, pt.forward_paired_s),
-        (pt.recompute_s, w_r, pt.recompute_paired_s),
-        (pt.backward_s, w_b, pt.backward_paired_s),
-    ):
-        x = t - w
-        x = 0.0 if x <= 0.0 else (x if x > 0.0 else nan)  # maximum(0.0, t - w)
-        x = x if x >= paired else (paired if paired > x else nan)  # maximum(x, paired)
-        beyond = beyond + x
+    # beyond = 0.0 + each pass's maximum(maximum(0.0, t - w), paired), in pass order
+    x = fwd - w_f
+    x = 0.0 if x <= 0.0 else (x if x > 0.0 else nan)
+    x = x if x >= fwd_p else (fwd_p if fwd_p > x else nan)
+    beyond = 0.0 + x
+    x = rec - w_r
+    x = 0.0 if x <= 0.0 else (x if x > 0.0 else nan)
+    x = x if x >= rec_p else (rec_p if rec_p > x else nan)
+    beyond = beyond + x
+    x = bwd - w_b
+    x = 0.0 if x <= 0.0 else (x if x > 0.0 else nan)
+    x = x if x >= bwd_p else (bwd_p if bwd_p > x else nan)
+    beyond = beyond + x
     hidden = confined - beyond
     y = mb_window - hidden
     y = 0.0 if y <= 0.0 else (y if y > 0.0 else nan)
     y = free - y
     y = 0.0 if y <= 0.0 else (y if y > 0.0 else nan)
     beyond = beyond + y
-    mb_exposed = beyond + pt.micro_batch_fixed_s if mb > 0 else 0.0
-    step, bucket = pt.step_s, pt.bucket_s
+    mb_exposed = beyond + fixed if mb > 0 else 0.0
     window = bwd_window + mb_exposed if dp_overlap else 0.0
     last_bucket = (step if step <= bucket else (bucket if bucket < step else nan)) if step > 0 else 0.0
     if dp_overlap:
