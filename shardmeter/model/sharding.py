@@ -16,7 +16,7 @@ from shardmeter.model.compute import Shapes
 from shardmeter.model.degrees import Degrees
 from shardmeter.model.dispatch import by_code
 from shardmeter.model.flops import attention_shape
-from shardmeter.model.formulas import params_per_layer
+from shardmeter.model.formulas import attention_params, params_per_layer
 from shardmeter.model.lora import adapter_params_per_layer, is_lora, trainable_fraction
 from shardmeter.model.optimizers import optimizer_bytes_per_param
 from shardmeter.numeric import ops
@@ -290,15 +290,14 @@ def _invariants_floats(ms: ModelShape, tr: Training, sh: Shapes, deg: Degrees) -
     mats = 3.0 if sw else 2.0
     ffn = sh.ffn_local * tp
     mlp = mats * h * ffn
-    attn = attention_shape(ms)
     routed = mlp * ms.experts / deg.ep / deg.etp
     routed = routed if moe else 0.0
-    p_layer = (
-        params_per_layer(h, ms.q_dim, ms.kv_dim, ffn, sw, 1.0, **attn)
-        - mlp
-        + mlp * (ms.shared_experts if moe else 1.0)
-    ) / tp + routed
-    p_dense = params_per_layer(h, ms.q_dim, ms.kv_dim, ms.ffn_hidden, sw, 1.0, **attn) / tp
+    # params_per_layer(h, q, kv, f, sw, 1.0, **attn) of one plan, its attention's parameters
+    # taken once: att + mats h f (1.0 + 0) + 0.0 (no router) + 4 h
+    att = attention_params(h, ms.q_dim, ms.kv_dim, **attention_shape(ms))
+    four_h = 4.0 * h
+    p_layer = (att + mlp * 1.0 + 0.0 + four_h - mlp + mlp * (ms.shared_experts if moe else 1.0)) / tp + routed
+    p_dense = (att + mats * h * ms.ffn_hidden * 1.0 + 0.0 + four_h) / tp
     Ls, Ld = sh.layers_per_stage, sh.dense_layers_local
     x = Ls - Ld
     moe_layers = x if x >= 0.0 else (0.0 if x < 0.0 else nan)
