@@ -1192,3 +1192,21 @@ def test_one_plans_exposed_traffic_from_its_figures_is_the_general_codes_to_the_
         got = comm.exposed_traffic(*args[:4], pass_windows=args[4])
         want = comm._exposed_ops(*args)
         assert all(_same(u, v) for u, v in zip(got, want, strict=True)), (args, got, want)
+
+
+def test_one_plans_weight_grad_share_is_the_arrays():
+    """weight_grad_share of a plain LoRA rank (the side ops.where picks) is the batch's value,
+    on ranks that do and do not fine-tune and on edge numbers (0, -0, inf, nan)."""
+    import attrs
+    import numpy as np
+
+    from shardmeter.estimator import Estimator
+    from shardmeter.inputs.build import build_inputs
+    from shardmeter.model.lora import weight_grad_share
+
+    est = Estimator()
+    tr = build_inputs(est.resolve(est.load("examples/gpt3-175b-a100.toml")), scalar=True)[0].training
+    for r in (0.0, -0.0, 1.0, 8.0, 0.5, -1.0, math.inf, -math.inf, math.nan, 1e-300):
+        one = weight_grad_share(attrs.evolve(tr, lora_rank=r))
+        arr = weight_grad_share(attrs.evolve(tr, lora_rank=np.array([r])))
+        assert type(one) is float and _same(one, float(np.asarray(arr).ravel()[0])), r

@@ -63,5 +63,8 @@ def trainable_fraction(params: Array, adapters: Array) -> Array:
 def weight_grad_share(tr: Training) -> Array:
     """Weight-gradient GEMMs of the model's weight matrices, in forwards' worth: 1 in full
     training (the backward is a data- and a weight-gradient GEMM), 0 with LoRA (frozen: the
-    data gradient only)."""
+    data gradient only). One plan's plain rank: the side ``ops.where`` picks."""
+    r = tr.lora_rank
+    if type(r) is float:
+        return 0.0 if r > 0 else 1.0
     return ops.where(is_lora(tr), 0.0, 1.0)
