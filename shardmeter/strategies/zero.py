@@ -360,7 +360,7 @@ class ZeroSharding(ShardingPart):
         dpcp = inp.dp * inp.cp
         grad_msg = inp.params_per_gpu * inp.grad_bytes
         param_msg = inp.params_per_gpu * inp.param_gather_bytes  # fp8 weights gather in fp8
-        bucket = dict(bucket_bytes=self.bucket_bytes(opts), bucket_ranks=dpcp)
+        bucket_bytes = self.bucket_bytes(opts)
         if self.gather_per_layer:
             events = self.layer_traffic(inp, opts, param_msg, grad_msg)
             if self.shard_group == "node":
@@ -371,7 +371,8 @@ class ZeroSharding(ShardingPart):
                         bytes=grad_msg / n,
                         group_size=dpcp / n,
                         group_stride=inp.tp * n,
-                        **bucket,
+                        bucket_bytes=bucket_bytes,
+                        bucket_ranks=dpcp,
                     )
                 )
             return events
@@ -382,18 +383,27 @@ class ZeroSharding(ShardingPart):
                     bytes=grad_msg,
                     group_size=dpcp,
                     group_stride=inp.tp,
-                    **bucket,
+                    bucket_bytes=bucket_bytes,
+                    bucket_ranks=dpcp,
                 ),
                 CommEvent(  # the updated parameters: the trained ones only
                     collective="all_gather",
                     bytes=param_msg * inp.trainable_fraction,
                     group_size=dpcp,
                     group_stride=inp.tp,
-                    **bucket,
+                    bucket_bytes=bucket_bytes,
+                    bucket_ranks=dpcp,
                 ),
             ]
         return [
-            CommEvent(collective="all_reduce", bytes=grad_msg, group_size=dpcp, group_stride=inp.tp, **bucket)
+            CommEvent(
+                collective="all_reduce",
+                bytes=grad_msg,
+                group_size=dpcp,
+                group_stride=inp.tp,
+                bucket_bytes=bucket_bytes,
+                bucket_ranks=dpcp,
+            )
         ]
 
     def layer_traffic(
