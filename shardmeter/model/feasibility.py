@@ -166,10 +166,10 @@ def layout_reasons(
         and set(map(type, (heads, seq_len, tp, pp, cp, dp, ep, gpus, etp))) <= ops.ONLY_FLOAT
     ):
         # one plan: each where the bit it picks, the experts' divisibility only with experts
-        ep_bad = (ops.mod(experts, ep) != 0) | (ops.mod(tp * cp * dp, etp * ep) != 0) if moe else ep > 1
+        ep_bad = (ops.mod(experts, ep) != 0) | _indivisible(tp * cp * dp, etp * ep) if moe else ep > 1
         return (
-            (BIT_TP_HEADS if ops.mod(heads, tp) != 0 else 0)
-            | (BIT_CP_SEQUENCE if ops.mod(seq_len, cp) != 0 else 0)
+            (BIT_TP_HEADS if _indivisible(heads, tp) else 0)
+            | (BIT_CP_SEQUENCE if _indivisible(seq_len, cp) else 0)
             | (BIT_EP_EXPERTS if ep_bad else 0)
             | (BIT_TOO_MANY_GPUS if tp * pp * cp * dp > gpus else 0)
         )
@@ -183,6 +183,14 @@ def layout_reasons(
     )
     bits |= ops.where(tp * pp * cp * dp > gpus, BIT_TOO_MANY_GPUS, 0)
     return _bits(bits)
+
+
+def _indivisible(a: float, b: float) -> bool:
+    """``ops.mod(a, b) != 0`` of two floats: ``a % b`` itself where ``ops.mod`` takes its
+    scalar branch (a nonzero divisor, both finite), numpy's ``mod`` (nan) where it does not."""
+    if b != 0.0 and a - a == 0.0 and b - b == 0.0:
+        return a % b != 0
+    return bool(ops.mod(a, b) != 0)
 
 
 def batch_split(
