@@ -513,3 +513,39 @@ def test_model_flops_values_are_the_records():
     for (ms, tr, share), _ in calls:
         rec = flops.model_flops(ms, tr, share)
         assert _alike(flops.model_flops_values(ms, tr, share), tuple(field_values(rec).values()))
+
+
+def test_one_plans_hidden_terms_and_structural_reasons_are_the_general_codes():
+    """:func:`~shardmeter.model.evaluate._hidden_terms` of one plan (the data-parallel maximum
+    written out) is its array code's, at random and edge exposed seconds; and
+    :func:`~shardmeter.model.evaluate.structural_reasons` given the layout's split inputs is the
+    same bits as reading them itself."""
+    import numpy as np
+
+    import shardmeter.model.evaluate as ev
+
+    calls = _captured(ev, "_hidden_terms", _scenarios(20))
+    calls = [c for c in calls if type(c[0][2]) is float]
+    assert len(calls) > 10
+    rng = random.Random(71)
+    for (m_int, pace, dp_exposed), _ in calls:
+        for _ in range(30):
+            x = (
+                rng.choice(VALS) * rng.choice((1.0, -1.0))
+                if rng.random() < 0.4
+                else dp_exposed * rng.uniform(0, 3)
+            )
+            got = ev._hidden_terms(m_int, pace, x)
+            with np.errstate(all="ignore"):
+                ref = ev._hidden_terms(m_int, pace, np.asarray([x]))
+            for k, a in field_values(got).items():
+                assert type(a) is float and _same(a, float(np.asarray(getattr(ref, k)).ravel()[0])), (k, x)
+    seen = [c for c in _captured(ev, "structural_reasons", _scenarios(20)) if len(c[0]) == 7]
+    assert len(seen) > 10
+    for (inp, parts, deg, m, peak, stl, split_in), _ in seen:
+        assert all(np.array_equal(u, v) for u, v in zip(split_in, ev._split_inputs(inp.layout), strict=True))
+        for m2 in (m, 0.5, 3.0, math.nan) if type(m) is float else (m,):
+            with np.errstate(all="ignore"):
+                a = ev.structural_reasons(inp, parts, deg, m2, peak, stl, split_in)
+                b = ev.structural_reasons(inp, parts, deg, m2, peak, stl)
+            assert np.array_equal(a, b) and type(a) is type(b)

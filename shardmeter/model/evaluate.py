@@ -153,8 +153,9 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
         batch = tuple(map(_f, batch))
     gb, mb, ib, peak = batch
     b_isl, m, m_int = batch_split(gb, deg.dp, mb, ib)
-    stl = _stage_layers(ms, lay, deg)
-    reasons = structural_reasons(inp, parts, deg, m, peak, stl)
+    split_in = _split_inputs(lay)
+    stl = stage_layers(ms.layers, deg.pp, deg.v, *split_in)  # _stage_layers, its split read once
+    reasons = structural_reasons(inp, parts, deg, m, peak, stl, split_in)
     pk = peaks(hw)
 
     # ---- the stages: compute, the core's communication and the sharding strategy's --------------
@@ -324,7 +325,10 @@ def _hidden_terms(m_int: Array, pace: StageTerms, dp_exposed: Array) -> HiddenTe
     step's exposed data-parallel seconds)."""
     lc, traffic = pace.comm, pace.traffic
     fsdp_hidden_mb = traffic.micro_batch_s - pace.fsdp_exposed_s
-    dp_hidden = ops.maximum(traffic.step_s - dp_exposed, 0.0)
+    t = traffic.step_s - dp_exposed
+    dp_hidden = (  # ops.maximum written out for a float
+        (t if t >= 0.0 else (0.0 if t < 0.0 else math.nan)) if type(t) is float else ops.maximum(t, 0.0)
+    )
     return HiddenTerms(
         tp_comm_s=m_int * lc.tp_hidden,
         cp_comm_s=m_int * lc.cp_hidden,
@@ -378,14 +382,20 @@ _SPLIT_FIELDS = operator.attrgetter(
 
 
 def structural_reasons(
-    inp: ModelInputs, parts: PartTable, deg: Degrees, m: Array, peak: Array, stl: StageLayers | None = None
+    inp: ModelInputs,
+    parts: PartTable,
+    deg: Degrees,
+    m: Array,
+    peak: Array,
+    stl: StageLayers | None = None,
+    split_in: tuple[Array, Array, Array, Array] | None = None,
 ) -> Array:
     """The reason bits that need no stage: the layout's, the sharding part's own rule
     (:func:`~.feasibility.sharding_reasons`), the batch split's (``m`` micro-batches per replica)
     and a precision the GPU has no peak for (``peak``, FLOP/s); ``stl``: the layout's
-    :func:`_stage_layers`, where the caller has it."""
+    :func:`_stage_layers`, where the caller has it, and ``split_in`` its :func:`_split_inputs`."""
     ms, lay, topo = inp.model, inp.layout, inp.topology
-    first_l, last_l, emb, loss = _split_inputs(lay)
+    first_l, last_l, emb, loss = _split_inputs(lay) if split_in is None else split_in
     nodes, per_node, experts = topo.nodes, topo.gpus_per_node, ms.experts
     if not (type(nodes) is float and type(per_node) is float and type(experts) is float):
         nodes, per_node, experts = _f(nodes), _f(per_node), _f(experts)

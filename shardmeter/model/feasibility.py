@@ -282,7 +282,7 @@ def structural_shard_inputs(tp: Array, dp: Array, cp: Array, topo: Any) -> Shard
         tp=tp,
         dp=dp,
         cp=cp,
-        domain_gpus=ops.as_float(topo.domain_gpus),
+        domain_gpus=d if type(d := topo.domain_gpus) is float else ops.as_float(d),
         tier_gpus=topo.tier_gpus,
         tier_bytes_s=topo.tier_bytes_s,
         tier_latency_s=topo.tier_latency_s,
@@ -296,7 +296,9 @@ def sharding_reasons(parts: PartTable, codes: Array, tp: Array, dp: Array, cp: A
     shard = structural_shard_inputs(tp, dp, cp, topo)
     if isinstance(codes, int | float):  # one plan: by_code's one call, the where's pick
         part, opts = parts.get("sharding", int(codes))
-        bad = ops.as_float(part.infeasible(shard, opts))
+        bad = part.infeasible(shard, opts)
+        if type(bad) is not float:
+            bad = ops.as_float(bad)
         if type(bad) is float:
             return BIT_SHARDING if bad > 0 else 0
         return _bits(ops.where(bad > 0, BIT_SHARDING, 0))
