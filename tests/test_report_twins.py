@@ -282,3 +282,30 @@ def test_island_entries_read_floats_and_other_numbers_alike():
             assert type(entry[k]) is float and _same(entry[k], v), (k, vals, entry[k], v)
         s = f(sync, 0, 0)
         assert _same(entry["breakdown_s"]["island_sync"], s if s > 0.0 else 0.0)
+
+
+def test_cost_rows_are_the_pricing_functions():
+    """``cost_breakdown``'s rows, with gpu_hours, gpu_time_usd and egress_usd written out, are
+    those functions' figures to the bit (random and edge times, traffic, rates and prices)."""
+    rng = random.Random(14)
+    res, _ = _scalar_outputs()
+    (base,) = ReportFigures(res).prices
+    rates = (math.nan, 0.0, -0.0, 2.5, 1e300, math.inf)
+    for _ in range(3000):
+        rate = rng.choice(rates) if rng.random() < 0.5 else _num(rng)
+        price = attrs.evolve(
+            base,
+            gpus_billed=rng.choice((0, 1, 8, 1024, 10**6)),
+            rate=rate,
+            known=math.isfinite(rate),
+            egress_usd_per_gb=_num(rng),
+        )
+        wall, gb = _num(rng), _num(rng)
+        (row,) = pricing.cost_breakdown(res, wall, gb, (price,))["islands"]
+        want = {
+            "gpu_hours": pricing.gpu_hours(price.gpus_billed, wall),
+            "compute_usd": pricing.gpu_time_usd(price.gpus_billed, rate, wall) if price.known else None,
+            "egress_usd": pricing.egress_usd(gb * 1e9, price.egress_usd_per_gb),
+        }
+        for k, v in want.items():
+            assert _same(row[k], v), (k, price, wall, gb, row[k], v)
