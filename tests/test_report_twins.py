@@ -192,3 +192,120 @@ def test_one_islands_layout_is_the_general_codes():
         assert all(type(got[k]) is type(want[k]) for k in want)
         seen += 1
     assert seen >= 3
+
+
+def _scalar_outputs():
+    est = shardmeter.Estimator()
+    res = est.resolve(est.load(GPT3))
+    return res, evaluate(*est.inputs(res))
+
+
+def _random_breakdown(rng: random.Random, cls):
+    """A record of ``cls`` with random terms (edges, nan, ties and exact zeros among them)."""
+    pool = (0.0, 1.0, 2.5, math.nan, -1.0)
+    return cls(**{f.name: rng.choice(pool) if rng.random() < 0.4 else _num(rng) for f in attrs.fields(cls)})
+
+
+def test_the_bottleneck_found_on_the_way_is_max_of_the_breakdown():
+    """``_breakdowns``' bottleneck is ``max(bd, key=bd.__getitem__)`` (the first of the largest),
+    and its breakdown the general rule's (terms > 0; compute, the island sync between islands, kept)."""
+    rng = random.Random(11)
+    _, out = _scalar_outputs()
+    for _ in range(3000):
+        rec = _random_breakdown(rng, build.Breakdown)
+        n_isl = rng.choice((1, 2))
+        bd, _, top = build._breakdowns(attrs.evolve(out, breakdown=rec), 0, n_isl)
+        keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)
+        want = {k: max(0.0, v) for k, v in rec.terms().items() if v > 0 or k in keep}
+        want = {k: (0.0 if math.isnan(v) else v) for k, v in want.items()}
+        assert list(bd) == list(want) and all(_same(bd[k], want[k]) for k in want), (rec, bd)
+        assert top == max(bd, key=bd.__getitem__), (rec, bd, top)
+
+
+def test_an_islands_own_breakdown_is_the_general_codes():
+    """The kept getter of the own terms gives what the test of each name gives (and an other
+    record than a Breakdown still takes the general code)."""
+
+    class Other:
+        def __init__(self, rec):
+            self.rec = rec
+
+        def terms(self):
+            return self.rec.terms()
+
+    rng = random.Random(12)
+    for _ in range(3000):
+        rec = _random_breakdown(rng, build.Breakdown)
+        want = {
+            k: v
+            for k, v in rec.terms().items()
+            if k not in ("island_sync", "idle") and (v > 0 or k == "compute")
+        }
+        for given in (rec, Other(rec)):
+            got = build._own_breakdown(given, 0, 0)
+            assert list(got) == list(want) and all(_same(got[k], want[k]) for k in want), (rec, got)
+
+
+def test_island_entries_read_floats_and_other_numbers_alike():
+    """The entries' figures read with _fat's test written out are _fat's, for floats and for
+    numbers of other types (a numpy float, an int)."""
+    np = pytest.importorskip("numpy")
+    rng = random.Random(13)
+    res, out = _scalar_outputs()
+    figures = ReportFigures(res)
+    names = ("tokens_per_s", "idle_s", "step_s", "utilization", "memory_bytes", "batch_sequences")
+    for _ in range(500):
+        vals = {}
+        for k in names:
+            x = _num(rng)
+            kind = rng.choice((float, np.float64, int))
+            vals[k] = (
+                kind(round(x)) if kind is int and math.isfinite(x) else kind(x) if kind is not int else x
+            )
+        sync = _num(rng)
+        isl = attrs.evolve(
+            out.island, **vals, breakdown=attrs.evolve(out.island.breakdown, island_sync_s=sync)
+        )
+        o = attrs.evolve(out, island=isl)
+        (entry,), _, _ = build._island_entries(res, o, 0, 2.0, 3.0, [], figures)
+        f = build._fat
+        idle = f(vals["idle_s"], 0, 0)
+        want = {
+            "tokens_per_s": f(vals["tokens_per_s"], 0, 0),
+            "idle_s": idle if idle > 0.0 else 0.0,
+            "step_time_s": f(vals["step_s"], 0, 0),
+            "compute_utilization": f(vals["utilization"], 0, 0),
+            "memory_per_gpu_gb": build._gb(vals["memory_bytes"], 0, 0),
+            "batch_per_step": f(vals["batch_sequences"], 0, 0),
+        }
+        for k, v in want.items():
+            assert type(entry[k]) is float and _same(entry[k], v), (k, vals, entry[k], v)
+        s = f(sync, 0, 0)
+        assert _same(entry["breakdown_s"]["island_sync"], s if s > 0.0 else 0.0)
+
+
+def test_cost_rows_are_the_pricing_functions():
+    """``cost_breakdown``'s rows, with gpu_hours, gpu_time_usd and egress_usd written out, are
+    those functions' figures to the bit (random and edge times, traffic, rates and prices)."""
+    rng = random.Random(14)
+    res, _ = _scalar_outputs()
+    (base,) = ReportFigures(res).prices
+    rates = (math.nan, 0.0, -0.0, 2.5, 1e300, math.inf)
+    for _ in range(3000):
+        rate = rng.choice(rates) if rng.random() < 0.5 else _num(rng)
+        price = attrs.evolve(
+            base,
+            gpus_billed=rng.choice((0, 1, 8, 1024, 10**6)),
+            rate=rate,
+            known=math.isfinite(rate),
+            egress_usd_per_gb=_num(rng),
+        )
+        wall, gb = _num(rng), _num(rng)
+        (row,) = pricing.cost_breakdown(res, wall, gb, (price,))["islands"]
+        want = {
+            "gpu_hours": pricing.gpu_hours(price.gpus_billed, wall),
+            "compute_usd": pricing.gpu_time_usd(price.gpus_billed, rate, wall) if price.known else None,
+            "egress_usd": pricing.egress_usd(gb * 1e9, price.egress_usd_per_gb),
+        }
+        for k, v in want.items():
+            assert _same(row[k], v), (k, price, wall, gb, row[k], v)

@@ -403,3 +403,149 @@ def test_one_plans_local_shapes_are_the_arrays_to_the_bit():
     ms, tr = models[0]
     with pytest.raises(ZeroDivisionError):
         shapes.local_shapes(ms, tr, 0.0, 1.0, 1.0, 1.0)
+
+
+class _Flt(float):
+    """A float that is not ``type(x) is float``: the general code's numbers, the same values."""
+
+
+def test_one_plans_layout_reasons_are_the_arrays_to_the_bit():
+    """:func:`~shardmeter.model.feasibility.layout_reasons` of one plan (each where the bit it
+    picks, ``ops.mod(a, b) != 0`` by :func:`~shardmeter.model.feasibility._indivisible`) is its
+    array code's bits, at random and edge degrees (a zero divisor, inf, nan: numpy's mod)."""
+    import numpy as np
+
+    from shardmeter.model import feasibility
+
+    vals = (0.0, 1.0, 2.0, 3.0, 4.0, 8.0, 96.0, 0.5, math.inf, math.nan)
+    rng = random.Random(61)
+    for _ in range(4000):
+        args = [
+            rng.choice(vals) if rng.random() < 0.4 else float(rng.choice((1, 2, 4, 8, 64))) for _ in range(10)
+        ]
+        got = feasibility.layout_reasons(*args)
+        assert type(got) is int
+        with np.errstate(all="ignore"):
+            ref = feasibility.layout_reasons(*(np.asarray([x]) for x in args))
+        assert got == int(np.asarray(ref).ravel()[0]), args
+    for _ in range(2000):
+        a, b = rng.choice(vals) * rng.choice((1.0, -1.0)), rng.choice(vals) * rng.choice((1.0, -1.0))
+        with np.errstate(all="ignore"):
+            assert feasibility._indivisible(a, b) is bool(np.mod(a, b) != 0), (a, b)
+
+
+def test_one_plans_loss_transient_is_the_general_codes_to_the_bit():
+    """:func:`~shardmeter.model.memory.loss_transient_bytes` of one plan (the bytes per logit its
+    flags' truth picks) is the general code's (the same flags as numbers that are not plain
+    floats), at random and edge flags and degrees, a zero ``tp``'s ZeroDivisionError too."""
+    from types import SimpleNamespace
+
+    from shardmeter.model.memory import loss_transient_bytes
+
+    flags = (True, False, 0.0, 1.0, 2.0, -0.0, math.nan)
+    rng = random.Random(67)
+    for _ in range(3000):
+        lp, fused, comp = (rng.choice(flags) for _ in range(3))
+        tp = rng.choice((0.0, 0.5, 1.0, 2.0, 8.0, math.inf, math.nan))
+        ms = SimpleNamespace(vocab=rng.choice((50257.0, 0.0, math.inf)))
+        sh = SimpleNamespace(tokens=rng.choice((4096.0, 1.0, 0.0, math.nan)))
+        tr = SimpleNamespace(loss_parallel=lp, fused_loss=fused, compiled_loss=comp)
+        ref_tr = SimpleNamespace(**{k: _Flt(v) if type(v) is float else v for k, v in vars(tr).items()})
+        if all(type(v) is bool for v in vars(tr).values()):
+            ref_tr.fused_loss = _Flt(float(fused))  # one not plain: the general code
+        try:
+            got = loss_transient_bytes(ms, tr, sh, tp)
+        except ZeroDivisionError:
+            with pytest.raises(ZeroDivisionError):
+                loss_transient_bytes(ms, ref_tr, sh, tp)
+            continue
+        want = loss_transient_bytes(ms, ref_tr, sh, tp)
+        assert type(got) is float and _same(got, float(want)), (lp, fused, comp, tp, got, want)
+
+
+def test_plain_layer_reads_every_number_of_the_layers_activations():
+    """:func:`~shardmeter.model.memory._plain_layer` (its reads in two tuple literals) is False as
+    soon as any one number :func:`~shardmeter.model.memory.layer_activations` reads is not a
+    plain float (a size) or a float or bool (a flag), and True for a bundled run's plan."""
+    import numpy as np
+
+    from shardmeter.model import busiest, memory
+
+    calls = [c for c in _captured(busiest, "layer_activations", _scenarios(10)) if type(c[0][3]) is float]
+    assert calls
+    (ms, tr, sh, tp, sp), _ = calls[0]
+    assert memory._plain_layer(ms, tr, sh, tp, sp)
+    sizes = {
+        "tr": ("recompute", "micro_batch", "recompute_layers"),
+        "sh": ("seq_local", "tokens", "q_local", "ffn_local", "dense_layers_local", "layers_per_stage", "virtual_stages"),
+        "ms": ("hidden", "heads", "q_dim", "kv_dim", "seq_len", "experts_per_token", "shared_experts", "ffn_hidden", "kv_rank", "q_rank"),
+    }  # fmt: skip
+    flags = {
+        "tr": ("compile", "materialized", "op_saves_attention", "fp8", "fp8_te", "rc_moe", "rc_moe_act",
+               "rc_shared_experts", "rc_layernorm", "rc_mlp", "rc_mla_up_proj"),
+        "ms": ("dropout",),
+    }  # fmt: skip
+    recs = {"ms": ms, "tr": tr, "sh": sh}
+    for group, odd in ((sizes, (np.float64(1.0), 1, True)), (flags, (np.float64(1.0), 1))):
+        for rec, names in group.items():
+            for n in names:
+                for v in odd:
+                    changed = {**recs, rec: attrs.evolve(recs[rec], **{n: v})}
+                    assert not memory._plain_layer(changed["ms"], changed["tr"], changed["sh"], tp, sp), (
+                        rec,
+                        n,
+                        v,
+                    )
+    assert not memory._plain_layer(ms, tr, sh, np.float64(tp), sp)
+    assert not memory._plain_layer(ms, tr, sh, tp, 1)
+    assert not memory._plain_layer(ms, tr, attrs.evolve(sh, moe=1), tp, sp)
+    assert not memory._plain_layer(attrs.evolve(ms, swiglu=1), tr, sh, tp, sp)
+
+
+def test_model_flops_values_are_the_records():
+    """:func:`~shardmeter.model.flops.model_flops_values` (what the evaluator reads, no record) is
+    :func:`~shardmeter.model.flops.model_flops`' fields in order."""
+    import shardmeter.model.evaluate as ev
+    from shardmeter.model import flops
+
+    calls = [c for c in _captured(ev, "model_flops_values", _scenarios(20)) if type(c[0][0].layers) is float]
+    assert len(calls) > 10
+    for (ms, tr, share), _ in calls:
+        rec = flops.model_flops(ms, tr, share)
+        assert _alike(flops.model_flops_values(ms, tr, share), tuple(field_values(rec).values()))
+
+
+def test_one_plans_hidden_terms_and_structural_reasons_are_the_general_codes():
+    """:func:`~shardmeter.model.evaluate._hidden_terms` of one plan (the data-parallel maximum
+    written out) is its array code's, at random and edge exposed seconds; and
+    :func:`~shardmeter.model.evaluate.structural_reasons` given the layout's split inputs is the
+    same bits as reading them itself."""
+    import numpy as np
+
+    import shardmeter.model.evaluate as ev
+
+    calls = _captured(ev, "_hidden_terms", _scenarios(20))
+    calls = [c for c in calls if type(c[0][2]) is float]
+    assert len(calls) > 10
+    rng = random.Random(71)
+    for (m_int, pace, dp_exposed), _ in calls:
+        for _ in range(30):
+            x = (
+                rng.choice(VALS) * rng.choice((1.0, -1.0))
+                if rng.random() < 0.4
+                else dp_exposed * rng.uniform(0, 3)
+            )
+            got = ev._hidden_terms(m_int, pace, x)
+            with np.errstate(all="ignore"):
+                ref = ev._hidden_terms(m_int, pace, np.asarray([x]))
+            for k, a in field_values(got).items():
+                assert type(a) is float and _same(a, float(np.asarray(getattr(ref, k)).ravel()[0])), (k, x)
+    seen = [c for c in _captured(ev, "structural_reasons", _scenarios(20)) if len(c[0]) == 7]
+    assert len(seen) > 10
+    for (inp, parts, deg, m, peak, stl, split_in), _ in seen:
+        assert all(np.array_equal(u, v) for u, v in zip(split_in, ev._split_inputs(inp.layout), strict=True))
+        for m2 in (m, 0.5, 3.0, math.nan) if type(m) is float else (m,):
+            with np.errstate(all="ignore"):
+                a = ev.structural_reasons(inp, parts, deg, m2, peak, stl, split_in)
+                b = ev.structural_reasons(inp, parts, deg, m2, peak, stl)
+            assert np.array_equal(a, b) and type(a) is type(b)

@@ -38,7 +38,7 @@ from shardmeter.model.feasibility import (
     layout_reasons,
     sharding_reasons,
 )
-from shardmeter.model.flops import model_flops
+from shardmeter.model.flops import model_flops_values
 from shardmeter.model.formulas import KERNEL_OVERHEAD_S
 from shardmeter.model.grad_accumulation import grad_accumulation_s
 from shardmeter.model.islands import IslandDetail, IslandSteps, combine_islands
@@ -153,8 +153,9 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
         batch = tuple(map(_f, batch))
     gb, mb, ib, peak = batch
     b_isl, m, m_int = batch_split(gb, deg.dp, mb, ib)
-    stl = _stage_layers(ms, lay, deg)
-    reasons = structural_reasons(inp, parts, deg, m, peak, stl)
+    split_in = _split_inputs(lay)
+    stl = stage_layers(ms.layers, deg.pp, deg.v, *split_in)  # _stage_layers, its split read once
+    reasons = structural_reasons(inp, parts, deg, m, peak, stl, split_in)
     pk = peaks(hw)
 
     # ---- the stages: compute, the core's communication and the sharding strategy's --------------
@@ -170,7 +171,11 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
     # the last stage has as many layers as the largest other (one plan, or every row of a batch
     # at the same shape): the same shapes, compute and communication (each stage then takes out
     # the head it does not hold)
-    same = _same_layers(body_layers, stl.last)
+    last_l = stl.last
+    if type(body_layers) is float and type(last_l) is float:  # _same_layers written out
+        same = body_layers == last_l
+    else:
+        same = _same_layers(body_layers, last_l)
     body_emb, tail_head = (stl.first >= stl.middle) | one, deg.pp > 0
     if type(tail_head) is not bool:
         tail_head = ops.where(tail_head, True, False)
@@ -182,37 +187,56 @@ def _evaluate(inp: ModelInputs, parts: PartTable, detail: bool, islands_only: bo
 
     # ---- pipeline: the schedule's bubble, activations in flight and transfers --------------------
     pipe = pipeline_terms(parts, inp, deg, m_int, pace)
-    reasons = reasons | ops.where(_f(pipe.schedule.infeasible) > 0, BIT_SCHEDULE, 0)
+    bad_sch = pipe.schedule.infeasible
+    if type(bad_sch) is float:  # the where the bit it picks
+        reasons = reasons | (BIT_SCHEDULE if bad_sch > 0 else 0)
+    else:
+        reasons = reasons | ops.where(_f(bad_sch) > 0, BIT_SCHEDULE, 0)
     # every stage reduces its own gradients after its last backward: the step waits for the
-    # stage whose reduction shows most
-    dp_exposed = ops.maximum(body.dp_exposed_s, tail.dp_exposed_s)
-    # and what its hidden part slows the compute beside it, on the stage where that shows most
-    dp_slowdown = ops.maximum(body.dp_slowdown_s, tail.dp_slowdown_s)
+    # stage whose reduction shows most; and what its hidden part slows the compute beside it,
+    # on the stage where that shows most
+    dp_b, dp_t, slow_b, slow_t = body.dp_exposed_s, tail.dp_exposed_s, body.dp_slowdown_s, tail.dp_slowdown_s
+    if type(dp_b) is float and type(dp_t) is float and type(slow_b) is float and type(slow_t) is float:
+        # ops.maximum written out
+        dp_exposed = dp_b if dp_b >= dp_t else (dp_t if dp_t > dp_b else math.nan)
+        dp_slowdown = slow_b if slow_b >= slow_t else (slow_t if slow_t > slow_b else math.nan)
+    else:
+        dp_exposed = ops.maximum(dp_b, dp_t)
+        dp_slowdown = ops.maximum(slow_b, slow_t)
 
     # ---- memory of the busiest GPU: the first, middle (rank 1) and last stages -------------------
     known = ((body_layers, body_emb, one, body), (stl.last, one, tail_head, tail))
     busiest = busiest_gpu(inp, parts, deg, stl, pipe.schedule, shape[-1] if shape else 1, known)
     required = required_bytes(inp, busiest)
     reserved = reserved_bytes(inp, busiest, required)
-    reasons = reasons | ops.where(required > hw.memory_bytes, BIT_MEMORY, 0)
+    cap = hw.memory_bytes
+    if type(required) is float and type(cap) is float:  # the where the bit it picks
+        reasons = reasons | (BIT_MEMORY if required > cap else 0)
+    else:
+        reasons = reasons | ops.where(required > cap, BIT_MEMORY, 0)
+    # every stage reduces its own gradients after its last backward: a cross-island reduction
+    # hides under the shortest stage's window
+    win_b, win_t = body.ar_window_s, tail.ar_window_s
+    if type(win_b) is float and type(win_t) is float:  # ops.minimum written out
+        ar_window = win_b if win_b <= win_t else (win_t if win_t < win_b else math.nan)
+    else:
+        ar_window = ops.minimum(win_b, win_t)
 
-    flops = model_flops(ms, tr, full_recompute_share(tr, pace.shapes))
+    mf_tok, hw_tok, params = model_flops_values(ms, tr, full_recompute_share(tr, pace.shapes))
     steps = IslandSteps(
         reasons=reasons,
         terms=_step_terms(inp, m_int, pace, pipe, dp_exposed, dp_slowdown),
         hidden=_hidden_terms(m_int, pace, dp_exposed) if detail else None,
-        # every stage reduces its own gradients after its last backward: a cross-island
-        # reduction hides under the shortest stage's window
-        ar_window=ops.minimum(body.ar_window_s, tail.ar_window_s),
+        ar_window=ar_window,
         grad_bytes=pace.shard.grad_bytes,
-        params=flops.params,
+        params=params,
         island_batch=b_isl,
         micro_batches=m_int,
         memory_bytes=busiest.memory_bytes,
         memory_reserved_bytes=reserved,
         peak_flops=pk.flops,
-        model_flops_per_token=flops.model_flops_per_token,
-        hardware_flops_per_token=flops.hardware_flops_per_token,
+        model_flops_per_token=mf_tok,
+        hardware_flops_per_token=hw_tok,
         gpus=deg.gpus,
         detail=_island_detail(pace, busiest, stl, body_layers) if detail else None,
     )
@@ -301,7 +325,10 @@ def _hidden_terms(m_int: Array, pace: StageTerms, dp_exposed: Array) -> HiddenTe
     step's exposed data-parallel seconds)."""
     lc, traffic = pace.comm, pace.traffic
     fsdp_hidden_mb = traffic.micro_batch_s - pace.fsdp_exposed_s
-    dp_hidden = ops.maximum(traffic.step_s - dp_exposed, 0.0)
+    t = traffic.step_s - dp_exposed
+    dp_hidden = (  # ops.maximum written out for a float
+        (t if t >= 0.0 else (0.0 if t < 0.0 else math.nan)) if type(t) is float else ops.maximum(t, 0.0)
+    )
     return HiddenTerms(
         tp_comm_s=m_int * lc.tp_hidden,
         cp_comm_s=m_int * lc.cp_hidden,
@@ -323,7 +350,11 @@ def _island_detail(
         memory_parts=busiest_parts(busiest),
         params_per_gpu=p_gpu,
         params_per_gpu_sharded=p_gpu / pace.state.param_shards,
-        layers_per_stage=ops.maximum(body_layers, stl.last),
+        layers_per_stage=(
+            (body_layers if body_layers >= last_l else (last_l if last_l > body_layers else math.nan))
+            if type(body_layers) is float and type(last_l := stl.last) is float  # ops.maximum's
+            else ops.maximum(body_layers, stl.last)
+        ),
     )
 
 
@@ -351,14 +382,20 @@ _SPLIT_FIELDS = operator.attrgetter(
 
 
 def structural_reasons(
-    inp: ModelInputs, parts: PartTable, deg: Degrees, m: Array, peak: Array, stl: StageLayers | None = None
+    inp: ModelInputs,
+    parts: PartTable,
+    deg: Degrees,
+    m: Array,
+    peak: Array,
+    stl: StageLayers | None = None,
+    split_in: tuple[Array, Array, Array, Array] | None = None,
 ) -> Array:
     """The reason bits that need no stage: the layout's, the sharding part's own rule
     (:func:`~.feasibility.sharding_reasons`), the batch split's (``m`` micro-batches per replica)
     and a precision the GPU has no peak for (``peak``, FLOP/s); ``stl``: the layout's
-    :func:`_stage_layers`, where the caller has it."""
+    :func:`_stage_layers`, where the caller has it, and ``split_in`` its :func:`_split_inputs`."""
     ms, lay, topo = inp.model, inp.layout, inp.topology
-    first_l, last_l, emb, loss = _split_inputs(lay)
+    first_l, last_l, emb, loss = _split_inputs(lay) if split_in is None else split_in
     nodes, per_node, experts = topo.nodes, topo.gpus_per_node, ms.experts
     if not (type(nodes) is float and type(per_node) is float and type(experts) is float):
         nodes, per_node, experts = _f(nodes), _f(per_node), _f(experts)

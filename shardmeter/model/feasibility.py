@@ -166,10 +166,10 @@ def layout_reasons(
         and set(map(type, (heads, seq_len, tp, pp, cp, dp, ep, gpus, etp))) <= ops.ONLY_FLOAT
     ):
         # one plan: each where the bit it picks, the experts' divisibility only with experts
-        ep_bad = (ops.mod(experts, ep) != 0) | (ops.mod(tp * cp * dp, etp * ep) != 0) if moe else ep > 1
+        ep_bad = (ops.mod(experts, ep) != 0) | _indivisible(tp * cp * dp, etp * ep) if moe else ep > 1
         return (
-            (BIT_TP_HEADS if ops.mod(heads, tp) != 0 else 0)
-            | (BIT_CP_SEQUENCE if ops.mod(seq_len, cp) != 0 else 0)
+            (BIT_TP_HEADS if _indivisible(heads, tp) else 0)
+            | (BIT_CP_SEQUENCE if _indivisible(seq_len, cp) else 0)
             | (BIT_EP_EXPERTS if ep_bad else 0)
             | (BIT_TOO_MANY_GPUS if tp * pp * cp * dp > gpus else 0)
         )
@@ -183,6 +183,14 @@ def layout_reasons(
     )
     bits |= ops.where(tp * pp * cp * dp > gpus, BIT_TOO_MANY_GPUS, 0)
     return _bits(bits)
+
+
+def _indivisible(a: float, b: float) -> bool:
+    """``ops.mod(a, b) != 0`` of two floats: ``a % b`` itself where ``ops.mod`` takes its
+    scalar branch (a nonzero divisor, both finite), numpy's ``mod`` (nan) where it does not."""
+    if b != 0.0 and a - a == 0.0 and b - b == 0.0:
+        return a % b != 0
+    return bool(ops.mod(a, b) != 0)
 
 
 def batch_split(
@@ -274,7 +282,7 @@ def structural_shard_inputs(tp: Array, dp: Array, cp: Array, topo: Any) -> Shard
         tp=tp,
         dp=dp,
         cp=cp,
-        domain_gpus=ops.as_float(topo.domain_gpus),
+        domain_gpus=d if type(d := topo.domain_gpus) is float else ops.as_float(d),
         tier_gpus=topo.tier_gpus,
         tier_bytes_s=topo.tier_bytes_s,
         tier_latency_s=topo.tier_latency_s,
@@ -288,7 +296,9 @@ def sharding_reasons(parts: PartTable, codes: Array, tp: Array, dp: Array, cp: A
     shard = structural_shard_inputs(tp, dp, cp, topo)
     if isinstance(codes, int | float):  # one plan: by_code's one call, the where's pick
         part, opts = parts.get("sharding", int(codes))
-        bad = ops.as_float(part.infeasible(shard, opts))
+        bad = part.infeasible(shard, opts)
+        if type(bad) is not float:
+            bad = ops.as_float(bad)
         if type(bad) is float:
             return BIT_SHARDING if bad > 0 else 0
         return _bits(ops.where(bad > 0, BIT_SHARDING, 0))

@@ -15,7 +15,7 @@ from shardmeter.model.lora import weight_grad_share
 from shardmeter.numeric import ops
 from shardmeter.numeric.ops import Array
 
-__all__ = ["ModelFlops", "model_flops", "attention_shape"]
+__all__ = ["ModelFlops", "model_flops", "model_flops_values", "attention_shape"]
 
 _f = ops.as_float
 
@@ -37,7 +37,14 @@ def attention_shape(ms: ModelShape) -> dict[str, Array]:
 
 
 def model_flops(ms: ModelShape, tr: Training, share: Array = 1.0) -> ModelFlops:
-    """Full recompute reruns the forward of its ``share`` of the layers
+    """:func:`model_flops_values` as a :class:`ModelFlops`."""
+    mf_tok, hw_tok, params = model_flops_values(ms, tr, share)
+    return ModelFlops(model_flops_per_token=mf_tok, hardware_flops_per_token=hw_tok, params=params)
+
+
+def model_flops_values(ms: ModelShape, tr: Training, share: Array = 1.0) -> tuple[Array, Array, Array]:
+    """:class:`ModelFlops`' ``(model_flops_per_token, hardware_flops_per_token, params)``, no
+    record built (the evaluator reads each once). Full recompute reruns the forward of its ``share`` of the layers
     (:func:`~.compute.full_recompute_share`), selective the attention core, op the matrix
     multiplies it does not save (:func:`~.formulas.op_recompute_flops_per_token`) and, where
     its save list leaves the attention kernel out (``training.op_saves_attention`` = 0), the
@@ -88,13 +95,10 @@ def model_flops(ms: ModelShape, tr: Training, share: Array = 1.0) -> ModelFlops:
             ),
         )
     tied = ms.tied
-    return ModelFlops(
-        model_flops_per_token=mf_tok,
-        hardware_flops_per_token=hw_tok,
-        params=model_params(
-            ms.layers, *args, ms.vocab, tied if type(tied) is bool else ops.as_bool(tied), E, **shape
-        ),
+    params = model_params(
+        ms.layers, *args, ms.vocab, tied if type(tied) is bool else ops.as_bool(tied), E, **shape
     )
+    return mf_tok, hw_tok, params
 
 
 def _op_flops(ms: ModelShape, E: Array, ktop: Array) -> Array:

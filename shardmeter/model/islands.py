@@ -468,7 +468,7 @@ def _details_floats(
     gpu_peak_mean = st.peak_flops * st.gpus / total_gpus
     cu_isl = island_step / step if step and type(island_step) is float else ops.divide(island_step, step)
     cu = cu_isl * st.gpus / total_gpus
-    terms = _values(st.terms)
+    terms = field_values(st.terms)  # _values
     own = Breakdown(**terms, island_sync_s=sync, idle_s=idle)
     isl_tokens = st.island_batch * seq
     island.update(

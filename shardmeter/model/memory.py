@@ -109,20 +109,23 @@ def _plain_layer(ms: ModelShape, tr: Training, sh: Shapes, tp: Array, sp: Array)
     """Whether :func:`layer_activations` reads plain numbers only (one plan): its sizes floats,
     the flags ``ops.where`` takes as they are bools, the rest floats or bools (read through
     ``ops.as_bool`` / ``ops.as_float``)."""
+    # one tuple each (a literal, not a concatenation of groups)
     sizes = (
-        *(tp, tr.recompute, tr.micro_batch, tr.recompute_layers, sh.seq_local, sh.tokens),
-        *(sh.q_local, sh.ffn_local, sh.dense_layers_local, sh.layers_per_stage, sh.virtual_stages),
-        *(ms.hidden, ms.heads, ms.q_dim, ms.kv_dim, ms.seq_len, ms.experts_per_token),
-        *(ms.shared_experts, ms.ffn_hidden, ms.kv_rank, ms.q_rank),
-    )
-    flags = (tr.compile, tr.materialized, ms.dropout, tr.op_saves_attention, tr.fp8, tr.fp8_te)
-    modules = (tr.rc_moe, tr.rc_moe_act, tr.rc_shared_experts, tr.rc_layernorm, tr.rc_mlp, tr.rc_mla_up_proj)
+        tp, tr.recompute, tr.micro_batch, tr.recompute_layers, sh.seq_local, sh.tokens,
+        sh.q_local, sh.ffn_local, sh.dense_layers_local, sh.layers_per_stage, sh.virtual_stages,
+        ms.hidden, ms.heads, ms.q_dim, ms.kv_dim, ms.seq_len, ms.experts_per_token,
+        ms.shared_experts, ms.ffn_hidden, ms.kv_rank, ms.q_rank,
+    )  # fmt: skip
+    flags = (
+        tr.compile, tr.materialized, ms.dropout, tr.op_saves_attention, tr.fp8, tr.fp8_te,
+        tr.rc_moe, tr.rc_moe_act, tr.rc_shared_experts, tr.rc_layernorm, tr.rc_mlp, tr.rc_mla_up_proj,
+    )  # fmt: skip
     return (
         type(sp) is bool
         and type(sh.moe) is bool
         and type(ms.swiglu) is bool
         and set(map(type, sizes)) <= ops.ONLY_FLOAT
-        and set(map(type, flags + modules)) <= ops.FLOAT_OR_BOOL
+        and set(map(type, flags)) <= ops.FLOAT_OR_BOOL
     )
 
 
@@ -282,6 +285,12 @@ def loss_transient_bytes(ms: ModelShape, tr: Training, sh: Shapes, tp: Array) ->
     * 0 with a loss that writes the gradient in place (``tr.fused_loss``: Megatron's
       vocab-parallel cross-entropy, ``grad_input = softmax`` ... ``grad_input.mul_(grad_output)``,
       megatron/core/tensor_parallel/cross_entropy.py @ d98e8a64)."""
+    flags = (tr.loss_parallel, tr.fused_loss, tr.compiled_loss)
+    if type(tp) is float and set(map(type, flags)) <= ops.FLOAT_OR_BOOL:
+        # one plan: each where the side its flag's truth picks (ops.as_bool's), as numbers
+        parallel, fused, compiled = flags
+        per_one = 0.0 if fused else (2.0 if compiled else (12.0 if parallel and tp > 1 else 8.0))
+        return sh.tokens * ms.vocab / tp * per_one
     eager = ops.where(ops.as_bool(tr.loss_parallel) & (tp > 1), 12.0, 8.0)
     per = ops.where(ops.as_bool(tr.fused_loss), 0.0, ops.where(ops.as_bool(tr.compiled_loss), 2.0, eager))
     return sh.tokens * ms.vocab / tp * per

@@ -50,6 +50,7 @@ _TERMS = {
     )
     for cls in (Breakdown, Overlapped)
 }
+_NOT_OWN = ("island_sync_s", "idle_s")
 _PART_NAMES = tuple(f.name.removesuffix("_bytes") for f in attrs.fields(MemoryParts))[:-1]
 _PART_VALUES = attrgetter(*(f.name for f in attrs.fields(MemoryParts)[:-1]))
 
@@ -345,24 +346,32 @@ def build_report(res: Resolved, out: Outputs, row: int = 0, figures: ReportFigur
     assumed: list[str] = []
     if feasible:
         notes.extend(figures.used_notes)
-    common: dict[str, Any] = {
-        "memory_per_gpu_gb": _num(_gb(_detailed(out.memory_bytes), row)),
-        "memory_reserved_gb": _num(_gb(_detailed(out.memory_reserved_bytes), row)),
-        "memory_capacity_gb": figures.memory_capacity_gb,
-        "gpus": figures.gpus,
-        "params": _fat(out.params, row),
-        "model_flops_per_token": _fat(_detailed(out.model_flops_per_token), row),
-        "notes": notes,
-        "assumptions": assumed,
-        "layout": _layout(res, out, row, figures),
-        "memory_breakdown_gb": _memory_breakdown(out, row, n_isl),
-        "memory_outside_allocator_gb": _outside_allocator(out, row, n_isl),
-    }
+    memory_gb = _num(_gb(_detailed(out.memory_bytes), row))
+    reserved_gb = _num(_gb(_detailed(out.memory_reserved_bytes), row))
+    params = _fat(out.params, row)
+    flops_per_token = _fat(_detailed(out.model_flops_per_token), row)
+    lay = _layout(res, out, row, figures)
+    memory_bd = _memory_breakdown(out, row, n_isl)
+    outside_gb = _outside_allocator(out, row, n_isl)
     if not feasible:
+        common: dict[str, Any] = {
+            "memory_per_gpu_gb": memory_gb,
+            "memory_reserved_gb": reserved_gb,
+            "memory_capacity_gb": figures.memory_capacity_gb,
+            "gpus": figures.gpus,
+            "params": params,
+            "model_flops_per_token": flops_per_token,
+            "notes": notes,
+            "assumptions": assumed,
+            "layout": lay,
+            "memory_breakdown_gb": memory_bd,
+            "memory_outside_allocator_gb": outside_gb,
+        }
         return _infeasible_report(res, out, row, reasons, common)
-    bd, ov = _breakdowns(out, row, n_isl)
+    bd, ov, top = _breakdowns(out, row, n_isl)
     tps = _fat(out.tokens_per_s, row)
     isl_reports, total_cost, wall = _island_entries(res, out, row, step, tps, notes, figures)
+    # the record built at once (no dict of the fields shared with an infeasible report to unpack)
     report = Report(
         feasible=True,
         reasons=[],
@@ -373,17 +382,27 @@ def build_report(res: Resolved, out: Outputs, row: int = 0, figures: ReportFigur
         hardware_tflops_per_gpu=_fat(out.hardware_tflops_per_gpu, row),
         mfu=_fat(out.mfu, row),
         hfu=_fat(out.hfu, row),
+        memory_per_gpu_gb=memory_gb,
+        memory_capacity_gb=figures.memory_capacity_gb,
         compute_utilization=_fat(out.compute_utilization, row),
         wall_clock_s=wall,
         cost_usd=total_cost,
-        bottleneck=max(bd, key=bd.__getitem__),
+        bottleneck=top,
         regime=regime_of(bd),
         breakdown_s=bd,
         overlapped_s=ov,
         islands=isl_reports,
+        gpus=figures.gpus,
+        params=params,
+        model_flops_per_token=flops_per_token,
+        notes=notes,
         levels=_levels(out, row, bd, ov),
+        layout=lay,
+        memory_reserved_gb=reserved_gb,
+        memory_outside_allocator_gb=outside_gb,
+        memory_breakdown_gb=memory_bd,
         cost_breakdown_usd=_cost_split(res, isl_reports, wall, figures),
-        **common,
+        assumptions=assumed,
     )
     assumed.extend(figures.sync_notes)
     assumed.extend(hidden_notes(report))
@@ -528,23 +547,29 @@ def _infeasible_report(
     )
 
 
-def _breakdowns(out: Outputs, row: int, n_isl: int) -> tuple[dict[str, float], dict[str, float]]:
-    """The exposed breakdown (terms > 0; compute always, the island sync between islands) and
-    the hidden time per term."""
+def _breakdowns(out: Outputs, row: int, n_isl: int) -> tuple[dict[str, float], dict[str, float], str]:
+    """The exposed breakdown (terms > 0; compute always, the island sync between islands), the
+    hidden time per term, and the bottleneck: ``max(bd, key=bd.__getitem__)`` (the first of the
+    largest; no term kept is nan), found on the way."""
     keep = ("compute", "island_sync") if n_isl > 1 else ("compute",)
     bd: dict[str, float] = {}
+    top, top_x = "", -1.0  # every term kept is >= 0.0: the first one kept replaces it
     for k, v in _terms(_detailed(out.breakdown)):  # BREAKDOWN_TERMS, in order
         x = v if type(v) is float else _fat(v, row)  # the scalar path's floats: no call each
         if x > 0:  # max(0.0, x) kept where > 0 (a negative, zero or nan term: 0.0 where kept)
             bd[k] = x
         elif k in keep:
-            bd[k] = 0.0
+            bd[k] = x = 0.0
+        else:
+            continue
+        if x > top_x:  # max's own test: a later term only where strictly larger
+            top, top_x = k, x
     ov: dict[str, float] = {}
     for k, v in _terms(_detailed(out.overlapped)):
         x = v if type(v) is float else _fat(v, row)
         if x > 0 or (k == "island_sync" and n_isl > 1):
             ov[k] = x
-    return bd, ov
+    return bd, ov, top
 
 
 def _levels(out: Outputs, row: int, bd: dict[str, float], ov: dict[str, float]) -> dict[str, Any]:
@@ -603,7 +628,9 @@ def _island_entries(
     total_cost = 0.0 if wall is not None else None
     for j, p in enumerate(figures.prices):
         g = int(_at(o.gpus, row, j))
-        isl_tps = _fat(o.tokens_per_s, row, j)
+        isl_tps = o.tokens_per_s
+        if type(isl_tps) is not float:  # the scalar path's floats as they are (no call each)
+            isl_tps = _fat(isl_tps, row, j)
         price = p.rate
         egress_gb = egress_step * steps / 1e9 if steps is not None else None
         cost = gpu_cost = egress_cost = None
@@ -617,12 +644,17 @@ def _island_entries(
         if total_cost is not None:
             total_cost = None if cost is None else total_cost + cost
         # max(0.0, x) of a float written out: x where x > 0.0, else 0.0 (a nan or -0.0 too)
-        idle = _fat(o.idle_s, row, j)
+        idle = o.idle_s
+        if type(idle) is not float:
+            idle = _fat(idle, row, j)
         idle = idle if idle > 0.0 else 0.0
         own_bd = _own_breakdown(obd, row, j)
         own_bd["idle"] = idle
-        sync = _fat(obd.island_sync_s, row, j)
+        sync = obd.island_sync_s
+        if type(sync) is not float:
+            sync = _fat(sync, row, j)
         own_bd["island_sync"] = sync if sync > 0.0 else 0.0
+        # (the scalar path's floats as they are: _fat's test written out, no call each)
         entries.append(
             {
                 "name": p.name,
@@ -631,13 +663,13 @@ def _island_entries(
                 "gpus_billed": p.gpus_billed,
                 "tokens_per_s": isl_tps,
                 "tokens_per_s_per_gpu": isl_tps / g if g else None,
-                "step_time_s": _fat(o.step_s, row, j),
+                "step_time_s": x if type(x := o.step_s) is float else _fat(x, row, j),
                 "idle_s": idle,
                 "idle_fraction": idle / step,
-                "compute_utilization": _fat(o.utilization, row, j),
+                "compute_utilization": x if type(x := o.utilization) is float else _fat(x, row, j),
                 "breakdown_s": own_bd,
-                "memory_per_gpu_gb": _gb(o.memory_bytes, row, j),
-                "batch_per_step": _fat(o.batch_sequences, row, j),
+                "memory_per_gpu_gb": (x if type(x := o.memory_bytes) is float else _fat(x, row, j)) / 1e9,
+                "batch_per_step": x if type(x := o.batch_sequences) is float else _fat(x, row, j),
                 "tokens": tokens * isl_tps / tps if tokens else None,
                 "wall_clock_s": wall,
                 "cost_source": p.price_source,
@@ -651,9 +683,21 @@ def _island_entries(
     return entries, total_cost, wall
 
 
+#: :class:`Breakdown`'s own terms (without the island sync and idle time): their names and one
+#: getter of their values, in field order.
+_OWN_NAMES = tuple(f.name.removesuffix("_s") for f in attrs.fields(Breakdown) if f.name not in _NOT_OWN)
+_OWN_VALUES = attrgetter(*(f.name for f in attrs.fields(Breakdown) if f.name not in _NOT_OWN))
+
+
 def _own_breakdown(bd: Breakdown, row: int, j: int) -> dict[str, float]:
     """Island ``j``'s own terms (> 0; compute always), without the island sync and idle time."""
     own: dict[str, float] = {}
+    if type(bd) is Breakdown:  # the kept getter of the own terms: no test of each name
+        for k, v in zip(_OWN_NAMES, _OWN_VALUES(bd)):  # noqa: B905 (one field list)
+            x = v if type(v) is float else _fat(v, row, j)
+            if x > 0 or k == "compute":
+                own[k] = x
+        return own
     for k, v in _terms(bd):
         if k != "island_sync" and k != "idle":
             x = v if type(v) is float else _fat(v, row, j)

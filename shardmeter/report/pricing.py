@@ -148,18 +148,21 @@ def cost_breakdown(
     the rate, source and date. ``egress_gb`` is per island (each sends the same bytes).
     ``prices``: :func:`island_prices` of ``res``, where the caller keeps them."""
     rows = []
+    nbytes = egress_gb * 1e9
     for p in island_prices(res) if prices is None else prices:
         known, per_gb = p.known, p.egress_usd_per_gb
+        # gpu_hours, gpu_time_usd (gpu_hours x rate) and egress_usd written out: the same operations
+        hours = p.gpus_billed * wall_clock_s / 3600.0
         rows.append(
             {
                 "name": p.name,
                 "gpus_billed": p.gpus_billed,
-                "gpu_hours": gpu_hours(p.gpus_billed, wall_clock_s),
+                "gpu_hours": hours,
                 "rate_usd_per_gpu_hour": p.rate if known else None,
-                "compute_usd": gpu_time_usd(p.gpus_billed, p.rate, wall_clock_s) if known else None,
+                "compute_usd": hours * p.rate if known else None,
                 "egress_gb": egress_gb,
                 "egress_usd_per_gb": per_gb,
-                "egress_usd": egress_usd(egress_gb * 1e9, per_gb),
+                "egress_usd": nbytes / 1e9 * per_gb,
                 "egress_source": p.egress_source,
                 "price_source": p.price_source,
                 "price_date": p.price_date,
