@@ -18,10 +18,11 @@ object's ``training()``. Both are CPU time (``time.process_time``) per call, the
 of ``--n`` calls, as ``estimate_ms`` is.
 
 llm-analysis is not a dependency of ShardMeter (it pulls in transformers); give the peer its own
-environment and point the script at its Python:
+environment (a folder of your choosing, outside the repository) and point the script at its
+Python:
 
-    python -m venv /tmp/peer && /tmp/peer/bin/pip install llm-analysis==0.2.2
-    python benchmarks/peer_speed.py --peer-python /tmp/peer/bin/python
+    python -m venv PEER && PEER/bin/pip install llm-analysis==0.2.2
+    python benchmarks/peer_speed.py --peer-python PEER/bin/python
 
 Without ``--peer-python`` it tries the running Python, and says so when llm-analysis is absent.
 """
